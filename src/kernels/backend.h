@@ -1,0 +1,59 @@
+/* The backend interface: every kernel the model code calls, as a table of function
+ * pointers, so that a CUDA backend can join without touching src/model/.
+ *
+ * Determinism contract (DESIGN.md "Determinism"): every output element is computed
+ * by one thread with a reduction order that depends only on the reduced length,
+ * never on the number of rows, the split over threads, or where KV blocks lie. */
+#ifndef HEARTH_KERNELS_BACKEND_H
+#define HEARTH_KERNELS_BACKEND_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+#include "engine/batch.h"
+#include "kv/kv_store.h"
+#include "model/weights.h"
+
+struct backend;
+
+struct backend_ops {
+    /* y[m, n] = x[m, k] · w[n, k]^T; w in its stored dtype. */
+    void (*matmul)(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w);
+    /* y[r] = x[r] / rms(x[r]) * w, for rows r < rows of length dim (y may be x). */
+    void (*rmsnorm)(struct backend *be, float *y, const float *x, const float *w, int rows, int dim, float eps);
+    /* Rotates x[n_tok, n_heads, head_dim] in place by the half-split rotation;
+     * cos_sin[n_tok, head_dim / 2, 2]. */
+    void (*rope)(struct backend *be, float *x, int n_tok, int n_heads, int head_dim, const float *cos_sin);
+    /* out[n_tok, hidden] = rows tokens[i] of the embedding, widened to f32. */
+    void (*embed)(struct backend *be, float *out, const struct weights_mat *emb, const int32_t *tokens, int n_tok);
+    /* Stores k, v [n_tok, n_kv_heads, head_dim] of one layer at the batch's slots. */
+    void (*kv_write)(struct backend *be, struct kv_store *kv, int layer, const struct batch *b, const float *k,
+                     const float *v);
+    /* out[n_tok, n_heads, head_dim]: causal attention of q[n_tok, n_heads, head_dim]
+     * over each row's KV in the store (positions 0..pos of the token's own row). */
+    void (*attention)(struct backend *be, float *out, const float *q, const struct batch *b,
+                      const struct kv_store *kv, int layer, int n_heads, float scale);
+    /* out[i] = silu(g[i]) * u[i]. */
+    void (*silu_mul)(struct backend *be, float *out, const float *g, const float *u, int64_t n);
+    /* y[i] += x[i]. */
+    void (*add)(struct backend *be, float *y, const float *x, int64_t n);
+    void (*free)(struct backend *be);
+};
+
+struct backend {
+    const struct backend_ops *ops;
+    char name[32];            /* e.g. "cpu-avx512": part of the prefix-cache namespace */
+    int n_threads;
+    void *impl;
+};
+
+/* The CPU backend.  variant: NULL or "" picks the best the CPU supports (cpuid);
+ * "avx512", "avx2" or "scalar" forces one (an error if unsupported).  The environment
+ * variable HEARTH_KERNEL overrides a NULL/"" variant. */
+enum hr_status backend_cpu_init(struct backend *be, int n_threads, const char *variant, char *err, size_t errlen);
+/* Names of the variants this CPU supports, best first; returns how many. */
+int backend_cpu_variants(const char **names, int cap);
+
+void backend_free(struct backend *be);
+
+#endif

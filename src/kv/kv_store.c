@@ -1,0 +1,72 @@
+/* Layer-complete paged KV storage. */
+#include "kv/kv_store.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *kv_dtype_name(enum kv_dtype dt) { return dt == KV_DTYPE_F32 ? "f32" : "bf16"; }
+
+enum hr_status kv_dtype_parse(const char *s, enum kv_dtype *out, char *err, size_t errlen)
+{
+    if (!strcmp(s, "bf16")) {
+        *out = KV_DTYPE_BF16;
+        return HR_OK;
+    }
+    if (!strcmp(s, "f32")) {
+        *out = KV_DTYPE_F32;
+        return HR_OK;
+    }
+    return hr_err(err, errlen, HR_ERR_INVALID, "kv dtype must be bf16 or f32, got '%s'", s);
+}
+
+size_t kv_store_bytes_per_token(const struct model_config *cfg, enum kv_dtype dtype)
+{
+    size_t elem = dtype == KV_DTYPE_F32 ? 4 : 2;
+    return (size_t)cfg->n_layers * 2 * (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim * elem;
+}
+
+enum hr_status kv_store_init(struct kv_store *kv, const struct model_config *cfg, enum kv_dtype dtype,
+                             int block_size, size_t budget_bytes, char *err, size_t errlen)
+{
+    memset(kv, 0, sizeof *kv);
+    if (block_size < 1 || block_size > 1024)
+        return hr_err(err, errlen, HR_ERR_INVALID, "block size must be in 1..1024, got %d", block_size);
+    kv->dtype = dtype;
+    kv->n_layers = cfg->n_layers;
+    kv->n_kv_heads = cfg->n_kv_heads;
+    kv->head_dim = cfg->head_dim;
+    kv->block_size = block_size;
+    kv->elem_size = dtype == KV_DTYPE_F32 ? 4 : 2;
+    kv->head_bytes = (size_t)block_size * (size_t)cfg->head_dim * kv->elem_size;
+    kv->layer_bytes = 2 * (size_t)cfg->n_kv_heads * kv->head_bytes;
+    kv->block_bytes = (size_t)cfg->n_layers * kv->layer_bytes;
+    size_t n = budget_bytes / kv->block_bytes;
+    if (n < 1)
+        return hr_err(err, errlen, HR_ERR_INVALID,
+                      "KV budget of %zu bytes is below one block (%zu bytes)", budget_bytes, kv->block_bytes);
+    if (n > (1u << 30))
+        n = 1u << 30;
+    kv->n_blocks = (int)n;
+    if (posix_memalign((void **)&kv->slab, 64, n * kv->block_bytes) != 0) {
+        kv->slab = NULL;
+        return hr_err(err, errlen, HR_ERR_NOMEM, "cannot allocate the KV pool (%zu bytes)",
+                      n * kv->block_bytes);
+    }
+    /* Touch it now so that start-up, not the first step, pays for the pages. */
+    memset(kv->slab, 0, n * kv->block_bytes);
+    return HR_OK;
+}
+
+void kv_store_free(struct kv_store *kv)
+{
+    if (!kv)
+        return;
+    free(kv->slab);
+    kv->slab = NULL;
+    kv->n_blocks = 0;
+}
+
+void kv_store_copy_block(struct kv_store *kv, int dst, int src)
+{
+    memcpy(kv_store_block(kv, dst), kv_store_block(kv, src), kv->block_bytes);
+}

@@ -1,0 +1,60 @@
+/* Layer-complete paged KV storage: one slab allocated at start-up, cut into blocks of
+ * block_size tokens; one block id addresses the K and V of every layer.
+ * Within a block, for each layer: K then V, each [n_kv_heads, block_size, head_dim],
+ * so that attention walks a head's positions contiguously. */
+#ifndef HEARTH_KV_KV_STORE_H
+#define HEARTH_KV_KV_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "model/config.h"
+
+enum kv_dtype {
+    KV_DTYPE_BF16,
+    KV_DTYPE_F32,
+};
+
+struct kv_store {
+    enum kv_dtype dtype;
+    int n_layers;
+    int n_kv_heads;
+    int head_dim;
+    int block_size;           /* tokens per block */
+    int n_blocks;
+    size_t elem_size;         /* 2 (bf16) or 4 (f32) */
+    size_t head_bytes;        /* one head of K (or V) in one block: block_size * head_dim * elem */
+    size_t layer_bytes;       /* K + V of one layer in one block */
+    size_t block_bytes;       /* all layers of one block */
+    uint8_t *slab;            /* [n_blocks, n_layers, 2, n_kv_heads, block_size, head_dim] */
+};
+
+const char *kv_dtype_name(enum kv_dtype dt);
+enum hr_status kv_dtype_parse(const char *s, enum kv_dtype *out, char *err, size_t errlen);
+
+/* Sizes the pool from a byte budget: as many whole blocks as fit (at least 1). */
+enum hr_status kv_store_init(struct kv_store *kv, const struct model_config *cfg, enum kv_dtype dtype,
+                             int block_size, size_t budget_bytes, char *err, size_t errlen);
+void kv_store_free(struct kv_store *kv);
+
+/* Bytes of K+V of all layers for one token. */
+size_t kv_store_bytes_per_token(const struct model_config *cfg, enum kv_dtype dtype);
+
+/* K (kv = 0) or V (kv = 1) of one head of one layer in one block:
+ * [block_size, head_dim] elements of the store's dtype. */
+static inline void *kv_store_head(const struct kv_store *kv, int block, int layer, int kvsel, int head)
+{
+    return kv->slab + (size_t)block * kv->block_bytes + (size_t)layer * kv->layer_bytes +
+           ((size_t)kvsel * (size_t)kv->n_kv_heads + (size_t)head) * kv->head_bytes;
+}
+
+static inline void *kv_store_block(const struct kv_store *kv, int block)
+{
+    return kv->slab + (size_t)block * kv->block_bytes;
+}
+
+/* Copies every layer of block src to block dst (copy-on-write). */
+void kv_store_copy_block(struct kv_store *kv, int dst, int src);
+
+#endif

@@ -1,0 +1,302 @@
+/* Exactness of the forward: a row's logits are bitwise identical (memcmp) however
+ * its sequence is batched, chunked, placed in the pool, or threaded — for dense and
+ * MoE checkpoints and under every kernel variant this CPU supports. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "test.h"
+
+#define POOL_BLOCKS 96
+#define BS 16
+#define MAX_TOK 512
+#define MAX_SEQ 8
+#define MAX_LEN 90
+
+struct rig {
+    struct model m;
+    struct backend be;
+    struct kv_store kv;
+    struct qwen3 q;
+    struct batch b;
+    float *logits; /* [MAX_TOK, vocab] */
+    int ok;
+};
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(uint32_t n)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state % n);
+}
+
+static int rig_init(struct rig *r, const char *fixture, const char *variant, int threads, enum kv_dtype dt)
+{
+    char dir[512], err[HR_ERRLEN];
+    memset(r, 0, sizeof *r);
+    snprintf(dir, sizeof dir, "%s/fixtures/%s", test_data_dir(), fixture);
+    enum hr_status st = model_load(&r->m, dir, err, sizeof err);
+    if (st == HR_OK)
+        st = backend_cpu_init(&r->be, threads, variant, err, sizeof err);
+    if (st == HR_OK)
+        st = kv_store_init(&r->kv, &r->m.cfg, dt, BS, (size_t)POOL_BLOCKS * BS * kv_store_bytes_per_token(&r->m.cfg, dt),
+                           err, sizeof err);
+    if (st == HR_OK)
+        st = qwen3_init(&r->q, &r->m, &r->be, MAX_TOK, err, sizeof err);
+    if (st == HR_OK)
+        st = batch_init(&r->b, BS, MAX_SEQ, MAX_TOK, err, sizeof err);
+    if (st != HR_OK) {
+        fprintf(stderr, "  rig %s/%s: %s\n", fixture, variant, err);
+        return 0;
+    }
+    r->logits = malloc((size_t)MAX_TOK * r->m.cfg.vocab_size * sizeof(float));
+    r->ok = r->logits != NULL && r->kv.n_blocks == POOL_BLOCKS;
+    return r->ok;
+}
+
+static void rig_free(struct rig *r)
+{
+    free(r->logits);
+    batch_free(&r->b);
+    qwen3_free(&r->q);
+    kv_store_free(&r->kv);
+    backend_free(&r->be);
+    model_free(&r->m);
+}
+
+struct seq {
+    int32_t tok[MAX_LEN];
+    int len;
+    int32_t table[(MAX_LEN + BS - 1) / BS];
+    int done;          /* tokens computed so far */
+    float *out;        /* [len, vocab] logits of every position */
+};
+
+/* Runs every sequence to completion: at each step each unfinished sequence adds a
+ * chunk (sizes from chunk_fn), all in one batch. */
+static int run_seqs(struct rig *r, struct seq *s, int n, int (*chunk_fn)(int remaining))
+{
+    int V = r->m.cfg.vocab_size;
+    char err[HR_ERRLEN];
+    for (;;) {
+        batch_reset(&r->b);
+        int any = 0;
+        for (int i = 0; i < n; i++) {
+            if (s[i].done >= s[i].len)
+                continue;
+            int c = chunk_fn(s[i].len - s[i].done);
+            if (r->b.n_tok + c > MAX_TOK)
+                continue;
+            if (batch_add_row(&r->b, i, s[i].tok + s[i].done, c, s[i].done, s[i].table,
+                              (s[i].len + BS - 1) / BS, BATCH_LOGITS_ALL, err, sizeof err) != HR_OK)
+                return fprintf(stderr, "  add_row: %s\n", err), 0;
+            any = 1;
+        }
+        if (!any)
+            return 1;
+        if (batch_build(&r->b, r->kv.n_blocks, err, sizeof err) != HR_OK ||
+            qwen3_forward(&r->q, &r->b, &r->kv, r->logits, err, sizeof err) != HR_OK)
+            return fprintf(stderr, "  forward: %s\n", err), 0;
+        for (int k = 0; k < r->b.n_rows; k++) {
+            const struct batch_row *row = &r->b.rows[k];
+            struct seq *q = &s[row->seq_id];
+            memcpy(q->out + (int64_t)q->done * V, r->logits + (int64_t)row->logit_offset * V,
+                   (size_t)row->query_len * V * sizeof(float));
+            q->done += row->query_len;
+        }
+    }
+}
+
+static int chunk_all(int rem) { return rem; }
+static int chunk_one(int rem) { (void)rem; return 1; }
+static int chunk_rand(int rem) { return 1 + (int)rnd((uint32_t)(rem < 23 ? rem : 23)); }
+
+/* Assigns disjoint block tables: contiguous from `first`, or a random permutation. */
+static void place(struct seq *s, int n, int shuffle)
+{
+    int ids[POOL_BLOCKS];
+    for (int i = 0; i < POOL_BLOCKS; i++)
+        ids[i] = i;
+    if (shuffle)
+        for (int i = POOL_BLOCKS - 1; i > 0; i--) {
+            int j = (int)rnd((uint32_t)i + 1), t = ids[i];
+            ids[i] = ids[j];
+            ids[j] = t;
+        }
+    int next = 0;
+    for (int i = 0; i < n; i++) {
+        int nb = (s[i].len + BS - 1) / BS;
+        for (int b = 0; b < nb; b++)
+            s[i].table[b] = ids[next++];
+        s[i].done = 0;
+    }
+}
+
+struct set {
+    int n;
+    struct seq s[MAX_SEQ];
+};
+
+static void make_set(struct set *st, int n, int vocab)
+{
+    st->n = n;
+    for (int i = 0; i < n; i++) {
+        st->s[i].len = 1 + (int)rnd(MAX_LEN);
+        for (int t = 0; t < st->s[i].len; t++)
+            st->s[i].tok[t] = (int32_t)rnd((uint32_t)vocab);
+        st->s[i].out = calloc((size_t)MAX_LEN * vocab, sizeof(float));
+    }
+}
+
+static void free_set(struct set *st)
+{
+    for (int i = 0; i < st->n; i++)
+        free(st->s[i].out);
+}
+
+/* Reference: each sequence alone, whole prompt in one chunk, contiguous blocks. */
+static void reference(struct rig *r, struct set *st, float **ref)
+{
+    int V = r->m.cfg.vocab_size;
+    for (int i = 0; i < st->n; i++) {
+        place(&st->s[i], 1, 0);
+        CHECK(run_seqs(r, &st->s[i], 1, chunk_all));
+        ref[i] = malloc((size_t)st->s[i].len * V * sizeof(float));
+        memcpy(ref[i], st->s[i].out, (size_t)st->s[i].len * V * sizeof(float));
+    }
+}
+
+static int same(struct rig *r, struct set *st, float **ref, const char *what)
+{
+    int V = r->m.cfg.vocab_size, ok = 1;
+    for (int i = 0; i < st->n; i++) {
+        if (memcmp(ref[i], st->s[i].out, (size_t)st->s[i].len * V * sizeof(float)) != 0) {
+            fprintf(stderr, "  %s: sequence %d (len %d) differs\n", what, i, st->s[i].len);
+            ok = 0;
+        }
+    }
+    return ok;
+}
+
+static void check_fixture(const char *fixture, enum kv_dtype dt)
+{
+    const char *vars[4];
+    int nv = backend_cpu_variants(vars, 4);
+    for (int v = 0; v < nv; v++) {
+        struct rig r;
+        if (!rig_init(&r, fixture, vars[v], 1, dt)) {
+            CHECK_MSG(0, "cannot set up %s/%s", fixture, vars[v]);
+            rig_free(&r);
+            continue;
+        }
+        int V = r.m.cfg.vocab_size;
+        struct set st;
+        float *ref[MAX_SEQ];
+        make_set(&st, MAX_SEQ, V);
+        reference(&r, &st, ref);
+
+        /* One token at a time, alone. */
+        for (int i = 0; i < st.n; i++) {
+            place(&st.s[i], 1, 1);
+            CHECK(run_seqs(&r, &st.s[i], 1, chunk_one));
+        }
+        CHECK(same(&r, &st, ref, "token by token"));
+        /* Random chunks, alone, blocks shuffled. */
+        for (int i = 0; i < st.n; i++) {
+            place(&st.s[i], 1, 1);
+            CHECK(run_seqs(&r, &st.s[i], 1, chunk_rand));
+        }
+        CHECK(same(&r, &st, ref, "random chunks"));
+        /* Batched with 1..7 others, random chunks, random placement. */
+        for (int k = 2; k <= MAX_SEQ; k += 2) {
+            place(st.s, k, 1);
+            CHECK(run_seqs(&r, st.s, k, chunk_rand));
+            struct set sub = st;
+            sub.n = k;
+            CHECK(same(&r, &sub, ref, "batched"));
+        }
+        place(st.s, MAX_SEQ, 1);
+        CHECK(run_seqs(&r, st.s, MAX_SEQ, chunk_one));
+        CHECK(same(&r, &st, ref, "batched decode"));
+        rig_free(&r);
+
+        /* Thread counts 2 and 3. */
+        for (int th = 2; th <= 3; th++) {
+            struct rig r2;
+            if (!rig_init(&r2, fixture, vars[v], th, dt)) {
+                CHECK(0);
+                rig_free(&r2);
+                continue;
+            }
+            place(st.s, MAX_SEQ, 1);
+            CHECK(run_seqs(&r2, st.s, MAX_SEQ, chunk_rand));
+            CHECK(same(&r2, &st, ref, "threads"));
+            rig_free(&r2);
+        }
+        for (int i = 0; i < st.n; i++)
+            free(ref[i]);
+        free_set(&st);
+    }
+}
+
+static void test_dense_f32_kv(void) { check_fixture("qwen3-tiny", KV_DTYPE_F32); }
+static void test_dense_bf16_kv(void) { check_fixture("qwen3-tiny-bf16", KV_DTYPE_BF16); }
+static void test_moe_f32(void) { check_fixture("qwen3moe-tiny", KV_DTYPE_BF16); }
+static void test_moe_bf16_sharded(void) { check_fixture("qwen3moe-tiny-bf16", KV_DTYPE_F32); }
+
+/* A forward that fails (test hook) returns an error and leaves later runs exact. */
+static void test_injected_failure(void)
+{
+    struct rig r;
+    if (!rig_init(&r, "qwen3-tiny", NULL, 1, KV_DTYPE_BF16)) {
+        CHECK(0);
+        rig_free(&r);
+        return;
+    }
+    struct set st;
+    float *ref[MAX_SEQ];
+    make_set(&st, 1, r.m.cfg.vocab_size);
+    reference(&r, &st, ref);
+    r.q.fail_next = 1;
+    place(st.s, 1, 0);
+    CHECK(!run_seqs(&r, st.s, 1, chunk_all));
+    place(st.s, 1, 0);
+    CHECK(run_seqs(&r, st.s, 1, chunk_all));
+    CHECK(same(&r, &st, ref, "after a failed forward"));
+    free(ref[0]);
+    free_set(&st);
+    rig_free(&r);
+}
+
+/* Token ids outside the vocabulary are an error, not a crash. */
+static void test_bad_token(void)
+{
+    struct rig r;
+    char err[HR_ERRLEN];
+    if (!rig_init(&r, "qwen3-tiny", NULL, 1, KV_DTYPE_BF16)) {
+        CHECK(0);
+        rig_free(&r);
+        return;
+    }
+    int32_t table[1] = {0}, tok[2] = {5, 100000};
+    batch_reset(&r.b);
+    CHECK_OK(batch_add_row(&r.b, 0, tok, 2, 0, table, 1, BATCH_LOGITS_LAST, err, sizeof err), err);
+    CHECK_OK(batch_build(&r.b, r.kv.n_blocks, err, sizeof err), err);
+    CHECK(qwen3_forward(&r.q, &r.b, &r.kv, r.logits, err, sizeof err) == HR_ERR_INVALID);
+    CHECK(strstr(err, "100000") != NULL);
+    rig_free(&r);
+}
+
+int main(void)
+{
+    TEST_RUN(test_dense_f32_kv);
+    TEST_RUN(test_dense_bf16_kv);
+    TEST_RUN(test_moe_f32);
+    TEST_RUN(test_moe_bf16_sharded);
+    TEST_RUN(test_injected_failure);
+    TEST_RUN(test_bad_token);
+    TEST_END();
+}
