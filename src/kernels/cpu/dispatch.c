@@ -1,22 +1,30 @@
 /* Picks the CPU kernel variant once, at start-up, from cpuid.  Built for baseline
  * x86-64: nothing here may use an instruction the oldest supported CPU lacks. */
+#include <cpuid.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+
+/* F16C through cpuid: not every compiler's __builtin_cpu_supports knows it. */
+static bool dispatch_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
 
 static bool dispatch_has_avx512(void)
 {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+           __builtin_cpu_supports("fma") && dispatch_has_f16c();
 }
 
 static bool dispatch_has_avx2(void)
 {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && dispatch_has_f16c();
 }
 
 int backend_cpu_variants(const char **names, int cap)
