@@ -1,0 +1,200 @@
+/* hearth — the public C API: an engine that serves one Qwen3-family model with
+ * continuous batching over a paged, refcounted KV pool, and exact prefix reuse.
+ *
+ * Threads.  hearth_engine_init starts one engine thread that runs every step.  Any
+ * thread may call hearth_submit, hearth_request_cancel, hearth_request_next_event,
+ * hearth_engine_stats; one request handle may be used by one consumer thread at a
+ * time.  Nothing here blocks the engine thread on a slow consumer: events queue up in
+ * the request until the consumer takes them.
+ *
+ * Ownership.  Every pointer in a params struct is borrowed for the duration of the
+ * call only: the engine copies what it keeps.  A struct hearth_request is owned by
+ * the caller from hearth_submit until hearth_request_free; pointers inside an event
+ * (its text) stay valid until that hearth_request_free.
+ *
+ * Errors.  Fallible functions return an enum hr_status (HR_OK on success) and write
+ * a message naming the bad field into the caller's buffer err[errlen]. */
+#ifndef HEARTH_H
+#define HEARTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes: the single definition site (src/base/status.h re-exports them). */
+enum hr_status {
+    HR_OK = 0,
+    HR_ERR_IO,          /* a file could not be opened, read or mapped */
+    HR_ERR_FORMAT,      /* a file or message is malformed */
+    HR_ERR_INVALID,     /* a parameter or request is invalid */
+    HR_ERR_UNSUPPORTED, /* valid but not supported by hearth */
+    HR_ERR_NOMEM,       /* out of memory (start-up or admission only) */
+    HR_ERR_FULL,        /* a pool or queue is full; retry later */
+    HR_ERR_NOT_FOUND,   /* a named thing does not exist */
+    HR_ERR_CANCELLED,   /* the work was cancelled */
+    HR_ERR_INTERNAL,    /* a failure injected by a test hook or an unexpected condition */
+};
+
+const char *hr_status_str(enum hr_status st);
+
+/* ------------------------------------------------------------------ engine */
+
+struct hearth_engine_params {
+    const char *model_dir;      /* Hugging Face directory: config.json, *.safetensors, tokenizer.json */
+    int n_threads;              /* kernel threads (>= 1) */
+    const char *kernel;         /* NULL/"auto", "avx512", "avx2", "scalar" */
+    const char *kv_dtype;       /* "bf16" (default) or "f32" */
+    size_t kv_cache_bytes;      /* KV pool budget; the pool is allocated whole at init */
+    int block_size;             /* tokens per KV block (default 16) */
+    int max_num_seqs;           /* running sequences at most (default 64) */
+    int max_batched_tokens;     /* tokens per step at most (default 512) */
+    int max_waiting;            /* queued requests at most before submit says HR_ERR_FULL (0: no limit) */
+    bool prefix_cache;          /* exact prefix KV reuse (default on) */
+    int prefix_cache_max_entries; /* cached blocks at most (0: bounded by the pool only) */
+};
+
+void hearth_engine_params_default(struct hearth_engine_params *p);
+
+struct hearth_engine;
+
+/* Loads the model, allocates the KV pool and starts the engine thread. */
+enum hr_status hearth_engine_init(struct hearth_engine **out, const struct hearth_engine_params *p, char *err,
+                                  size_t errlen);
+/* Cancels everything in flight, stops the engine thread, frees everything.  Requests
+ * still held by callers receive a final error event and must still be freed. */
+void hearth_engine_free(struct hearth_engine *e);
+
+struct hearth_model_info {
+    const char *model_dir;
+    int vocab_size;
+    int max_context;            /* max_position_embeddings */
+    bool has_tokenizer;
+    bool has_chat_template;
+    int n_eos;
+    const int32_t *eos_ids;     /* [n_eos]: stop tokens from generation_config.json / config.json */
+};
+void hearth_engine_model_info(const struct hearth_engine *e, struct hearth_model_info *out);
+
+/* ------------------------------------------------------------------ requests */
+
+struct hearth_logit_bias {
+    int32_t token;
+    float bias;
+};
+
+struct hearth_request_params {
+    /* The prompt: text (tokenized with the model's tokenizer), or token ids. */
+    const char *prompt;         /* NUL-terminated UTF-8, or NULL */
+    const int32_t *prompt_ids;  /* [n_prompt_ids], used when prompt is NULL */
+    int n_prompt_ids;
+
+    int n;                      /* samples of this prompt (>= 1) */
+    int max_tokens;             /* tokens to generate at most per sample (>= 0; the context caps it) */
+
+    /* Sampling.  has_* false: the checkpoint's generation_config.json default,
+     * else the neutral value (temperature 1, top_p 1, top_k off). */
+    bool has_temperature, has_top_p, has_top_k;
+    float temperature, top_p;
+    int top_k;
+    float min_p;                /* 0 = off */
+    float repetition_penalty;   /* 1 = off (0 is taken as 1) */
+    float presence_penalty, frequency_penalty;
+    const struct hearth_logit_bias *logit_bias;
+    int n_logit_bias;
+    bool has_seed;
+    uint64_t seed;              /* without one, the engine draws one and reports it */
+    bool logprobs;              /* report the sampled token's logprob */
+    int top_logprobs;           /* 0..20 alternatives per token */
+    bool ignore_eos;
+
+    /* Stopping. */
+    const char *const *stop;    /* [n_stop] strings, matched on the detokenized text */
+    int n_stop;
+    const int32_t *stop_token_ids; /* [n_stop_token_ids], besides the model's eos ids */
+    int n_stop_token_ids;
+    bool skip_special_tokens;   /* in the text of token events (default false here; servers set it) */
+
+    const char *cache_salt;     /* prefix-cache namespace of this request (tenant isolation), or NULL */
+};
+
+void hearth_request_params_default(struct hearth_request_params *p);
+
+struct hearth_request;
+
+/* Validates and queues a request.  On success *out is a handle the caller owns. */
+enum hr_status hearth_submit(struct hearth_engine *e, const struct hearth_request_params *p,
+                             struct hearth_request **out, char *err, size_t errlen);
+
+/* Asks the engine to stop the request; its blocks are freed at the next step
+ * boundary and a final HEARTH_EVENT_DONE (finish reason "cancelled") follows. */
+void hearth_request_cancel(struct hearth_request *r);
+
+/* Frees the handle.  A request still running is cancelled first. */
+void hearth_request_free(struct hearth_request *r);
+
+enum hearth_event_type {
+    HEARTH_EVENT_TOKEN,         /* one generated token of sample `index` */
+    HEARTH_EVENT_FINISH,        /* sample `index` finished (finish_reason) */
+    HEARTH_EVENT_DONE,          /* the whole request finished; usage is final; last event */
+};
+
+enum hearth_finish_reason {
+    HEARTH_FINISH_NONE,
+    HEARTH_FINISH_STOP,         /* an eos / stop token id, or a stop string */
+    HEARTH_FINISH_LENGTH,       /* max_tokens or the context window */
+    HEARTH_FINISH_CANCELLED,
+    HEARTH_FINISH_ERROR,        /* message says why */
+};
+
+const char *hearth_finish_reason_str(enum hearth_finish_reason r);
+
+#define HEARTH_MAX_TOP_LOGPROBS 20
+
+struct hearth_event {
+    enum hearth_event_type type;
+    int index;                  /* sample index 0..n-1 (TOKEN, FINISH) */
+    /* TOKEN */
+    int32_t token;
+    float logprob;              /* when logprobs or top_logprobs was asked */
+    int n_top;
+    struct hearth_logit_bias top[HEARTH_MAX_TOP_LOGPROBS]; /* (token, logprob), best first */
+    const char *text;           /* text this token completes (may be empty: held back for UTF-8
+                                   or a possible stop string); NUL-terminated; owned by the request */
+    size_t text_len;
+    /* FINISH / DONE */
+    enum hearth_finish_reason finish_reason;
+    int32_t stop_token;         /* FINISH by a stop token: its id, else -1 */
+    /* DONE */
+    int prompt_tokens;
+    int cached_tokens;          /* prompt tokens served from the prefix cache */
+    int completion_tokens;      /* over all samples */
+    uint64_t seed;              /* the seed used (drawn when the request gave none) */
+    char message[256];          /* FINISH/DONE with HEARTH_FINISH_ERROR */
+};
+
+/* Takes the next event.  timeout_ms < 0 waits without limit; returns HR_ERR_FULL when
+ * the timeout passes with no event, HR_ERR_NOT_FOUND after the DONE event was taken. */
+enum hr_status hearth_request_next_event(struct hearth_request *r, struct hearth_event *ev, int timeout_ms);
+
+/* ------------------------------------------------------------------ stats */
+
+struct hearth_stats {
+    int blocks_total, blocks_free, blocks_used;
+    int running, waiting;       /* sequences */
+    int64_t steps;
+    int64_t preemptions;
+    int64_t prompt_tokens_total, generation_tokens_total;
+    int64_t requests_total, requests_finished;
+};
+
+void hearth_engine_stats(struct hearth_engine *e, struct hearth_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
