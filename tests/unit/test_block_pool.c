@@ -1,0 +1,295 @@
+/* Block pool: refcounts, all-or-nothing allocation, copy-on-write across every layer,
+ * export/import, and the asserts on our own misuse (checked in a forked child). */
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kv/block_pool.h"
+#include "test.h"
+
+static char err[HR_ERRLEN];
+
+/* A tiny geometry: 3 layers, 2 kv heads, head_dim 4, 4 tokens a block, f32; 8 blocks. */
+static void make_store(struct kv_store *kv, int n_blocks)
+{
+    struct model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.n_layers = 3;
+    cfg.n_kv_heads = 2;
+    cfg.head_dim = 4;
+    size_t block = (size_t)3 * 2 * 2 * 4 * 4 * 4; /* layers * (K,V) * heads * tokens * dim * f32 */
+    CHECK_OK(kv_store_init(kv, &cfg, KV_DTYPE_F32, 4, block * (size_t)n_blocks + block / 2, err, sizeof err),
+             err);
+    CHECK(kv->n_blocks == n_blocks);
+    CHECK(kv->block_bytes == block);
+}
+
+/* Writes a value that names (block tag, layer, K/V, head, element) into every element. */
+static void fill_block(struct kv_store *kv, int id, float tag)
+{
+    for (int l = 0; l < kv->n_layers; l++)
+        for (int s = 0; s < 2; s++)
+            for (int h = 0; h < kv->n_kv_heads; h++) {
+                float *p = kv_store_head(kv, id, l, s, h);
+                for (int e = 0; e < kv->block_size * kv->head_dim; e++)
+                    p[e] = tag * 10000.0f + (float)(l * 1000 + s * 100 + h * 50 + e);
+            }
+}
+
+static int block_has(struct kv_store *kv, int id, float tag)
+{
+    for (int l = 0; l < kv->n_layers; l++)
+        for (int s = 0; s < 2; s++)
+            for (int h = 0; h < kv->n_kv_heads; h++) {
+                const float *p = kv_store_head(kv, id, l, s, h);
+                for (int e = 0; e < kv->block_size * kv->head_dim; e++)
+                    if (p[e] != tag * 10000.0f + (float)(l * 1000 + s * 100 + h * 50 + e))
+                        return 0;
+            }
+    return 1;
+}
+
+static void test_alloc_release(void)
+{
+    struct kv_store kv;
+    struct block_pool pool;
+    make_store(&kv, 8);
+    CHECK_OK(block_pool_init(&pool, &kv, err, sizeof err), err);
+    CHECK(block_pool_capacity(&pool) == 8);
+    CHECK(block_pool_n_free(&pool) == 8);
+
+    int ids[8];
+    CHECK_OK(block_pool_alloc(&pool, ids, 3, err, sizeof err), err);
+    CHECK(block_pool_n_free(&pool) == 5);
+    for (int i = 0; i < 3; i++) {
+        CHECK(ids[i] >= 0 && ids[i] < 8);
+        CHECK(block_pool_refcount(&pool, ids[i]) == 1);
+        for (int j = 0; j < i; j++)
+            CHECK(ids[i] != ids[j]);
+    }
+    block_pool_retain(&pool, ids[1]);
+    block_pool_retain(&pool, ids[1]);
+    CHECK(block_pool_refcount(&pool, ids[1]) == 3);
+    block_pool_release(&pool, ids[1]);
+    CHECK(block_pool_refcount(&pool, ids[1]) == 2);
+    CHECK(block_pool_n_free(&pool) == 5); /* still held */
+    block_pool_release(&pool, ids[1]);
+    block_pool_release(&pool, ids[1]);
+    CHECK(block_pool_refcount(&pool, ids[1]) == 0);
+    CHECK(block_pool_n_free(&pool) == 6);
+
+    /* Zero blocks is fine and changes nothing; a negative count is invalid. */
+    CHECK_OK(block_pool_alloc(&pool, ids + 3, 0, err, sizeof err), err);
+    CHECK(block_pool_n_free(&pool) == 6);
+    CHECK(block_pool_alloc(&pool, ids + 3, -1, err, sizeof err) == HR_ERR_INVALID);
+
+    int rest[2] = {ids[0], ids[2]};
+    block_pool_release_n(&pool, rest, 2);
+    CHECK(block_pool_n_free(&pool) == 8);
+    for (int i = 0; i < 8; i++)
+        CHECK(block_pool_refcount(&pool, i) == 0);
+
+    /* Every id can be handed out once, and all come back. */
+    int all[8];
+    CHECK_OK(block_pool_alloc(&pool, all, 8, err, sizeof err), err);
+    int seen[8] = {0};
+    for (int i = 0; i < 8; i++)
+        seen[all[i]]++;
+    for (int i = 0; i < 8; i++)
+        CHECK(seen[i] == 1);
+    CHECK(block_pool_n_free(&pool) == 0);
+    block_pool_release_n(&pool, all, 8);
+    CHECK(block_pool_n_free(&pool) == 8);
+
+    block_pool_free(&pool);
+    block_pool_free(&pool); /* zeroed: no-op */
+    block_pool_free(NULL);
+    kv_store_free(&kv);
+}
+
+static void test_all_or_nothing(void)
+{
+    struct kv_store kv;
+    struct block_pool pool;
+    make_store(&kv, 8);
+    CHECK_OK(block_pool_init(&pool, &kv, err, sizeof err), err);
+    int a[8], b[8];
+    CHECK_OK(block_pool_alloc(&pool, a, 5, err, sizeof err), err);
+    for (int i = 0; i < 8; i++)
+        b[i] = -7;
+    err[0] = 0;
+    CHECK(block_pool_alloc(&pool, b, 4, err, sizeof err) == HR_ERR_FULL);
+    CHECK_MSG(strstr(err, "4 blocks needed") && strstr(err, "3 of 8 free"), "message: %s", err);
+    CHECK(block_pool_n_free(&pool) == 3);
+    for (int i = 0; i < 8; i++)
+        CHECK(b[i] == -7); /* nothing written */
+    for (int i = 0; i < 8; i++) {
+        int held = 0;
+        for (int j = 0; j < 5; j++)
+            held |= a[j] == i;
+        CHECK(block_pool_refcount(&pool, i) == held);
+    }
+    /* Exactly what is free still succeeds. */
+    CHECK_OK(block_pool_alloc(&pool, b, 3, err, sizeof err), err);
+    CHECK(block_pool_n_free(&pool) == 0);
+    CHECK(block_pool_alloc(&pool, b + 3, 1, err, sizeof err) == HR_ERR_FULL);
+    block_pool_release_n(&pool, a, 5);
+    block_pool_release_n(&pool, b, 3);
+    CHECK(block_pool_n_free(&pool) == block_pool_capacity(&pool));
+    block_pool_free(&pool);
+    kv_store_free(&kv);
+}
+
+static void test_copy_on_write(void)
+{
+    struct kv_store kv;
+    struct block_pool pool;
+    make_store(&kv, 4);
+    CHECK_OK(block_pool_init(&pool, &kv, err, sizeof err), err);
+
+    int shared;
+    CHECK_OK(block_pool_alloc(&pool, &shared, 1, err, sizeof err), err);
+    fill_block(&kv, shared, 1.0f);
+
+    /* Refcount 1: make_writable is a no-op. */
+    int id = shared;
+    CHECK_OK(block_pool_make_writable(&pool, &id, err, sizeof err), err);
+    CHECK(id == shared);
+    CHECK(block_pool_n_free(&pool) == 3);
+
+    /* Two holders: the writer gets a copy, the other keeps the original. */
+    block_pool_retain(&pool, shared);
+    int mine = shared;
+    CHECK_OK(block_pool_make_writable(&pool, &mine, err, sizeof err), err);
+    CHECK(mine != shared);
+    CHECK(block_pool_refcount(&pool, shared) == 1);
+    CHECK(block_pool_refcount(&pool, mine) == 1);
+    CHECK(block_pool_n_free(&pool) == 2);
+    CHECK(block_has(&kv, mine, 1.0f));   /* every layer, K and V, every head copied */
+    CHECK(block_has(&kv, shared, 1.0f));
+    fill_block(&kv, mine, 2.0f);         /* writing the copy leaves the original intact */
+    CHECK(block_has(&kv, shared, 1.0f));
+    CHECK(block_has(&kv, mine, 2.0f));
+
+    /* A full pool: the copy fails and nothing changes. */
+    int fill[2];
+    CHECK_OK(block_pool_alloc(&pool, fill, 2, err, sizeof err), err);
+    block_pool_retain(&pool, shared);
+    int other = shared;
+    CHECK(block_pool_make_writable(&pool, &other, err, sizeof err) == HR_ERR_FULL);
+    CHECK(other == shared);
+    CHECK(block_pool_refcount(&pool, shared) == 2);
+    block_pool_release(&pool, shared);
+
+    block_pool_release_n(&pool, fill, 2);
+    block_pool_release(&pool, shared);
+    block_pool_release(&pool, mine);
+    CHECK(block_pool_n_free(&pool) == block_pool_capacity(&pool));
+    block_pool_free(&pool);
+    kv_store_free(&kv);
+}
+
+static void test_export_import(void)
+{
+    struct kv_store kv;
+    struct block_pool pool;
+    make_store(&kv, 4);
+    CHECK_OK(block_pool_init(&pool, &kv, err, sizeof err), err);
+    int a, b;
+    CHECK_OK(block_pool_alloc(&pool, &a, 1, err, sizeof err), err);
+    CHECK_OK(block_pool_alloc(&pool, &b, 1, err, sizeof err), err);
+    fill_block(&kv, a, 3.0f);
+    fill_block(&kv, b, 4.0f);
+
+    unsigned char *host = malloc(kv.block_bytes);
+    CHECK(host != NULL);
+    block_pool_export(&pool, a, host);
+    CHECK(memcmp(host, kv_store_block(&kv, a), kv.block_bytes) == 0);
+    /* Preempt: free the block, scribble over the slab, bring it back elsewhere. */
+    block_pool_release(&pool, a);
+    int c;
+    CHECK_OK(block_pool_alloc(&pool, &c, 1, err, sizeof err), err);
+    fill_block(&kv, c, 5.0f);
+    block_pool_import(&pool, c, host);
+    CHECK(block_has(&kv, c, 3.0f));
+    CHECK(block_has(&kv, b, 4.0f)); /* neighbour untouched */
+    free(host);
+
+    block_pool_release(&pool, b);
+    block_pool_release(&pool, c);
+    CHECK(block_pool_n_free(&pool) == 4);
+    block_pool_free(&pool);
+    kv_store_free(&kv);
+}
+
+/* Runs fn in a child process; returns 1 when the child died of SIGABRT (HR_ASSERT). */
+static int aborts(void (*fn)(struct block_pool *), struct block_pool *pool)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* The child's message is expected; keep the test log clean. */
+        if (!freopen("/dev/null", "w", stderr))
+            _exit(3);
+        fn(pool);
+        _exit(0);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+        return 0;
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+static void do_double_release(struct block_pool *p)
+{
+    int id;
+    if (block_pool_alloc(p, &id, 1, NULL, 0) != HR_OK)
+        _exit(2);
+    block_pool_release(p, id);
+    block_pool_release(p, id);
+}
+
+static void do_retain_free(struct block_pool *p) { block_pool_retain(p, 0); }
+
+static void do_import_shared(struct block_pool *p)
+{
+    int id;
+    static unsigned char buf[4096 * 4];
+    if (block_pool_alloc(p, &id, 1, NULL, 0) != HR_OK)
+        _exit(2);
+    block_pool_retain(p, id);
+    block_pool_import(p, id, buf);
+}
+
+static void test_misuse_asserts(void)
+{
+    struct kv_store kv;
+    struct block_pool pool;
+    make_store(&kv, 2);
+    CHECK_OK(block_pool_init(&pool, &kv, err, sizeof err), err);
+    CHECK(aborts(do_double_release, &pool));
+    CHECK(aborts(do_retain_free, &pool));
+    CHECK(aborts(do_import_shared, &pool));
+    CHECK(block_pool_n_free(&pool) == 2); /* the parent's pool is untouched */
+    block_pool_free(&pool);
+    kv_store_free(&kv);
+
+    struct block_pool bad;
+    struct kv_store empty;
+    memset(&empty, 0, sizeof empty);
+    CHECK(block_pool_init(&bad, &empty, err, sizeof err) == HR_ERR_INVALID);
+    block_pool_free(&bad);
+}
+
+int main(void)
+{
+    TEST_RUN(test_alloc_release);
+    TEST_RUN(test_all_or_nothing);
+    TEST_RUN(test_copy_on_write);
+    TEST_RUN(test_export_import);
+    TEST_RUN(test_misuse_asserts);
+    TEST_END();
+}
