@@ -55,6 +55,8 @@ struct hearth_engine_params {
     int max_waiting;            /* queued requests at most before submit says HR_ERR_FULL (0: no limit) */
     bool prefix_cache;          /* exact prefix KV reuse (default on) */
     int prefix_cache_max_entries; /* cached blocks at most (0: bounded by the pool only) */
+    const char *schedule;       /* "lpm" (default: longest cached prefix first) or "fcfs" */
+    int max_wait_steps;         /* lpm: a group waiting longer than this goes first (default 32) */
 };
 
 void hearth_engine_params_default(struct hearth_engine_params *p);
@@ -107,6 +109,8 @@ struct hearth_request_params {
     int n_logit_bias;
     bool has_seed;
     uint64_t seed;              /* without one, the engine draws one and reports it */
+    int sample_index_base;      /* sample i draws its randomness as index base + i: lets a client
+                                   reproduce one sample of an n > 1 request alone (default 0) */
     bool logprobs;              /* report the sampled token's logprob */
     int top_logprobs;           /* 0..20 alternatives per token */
     bool ignore_eos;
@@ -180,7 +184,36 @@ struct hearth_event {
  * the timeout passes with no event, HR_ERR_NOT_FOUND after the DONE event was taken. */
 enum hr_status hearth_request_next_event(struct hearth_request *r, struct hearth_event *ev, int timeout_ms);
 
+/* ------------------------------------------------------------------ text */
+
+/* Encodes text with the model's tokenizer: *ids (malloc'd, the caller frees) gets
+ * *n ids.  HR_ERR_INVALID when the model has no tokenizer or the text is not UTF-8. */
+enum hr_status hearth_tokenize(struct hearth_engine *e, const char *text, size_t len, int32_t **ids, int *n,
+                               char *err, size_t errlen);
+/* Decodes ids: *text (malloc'd, NUL-terminated, the caller frees). */
+enum hr_status hearth_detokenize(struct hearth_engine *e, const int32_t *ids, int n, bool skip_special_tokens,
+                                 char **text, size_t *len, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------ control */
+
+/* Re-reads the model directory and bumps the prefix-cache epoch.  Requests in flight
+ * finish first; new submissions wait.  On failure the old model keeps serving. */
+enum hr_status hearth_engine_reload(struct hearth_engine *e, char *err, size_t errlen);
+/* Empties the prefix cache (bumps its epoch): later requests miss. */
+void hearth_prefix_cache_reset(struct hearth_engine *e);
+
 /* ------------------------------------------------------------------ stats */
+
+struct hearth_prefix_cache_stats {
+    bool enabled;
+    int64_t entries;            /* cached blocks (tree nodes) */
+    int64_t blocks_held;        /* blocks referenced by the cache */
+    int64_t open_leases;
+    int64_t lookups_total, hits_total, misses_total;
+    int64_t lookup_tokens_total, hit_tokens_total;
+    int64_t inserted_blocks_total, evicted_blocks_total;
+    int64_t collisions_total, invalidations_total;
+};
 
 struct hearth_stats {
     int blocks_total, blocks_free, blocks_used;
@@ -189,6 +222,7 @@ struct hearth_stats {
     int64_t preemptions;
     int64_t prompt_tokens_total, generation_tokens_total;
     int64_t requests_total, requests_finished;
+    struct hearth_prefix_cache_stats prefix_cache;
 };
 
 void hearth_engine_stats(struct hearth_engine *e, struct hearth_stats *out);

@@ -1,0 +1,255 @@
+/* The scheduler (see scheduler.h). */
+#include "engine/scheduler.h"
+
+#include <string.h>
+
+#include "engine/engine.h"
+
+void sched_release_seq(struct hearth_engine *e, struct seq *s)
+{
+    block_pool_release_n(&e->pool, s->table, s->n_table);
+    s->n_table = 0;
+    s->committed = 0;
+}
+
+void sched_preempt(struct hearth_engine *e, struct group *g)
+{
+    HR_ASSERT(g->state == GROUP_STATE_RUNNING);
+    for (int i = 0; i < g->n; i++) {
+        sched_release_seq(e, &g->seqs[i]);
+        g->seqs[i].published = 0;
+    }
+    group_list_remove(&e->running, g);
+    g->state = GROUP_STATE_WAITING;
+    group_list_push_front(&e->waiting, g);
+    atomic_fetch_add(&e->st_preemptions, 1);
+}
+
+static int sched_unfinished(const struct group *g)
+{
+    int n = 0;
+    for (int i = 0; i < g->n; i++)
+        n += !g->seqs[i].finished;
+    return n;
+}
+
+static int sched_running_seqs(const struct hearth_engine *e)
+{
+    int n = 0;
+    for (const struct group *g = e->running.head; g; g = g->next)
+        n += sched_unfinished(g);
+    return n;
+}
+
+static void sched_drop_rows(struct sched_plan *plan, const struct group *g)
+{
+    int k = 0;
+    for (int i = 0; i < plan->n_rows; i++) {
+        if (plan->rows[i].s->g == g)
+            plan->n_tok -= plan->rows[i].query_len;
+        else
+            plan->rows[k++] = plan->rows[i];
+    }
+    plan->n_rows = k;
+}
+
+/* Makes positions [committed, committed + q) of s writable: allocates the blocks
+ * they need and copies any shared block they fall in.  Preempts the most recently
+ * admitted group while blocks are short.  Returns false when s's own group had to
+ * be preempted. */
+static bool sched_reserve(struct hearth_engine *e, struct seq *s, int q, struct sched_plan *plan)
+{
+    int bs = e->kv.block_size;
+    int first = s->committed / bs, last = (s->committed + q - 1) / bs;
+    HR_ASSERT(last < s->max_table);
+    for (;;) {
+        bool short_of_blocks = false;
+        while (s->n_table <= last) {
+            int id;
+            if (block_pool_alloc(&e->pool, &id, 1, NULL, 0) != HR_OK) {
+                short_of_blocks = true;
+                break;
+            }
+            s->table[s->n_table++] = id;
+        }
+        for (int b = first; !short_of_blocks && b <= last; b++) {
+            int id = s->table[b];
+            if (block_pool_make_writable(&e->pool, &id, NULL, 0) != HR_OK)
+                short_of_blocks = true;
+            else
+                s->table[b] = id;
+        }
+        if (!short_of_blocks)
+            return true;
+        /* Cached blocks nobody uses go before any running group does. */
+        if (e->pc_on && prefix_cache_evict(&e->pc, block_pool_n_free(&e->pool) + 1) > 0)
+            continue;
+        struct group *victim = e->running.tail;
+        sched_drop_rows(plan, victim);
+        sched_preempt(e, victim);
+        if (victim == s->g)
+            return false;
+    }
+}
+
+static void sched_add_row(struct sched_plan *plan, struct seq *s, int q)
+{
+    plan->rows[plan->n_rows++] = (struct sched_row){.s = s, .query_len = q, .sample = s->committed + q == s->n_tokens};
+    plan->n_tok += q;
+}
+
+/* Schedules the running sequences: decodes (one token left) or prefill chunks. */
+static void sched_running(struct hearth_engine *e, struct sched_plan *plan, bool decodes, int *budget)
+{
+    int max_rows = e->p.max_num_seqs;
+    for (struct group *g = e->running.head, *next; g; g = next) {
+        next = g->next;
+        for (int i = 0; i < g->n; i++) {
+            struct seq *s = &g->seqs[i];
+            if (!seq_active(s))
+                continue;
+            int rem = s->n_tokens - s->committed;
+            if (rem < 1 || (decodes ? rem != 1 : rem == 1))
+                continue;
+            if (*budget == 0 || plan->n_rows == max_rows)
+                return;
+            int q = rem < *budget ? rem : *budget;
+            bool ok = sched_reserve(e, s, q, plan);
+            *budget = e->p.max_batched_tokens - plan->n_tok;
+            if (!ok)
+                break; /* g itself was preempted (it was the newest) */
+            sched_add_row(plan, s, q);
+            *budget -= q;
+        }
+        /* A preemption may have removed what came after g. */
+        next = g->state == GROUP_STATE_RUNNING ? g->next : NULL;
+    }
+}
+
+/* Full blocks of g's prompt that a running sequence is computing right now and
+ * will publish: admitting g after them lets it hit those blocks instead of
+ * computing them again. */
+static int sched_shared_in_flight(const struct hearth_engine *e, const struct group *g)
+{
+    const struct seq *s0 = &g->seqs[0];
+    int bs = e->kv.block_size, best = 0, max = (s0->n_tokens - 1) / bs;
+    for (const struct group *r = e->running.head; r; r = r->next) {
+        const struct seq *rs = &r->seqs[0];
+        if (rs->committed >= rs->n_tokens - 1 || strcmp(r->salt, g->salt) != 0)
+            continue; /* not prefilling, or another namespace */
+        int lim = rs->n_tokens < s0->n_tokens ? rs->n_tokens : s0->n_tokens, k = 0;
+        while (k < lim && rs->tokens[k] == s0->tokens[k])
+            k++;
+        int blocks = k / bs < max ? k / bs : max;
+        if (blocks > best)
+            best = blocks;
+    }
+    return best;
+}
+
+/* The next group to admit, or NULL.  lpm: the longest cached prefix first (ties to
+ * the older), unless the oldest has waited more than max_wait_steps; fcfs: the
+ * oldest.  Either way a group whose uncached prefix is being computed by a running
+ * sequence waits for it (in-batch sharing), for at most max_wait_steps. */
+static struct group *sched_pick(struct hearth_engine *e)
+{
+    struct group *head = e->waiting.head;
+    if (!head)
+        return NULL;
+    if (e->step_no - head->arrival_step > e->max_wait_steps)
+        return head;
+    struct group *best = NULL;
+    int best_len = -1;
+    for (struct group *g = head; g; g = g->next) {
+        int cached = e->pc_on ? prefix_cache_match_len(&e->pc, g->salt, g->seqs[0].tokens, g->seqs[0].n_tokens) : 0;
+        if (e->pc_on && sched_shared_in_flight(e, g) > cached && e->step_no - g->arrival_step <= e->max_wait_steps)
+            continue;
+        if (e->schedule == ENGINE_SCHEDULE_FCFS)
+            return g;
+        if (cached > best_len) {
+            best = g;
+            best_len = cached;
+        }
+    }
+    return best;
+}
+
+/* Admits g all or nothing: leases on the cached prefix of every sample it brings,
+ * eviction of unused cached blocks if short, then the rest of the blocks; any
+ * shortage rolls every step back.  Returns false when g must wait. */
+static bool sched_admit_group(struct hearth_engine *e, struct group *g)
+{
+    int bs = e->kv.block_size, need = 0;
+    for (int i = 0; i < g->n; i++) {
+        struct seq *s = &g->seqs[i];
+        if (!seq_active(s))
+            continue;
+        int k = 0;
+        if (e->pc_on)
+            k = prefix_cache_lookup(&e->pc, g->salt, s->tokens, s->n_tokens, s->table, &s->lease, s);
+        s->n_table = k;
+        s->committed = k * bs;
+        s->published = k;
+        need += (s->n_tokens + bs - 1) / bs - k;
+    }
+    if (need > block_pool_n_free(&e->pool) && e->pc_on)
+        prefix_cache_evict(&e->pc, need);
+    bool ok = need <= block_pool_n_free(&e->pool);
+    for (int i = 0; i < g->n; i++) {
+        struct seq *s = &g->seqs[i];
+        if (!seq_active(s))
+            continue;
+        if (!ok) {
+            if (e->pc_on)
+                prefix_cache_lease_abort(&e->pc, &s->lease);
+            s->n_table = s->committed = s->published = 0;
+            continue;
+        }
+        int nb = (s->n_tokens + bs - 1) / bs;
+        HR_ASSERT(block_pool_alloc(&e->pool, s->table + s->n_table, nb - s->n_table, NULL, 0) == HR_OK);
+        s->n_table = nb;
+        if (e->pc_on) {
+            prefix_cache_lease_prepare(&e->pc, &s->lease, s);
+            prefix_cache_lease_commit(&e->pc, &s->lease, s);
+        }
+    }
+    if (ok && !g->admitted_once) {
+        g->admitted_once = true;
+        g->cached_tokens = g->seqs[0].committed;
+    }
+    return ok;
+}
+
+static void sched_admit(struct hearth_engine *e, struct sched_plan *plan, int *budget)
+{
+    while (*budget > 0 && plan->n_rows < e->p.max_num_seqs) {
+        struct group *g = sched_pick(e);
+        if (!g || sched_running_seqs(e) + sched_unfinished(g) > e->p.max_num_seqs)
+            break;
+        if (!sched_admit_group(e, g))
+            break; /* nobody overtakes the chosen group */
+        group_list_remove(&e->waiting, g);
+        g->state = GROUP_STATE_RUNNING;
+        g->admitted = e->next_admission++;
+        group_list_push_back(&e->running, g);
+        for (int i = 0; i < g->n && *budget > 0 && plan->n_rows < e->p.max_num_seqs; i++) {
+            struct seq *s = &g->seqs[i];
+            if (!seq_active(s))
+                continue;
+            int rem = s->n_tokens - s->committed;
+            int q = rem < *budget ? rem : *budget;
+            sched_add_row(plan, s, q);
+            *budget -= q;
+        }
+    }
+}
+
+void sched_plan(struct hearth_engine *e, struct sched_plan *plan)
+{
+    plan->n_rows = 0;
+    plan->n_tok = 0;
+    int budget = e->p.max_batched_tokens;
+    sched_running(e, plan, true, &budget);
+    sched_running(e, plan, false, &budget);
+    sched_admit(e, plan, &budget);
+}
