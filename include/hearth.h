@@ -158,6 +158,11 @@ const char *hearth_finish_reason_str(enum hearth_finish_reason r);
 
 #define HEARTH_MAX_TOP_LOGPROBS 20
 
+struct hearth_logprob {
+    int32_t token;
+    float logprob;
+};
+
 struct hearth_event {
     enum hearth_event_type type;
     int index;                  /* sample index 0..n-1 (TOKEN, FINISH) */
@@ -165,7 +170,7 @@ struct hearth_event {
     int32_t token;
     float logprob;              /* when logprobs or top_logprobs was asked */
     int n_top;
-    struct hearth_logit_bias top[HEARTH_MAX_TOP_LOGPROBS]; /* (token, logprob), best first */
+    struct hearth_logprob top[HEARTH_MAX_TOP_LOGPROBS]; /* best first */
     const char *text;           /* text this token completes (may be empty: held back for UTF-8
                                    or a possible stop string); NUL-terminated; owned by the request */
     size_t text_len;

@@ -221,7 +221,7 @@ static void engine_accept(struct hearth_engine *e, struct seq *s, const struct s
                               .logprob = r->logprob, .n_top = r->n_top, .stop_token = -1};
     for (int i = 0; i < r->n_top; i++) {
         ev.top[i].token = r->top[i].token;
-        ev.top[i].bias = r->top[i].logprob;
+        ev.top[i].logprob = r->top[i].logprob;
     }
     engine_emit(g, &ev, text, n);
 

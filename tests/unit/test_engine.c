@@ -5,201 +5,13 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "engine/engine.h"
+#include "engine_rig.h"
 #include "test.h"
-
-#define MAXREQ 32
-#define MAXN 4
-#define MAXGEN 48
-
-struct out {
-    int n_tok[MAXN];
-    int32_t tok[MAXN][MAXGEN];
-    float lp[MAXN][MAXGEN][4]; /* sampled logprob, then 3 top logprobs */
-    int32_t top[MAXN][MAXGEN][3];
-    enum hearth_finish_reason fin[MAXN];
-    int done;
-    enum hearth_finish_reason done_reason;
-    int prompt_tokens, completion_tokens;
-};
-
-struct job {
-    int32_t prompt[200];
-    int n_prompt;
-    struct hearth_request_params p;
-    struct hearth_request *r;
-    struct out alone, together;
-    int arrive_step;
-    int cancel_step;
-};
-
-static uint64_t rs = 12345;
-static uint32_t rnd(uint32_t n)
-{
-    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)((rs >> 33) % n);
-}
-
-static int cache_on = 1;
-
-static struct hearth_engine *mk_engine(size_t kv_bytes, int max_seqs, int max_tok, int threads)
-{
-    char dir[512], err[HR_ERRLEN];
-    snprintf(dir, sizeof dir, "%s/fixtures/qwen3-tiny", test_data_dir());
-    struct hearth_engine_params p;
-    hearth_engine_params_default(&p);
-    p.model_dir = dir;
-    p.kv_cache_bytes = kv_bytes;
-    p.max_num_seqs = max_seqs;
-    p.max_batched_tokens = max_tok;
-    p.n_threads = threads;
-    p.block_size = 16;
-    p.prefix_cache = cache_on;
-    struct hearth_engine *e = NULL;
-    enum hr_status st = engine_create(&e, &p, false, err, sizeof err);
-    if (st != HR_OK)
-        fprintf(stderr, "  engine_create: %s\n", err);
-    return e;
-}
-
-static size_t kv_bytes_for_blocks(int blocks)
-{
-    /* qwen3-tiny: 2 layers, 2 kv heads, head_dim 32, bf16: 512 bytes per token. */
-    return (size_t)blocks * 16 * 2 * 2 * 2 * 32 * 2;
-}
-
-static void record(struct out *o, const struct hearth_event *evp)
-{
-    struct hearth_event ev = *evp;
-    {
-        if (ev.type == HEARTH_EVENT_TOKEN) {
-            int k = o->n_tok[ev.index]++;
-            if (k < MAXGEN) {
-                o->tok[ev.index][k] = ev.token;
-                o->lp[ev.index][k][0] = ev.logprob;
-                for (int t = 0; t < 3 && t < ev.n_top; t++) {
-                    o->lp[ev.index][k][1 + t] = ev.top[t].bias;
-                    o->top[ev.index][k][t] = ev.top[t].token;
-                }
-            }
-        } else if (ev.type == HEARTH_EVENT_FINISH) {
-            o->fin[ev.index] = ev.finish_reason;
-        } else {
-            o->done = 1;
-            o->done_reason = ev.finish_reason;
-            o->prompt_tokens = ev.prompt_tokens;
-            o->completion_tokens = ev.completion_tokens;
-        }
-    }
-}
-
-/* Drains every queued event of j into o. */
-static void drain(struct job *j, struct out *o)
-{
-    struct hearth_event ev;
-    while (!o->done && hearth_request_next_event(j->r, &ev, 0) == HR_OK)
-        record(o, &ev);
-}
-
-static void make_job(struct job *j, int vocab)
-{
-    memset(j, 0, sizeof *j);
-    j->n_prompt = 1 + (int)rnd(120);
-    for (int i = 0; i < j->n_prompt; i++)
-        j->prompt[i] = (int32_t)rnd((uint32_t)vocab);
-    hearth_request_params_default(&j->p);
-    j->p.prompt_ids = j->prompt;
-    j->p.n_prompt_ids = j->n_prompt;
-    j->p.max_tokens = 1 + (int)rnd(MAXGEN - 1);
-    j->p.has_temperature = true;
-    j->p.temperature = rnd(3) == 0 ? 0.0f : 0.9f;
-    j->p.has_seed = true;
-    j->p.seed = rnd(1000000);
-    j->p.top_logprobs = 3;
-    j->p.ignore_eos = true;
-    j->cancel_step = -1;
-}
-
-static int run_alone(struct hearth_engine *e, struct job *j)
-{
-    char err[HR_ERRLEN];
-    memset(&j->alone, 0, sizeof j->alone);
-    if (hearth_submit(e, &j->p, &j->r, err, sizeof err) != HR_OK) {
-        fprintf(stderr, "  submit: %s\n", err);
-        return 0;
-    }
-    for (int guard = 0; !j->alone.done && guard < 100000; guard++) {
-        engine_step(e);
-        drain(j, &j->alone);
-    }
-    hearth_request_free(j->r);
-    j->r = NULL;
-    return j->alone.done;
-}
-
-/* Submits each job at its arrival step, steps until all are done. */
-static int run_together(struct hearth_engine *e, struct job *jobs, int n)
-{
-    char err[HR_ERRLEN];
-    int remaining = n;
-    for (int i = 0; i < n; i++)
-        memset(&jobs[i].together, 0, sizeof jobs[i].together);
-    for (int step = 0; remaining > 0 && step < 200000; step++) {
-        for (int i = 0; i < n; i++) {
-            if (jobs[i].arrive_step == step) {
-                if (hearth_submit(e, &jobs[i].p, &jobs[i].r, err, sizeof err) != HR_OK) {
-                    fprintf(stderr, "  submit: %s\n", err);
-                    return 0;
-                }
-            }
-            if (jobs[i].r && jobs[i].cancel_step == step)
-                hearth_request_cancel(jobs[i].r);
-        }
-        engine_step(e);
-        for (int i = 0; i < n; i++) {
-            if (!jobs[i].r || jobs[i].together.done)
-                continue;
-            drain(&jobs[i], &jobs[i].together);
-            if (jobs[i].together.done) {
-                hearth_request_free(jobs[i].r);
-                jobs[i].r = NULL;
-                remaining--;
-            }
-        }
-    }
-    return remaining == 0;
-}
-
-static int same_out(const struct out *a, const struct out *b, int n)
-{
-    for (int i = 0; i < n; i++) {
-        if (a->n_tok[i] != b->n_tok[i] || a->fin[i] != b->fin[i])
-            return 0;
-        int k = a->n_tok[i] < MAXGEN ? a->n_tok[i] : MAXGEN;
-        if (memcmp(a->tok[i], b->tok[i], (size_t)k * sizeof(int32_t)) ||
-            memcmp(a->lp[i], b->lp[i], (size_t)k * sizeof a->lp[i][0]) ||
-            memcmp(a->top[i], b->top[i], (size_t)k * sizeof a->top[i][0]))
-            return 0;
-    }
-    return 1;
-}
-
-static void check_idle(struct hearth_engine *e)
-{
-    engine_step(e); /* publish stats */
-    struct hearth_stats st;
-    hearth_engine_stats(e, &st);
-    CHECK_MSG(st.blocks_free + st.prefix_cache.blocks_held == st.blocks_total, "free %d + cached %lld of %d",
-              st.blocks_free, (long long)st.prefix_cache.blocks_held, st.blocks_total);
-    CHECK(st.prefix_cache.open_leases == 0);
-    CHECK(st.running == 0 && st.waiting == 0);
-    CHECK(!e->running.head && !e->waiting.head && !e->incoming.head);
-}
 
 static void concurrency(int n_jobs, int pool_blocks, int cancel, int64_t *preemptions)
 {
-    struct hearth_engine *ref = mk_engine(kv_bytes_for_blocks(256), 32, 512, 1);
-    struct hearth_engine *e = mk_engine(kv_bytes_for_blocks(pool_blocks), 32, 64 + (int)rnd(200), 2);
+    struct hearth_engine *ref = rig_engine(rig_kv_bytes(256), 32, 512, 1);
+    struct hearth_engine *e = rig_engine(rig_kv_bytes(pool_blocks), 32, 64 + (int)rig_rnd(200), 2);
     CHECK(ref && e);
     if (!ref || !e) {
         hearth_engine_free(ref);
@@ -208,13 +20,13 @@ static void concurrency(int n_jobs, int pool_blocks, int cancel, int64_t *preemp
     }
     static struct job jobs[MAXREQ];
     for (int i = 0; i < n_jobs; i++) {
-        make_job(&jobs[i], 512);
-        jobs[i].arrive_step = (int)rnd(40);
-        CHECK(run_alone(ref, &jobs[i]));
-        if (cancel && rnd(3) == 0)
-            jobs[i].cancel_step = jobs[i].arrive_step + (int)rnd(12);
+        rig_make_job(&jobs[i], 512);
+        jobs[i].arrive_step = (int)rig_rnd(40);
+        CHECK(rig_run_alone(ref, &jobs[i]));
+        if (cancel && rig_rnd(3) == 0)
+            jobs[i].cancel_step = jobs[i].arrive_step + (int)rig_rnd(12);
     }
-    CHECK(run_together(e, jobs, n_jobs));
+    CHECK(rig_run_together(e, jobs, n_jobs));
     for (int i = 0; i < n_jobs; i++) {
         struct out *t = &jobs[i].together;
         if (t->done_reason == HEARTH_FINISH_CANCELLED) {
@@ -224,7 +36,7 @@ static void concurrency(int n_jobs, int pool_blocks, int cancel, int64_t *preemp
             CHECK(!memcmp(t->tok[0], jobs[i].alone.tok[0], (size_t)(k < MAXGEN ? k : MAXGEN) * sizeof(int32_t)));
             continue;
         }
-        CHECK_MSG(same_out(&jobs[i].alone, t, 1), "request %d (prompt %d, max_tokens %d) differs", i,
+        CHECK_MSG(rig_same_out(&jobs[i].alone, t, 1), "request %d (prompt %d, max_tokens %d) differs", i,
                   jobs[i].n_prompt, jobs[i].p.max_tokens);
         CHECK(t->completion_tokens == jobs[i].p.max_tokens && t->prompt_tokens == jobs[i].n_prompt);
     }
@@ -232,8 +44,8 @@ static void concurrency(int n_jobs, int pool_blocks, int cancel, int64_t *preemp
     hearth_engine_stats(e, &st);
     if (preemptions)
         *preemptions = st.preemptions;
-    check_idle(e);
-    check_idle(ref);
+    rig_check_idle(e);
+    rig_check_idle(ref);
     hearth_engine_free(ref);
     hearth_engine_free(e);
 }
@@ -258,15 +70,15 @@ static void test_cancel_no_leak(void)
 
 static void test_n_siblings(void)
 {
-    cache_on = 0; /* sharing by the group alone: the cache would hold references too */
-    struct hearth_engine *e = mk_engine(kv_bytes_for_blocks(128), 16, 256, 1);
-    cache_on = 1;
+    rig_cache_on = 0; /* sharing by the group alone: the cache would hold references too */
+    struct hearth_engine *e = rig_engine(rig_kv_bytes(128), 16, 256, 1);
+    rig_cache_on = 1;
     CHECK(e);
     if (!e)
         return;
     char err[HR_ERRLEN];
     struct job j;
-    make_job(&j, 512);
+    rig_make_job(&j, 512);
     j.n_prompt = 40; /* two full blocks and a shared partial tail */
     j.p.n_prompt_ids = 40;
     j.p.n = 3;
@@ -293,7 +105,7 @@ static void test_n_siblings(void)
     }
     memset(&j.together, 0, sizeof j.together);
     for (int guard = 0; !j.together.done && guard < 10000; guard++) {
-        drain(&j, &j.together);
+        rig_drain(&j, &j.together);
         engine_step(e);
     }
     hearth_request_free(j.r);
@@ -302,7 +114,7 @@ static void test_n_siblings(void)
         struct job one = j;
         one.p.n = 1;
         one.p.sample_index_base = i;
-        CHECK(run_alone(e, &one));
+        CHECK(rig_run_alone(e, &one));
         CHECK(one.alone.n_tok[0] == j.together.n_tok[i]);
         CHECK(!memcmp(one.alone.tok[0], j.together.tok[i], 20 * sizeof(int32_t)));
         CHECK(!memcmp(one.alone.lp[0], j.together.lp[i], 20 * sizeof one.alone.lp[0][0]));
@@ -310,13 +122,13 @@ static void test_n_siblings(void)
     /* The siblings did not all draw the same tokens. */
     CHECK(memcmp(j.together.tok[0], j.together.tok[1], 20 * sizeof(int32_t)) ||
           memcmp(j.together.tok[0], j.together.tok[2], 20 * sizeof(int32_t)));
-    check_idle(e);
+    rig_check_idle(e);
     hearth_engine_free(e);
 }
 
 static void test_invalid_params(void)
 {
-    struct hearth_engine *e = mk_engine(kv_bytes_for_blocks(64), 8, 128, 1);
+    struct hearth_engine *e = rig_engine(rig_kv_bytes(64), 8, 128, 1);
     CHECK(e);
     if (!e)
         return;
@@ -354,7 +166,7 @@ static void test_invalid_params(void)
         CHECK_MSG(err[0] != 0, "case %s: no message", cases[c].field);
     }
     CHECK(!e->incoming.head);
-    check_idle(e);
+    rig_check_idle(e);
     hearth_engine_free(e);
 }
 
@@ -366,10 +178,10 @@ static void test_threaded(void)
     struct hearth_engine_params p;
     hearth_engine_params_default(&p);
     p.model_dir = dir;
-    p.kv_cache_bytes = kv_bytes_for_blocks(128);
+    p.kv_cache_bytes = rig_kv_bytes(128);
     struct hearth_engine *e = NULL;
     CHECK_OK(hearth_engine_init(&e, &p, err, sizeof err), err);
-    struct hearth_engine *ref = mk_engine(kv_bytes_for_blocks(128), 8, 128, 1);
+    struct hearth_engine *ref = rig_engine(rig_kv_bytes(128), 8, 128, 1);
     if (!e || !ref) {
         hearth_engine_free(e);
         hearth_engine_free(ref);
@@ -377,8 +189,8 @@ static void test_threaded(void)
     }
     static struct job jobs[8];
     for (int i = 0; i < 8; i++) {
-        make_job(&jobs[i], 512);
-        CHECK(run_alone(ref, &jobs[i]));
+        rig_make_job(&jobs[i], 512);
+        CHECK(rig_run_alone(ref, &jobs[i]));
         CHECK_OK(hearth_submit(e, &jobs[i].p, &jobs[i].r, err, sizeof err), err);
     }
     for (int i = 0; i < 8; i++) {
@@ -389,9 +201,9 @@ static void test_threaded(void)
                 CHECK_MSG(0, "request %d: no event within 20 s", i);
                 break;
             }
-            record(&jobs[i].together, &ev);
+            rig_record(&jobs[i].together, &ev);
         }
-        CHECK_MSG(same_out(&jobs[i].alone, &jobs[i].together, 1), "threaded request %d differs", i);
+        CHECK_MSG(rig_same_out(&jobs[i].alone, &jobs[i].together, 1), "threaded request %d differs", i);
         hearth_request_free(jobs[i].r);
     }
     hearth_engine_free(e);
