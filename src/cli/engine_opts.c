@@ -1,0 +1,92 @@
+/* Engine options shared by the subcommands that run the engine. */
+#include "cli/engine_opts.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/args.h"
+
+const char engine_opts_help[] =
+    "engine options:\n"
+    "  --model DIR                   Hugging Face model directory (required)\n"
+    "  --threads N                   kernel threads (default: all cores)\n"
+    "  --kernel avx512|avx2|scalar   force a kernel variant (default: the best this CPU has)\n"
+    "  --kv-dtype bf16|f32           KV cache dtype (default bf16)\n"
+    "  --kv-cache-mib N              KV pool size (default 256)\n"
+    "  --block-size N                tokens per KV block (default 16)\n"
+    "  --max-num-seqs N              running sequences at most (default 64)\n"
+    "  --max-batched-tokens N        tokens per step at most (default 512)\n"
+    "  --max-waiting N               queued requests at most (default: no limit)\n"
+    "  --prefix-cache on|off         exact prefix KV reuse (default on)\n"
+    "  --prefix-cache-max-entries N  cached blocks at most (N >= 1; default: the pool)\n"
+    "  --schedule lpm|fcfs           admission order (default lpm: longest cached prefix first)\n"
+    "  --max-wait-steps N            lpm: steps a request may wait before it goes first (default 32)\n";
+
+void engine_opts_default(struct hearth_engine_params *p)
+{
+    hearth_engine_params_default(p);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    p->n_threads = n > 0 && n <= 1024 ? (int)n : 1;
+}
+
+static int engine_opts_int(const char *flag, const char *v, long lo, long hi, int *out)
+{
+    long x;
+    if (!v || !args_int(flag, v, lo, hi, &x))
+        return -1;
+    *out = (int)x;
+    return 1;
+}
+
+int engine_opts_parse(struct hearth_engine_params *p, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    static const char *ints[] = {"--threads", "--block-size", "--max-num-seqs", "--max-batched-tokens",
+                                 "--max-waiting", "--max-wait-steps"};
+    int *dst[] = {&p->n_threads, &p->block_size, &p->max_num_seqs, &p->max_batched_tokens, &p->max_waiting,
+                  &p->max_wait_steps};
+    long lo[] = {1, 1, 1, 1, 0, 1}, hi[] = {1024, 1024, 65536, 1 << 20, 1 << 30, 1 << 30};
+    for (int k = 0; k < 6; k++)
+        if (args_is(a, ints[k]))
+            return engine_opts_int(ints[k], args_value(argc, argv, i), lo[k], hi[k], dst[k]);
+    if (args_is(a, "--model")) {
+        return (p->model_dir = args_value(argc, argv, i)) ? 1 : -1;
+    } else if (args_is(a, "--kernel")) {
+        return (p->kernel = args_value(argc, argv, i)) ? 1 : -1;
+    } else if (args_is(a, "--kv-dtype")) {
+        const char *v = args_value(argc, argv, i);
+        if (!v || (strcmp(v, "bf16") && strcmp(v, "f32"))) {
+            fprintf(stderr, "hearth: --kv-dtype must be bf16 or f32\n");
+            return -1;
+        }
+        p->kv_dtype = v;
+        return 1;
+    } else if (args_is(a, "--kv-cache-mib")) {
+        int mib;
+        if (engine_opts_int("--kv-cache-mib", args_value(argc, argv, i), 1, 1 << 22, &mib) < 0)
+            return -1;
+        p->kv_cache_bytes = (size_t)mib << 20;
+        return 1;
+    } else if (args_is(a, "--prefix-cache")) {
+        const char *v = args_value(argc, argv, i);
+        if (!v || (strcmp(v, "on") && strcmp(v, "off"))) {
+            fprintf(stderr, "hearth: --prefix-cache must be on or off\n");
+            return -1;
+        }
+        p->prefix_cache = !strcmp(v, "on");
+        return 1;
+    } else if (args_is(a, "--prefix-cache-max-entries")) {
+        return engine_opts_int("--prefix-cache-max-entries", args_value(argc, argv, i), 1, 1 << 30,
+                               &p->prefix_cache_max_entries);
+    } else if (args_is(a, "--schedule")) {
+        const char *v = args_value(argc, argv, i);
+        if (!v || (strcmp(v, "lpm") && strcmp(v, "fcfs"))) {
+            fprintf(stderr, "hearth: --schedule must be lpm or fcfs\n");
+            return -1;
+        }
+        p->schedule = v;
+        return 1;
+    }
+    return 0;
+}
