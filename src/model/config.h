@@ -24,7 +24,7 @@ struct model_config {
     int n_layers;
     int n_heads;
     int n_kv_heads;
-    int head_dim;                /* "head_dim", else hidden_size / n_heads */
+    int head_dim;                /* "head_dim"; absent: 128 (Qwen3Config), hidden/heads (MoE) */
     int max_position_embeddings;
     double rope_theta;           /* rope_parameters.rope_theta or rope_theta */
     double rms_norm_eps;

@@ -3,6 +3,7 @@
 #ifndef HEARTH_MODEL_SAFETENSORS_H
 #define HEARTH_MODEL_SAFETENSORS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -66,5 +67,29 @@ const struct safetensors_tensor *safetensors_find(const struct safetensors *st, 
  * the order given, data copied from each tensor's data pointer. */
 enum hr_status safetensors_write(const char *path, const struct safetensors_tensor *tensors, int n,
                                  char *err, size_t errlen);
+
+/* Streaming writer for files too large to hold in memory: the header is written from
+ * the tensors' name, dtype and shape (data and nbytes ignored) at open; the data of
+ * each tensor then follows in the same order through safetensors_writer_put, in as
+ * many pieces as convenient; close checks that exactly the declared bytes came. */
+struct safetensors_writer {
+    void *fp;               /* FILE * */
+    char *path;
+    uint64_t data_bytes;    /* declared size of the data section */
+    uint64_t written;       /* data bytes written so far */
+};
+
+enum hr_status safetensors_writer_open(struct safetensors_writer *wr, const char *path,
+                                       const struct safetensors_tensor *tensors, int n,
+                                       char *err, size_t errlen);
+enum hr_status safetensors_writer_put(struct safetensors_writer *wr, const void *data, size_t nbytes,
+                                      char *err, size_t errlen);
+/* Flushes and closes; an error if fewer or more bytes came than declared. */
+enum hr_status safetensors_writer_close(struct safetensors_writer *wr, char *err, size_t errlen);
+/* Closes without checks (error paths); no-op on a zeroed writer. */
+void safetensors_writer_free(struct safetensors_writer *wr);
+
+/* Parses a dtype name as written in headers ("BF16"); returns false when unknown. */
+bool safetensors_dtype_parse(const char *s, enum safetensors_dtype *out);
 
 #endif

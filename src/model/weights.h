@@ -4,6 +4,7 @@
 #ifndef HEARTH_MODEL_WEIGHTS_H
 #define HEARTH_MODEL_WEIGHTS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -52,6 +53,10 @@ struct weights {
     int n_layers;
     int64_t n_params;             /* distinct parameters (tied embedding counted once) */
     int64_t weight_bytes;         /* bytes of the tensors used */
+    int64_t n_active_params;      /* parameters one token uses (MoE: top-k experts only) */
+    bool experts_fused;           /* experts stored as transformers 5's fused gate_up_proj / down_proj */
+    int n_owned;
+    void **owned;                 /* [n_owned] aligned copies of tensors stored misaligned in a file */
 };
 
 /* Loads and checks every tensor of the model in dir against cfg.  Errors name the
