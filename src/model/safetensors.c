@@ -117,9 +117,17 @@ static enum hr_status parse_entry(struct safetensors_tensor *t, const char *key,
         return hr_err(err, errlen, HR_ERR_FORMAT, "%s: tensor '%s': missing 'dtype'", name, key);
     if (!json_is_string(jd))
         return hr_err(err, errlen, HR_ERR_FORMAT, "%s: tensor '%s': 'dtype' is not a string", name, key);
-    if (!safetensors_dtype_parse(json_string_value(jd), &t->dtype))
+    if (!safetensors_dtype_parse(json_string_value(jd), &t->dtype)) {
+        /* dtypes of the format that hearth has no use for (quantised checkpoints) */
+        static const char *const other[] = {"BOOL", "U8", "I8", "I16", "U16", "U32", "U64",
+                                            "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4"};
+        for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+            if (!strcmp(json_string_value(jd), other[i]))
+                return hr_err(err, errlen, HR_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not supported", name,
+                              key, other[i]);
         return hr_err(err, errlen, HR_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%.32s'", name, key,
                       json_string_value(jd));
+    }
     size_t esize = safetensors_dtype_size(t->dtype);
 
     json_t *js = json_object_get(val, "shape");

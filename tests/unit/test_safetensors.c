@@ -228,6 +228,10 @@ static void test_bad_entries(void)
         testfs_write_st(tmp, cases[i].file, cases[i].header, -1, cases[i].data);
         OPEN_TMP(cases[i].file, HR_ERR_FORMAT, cases[i].file, cases[i].sub);
     }
+    /* a dtype of the format that hearth does not handle (FP8 checkpoints) */
+    testfs_write_st(tmp, "fp8.safetensors", "{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[4],\"data_offsets\":[0,4]}}",
+                    -1, 4);
+    OPEN_TMP("fp8.safetensors", HR_ERR_UNSUPPORTED, "fp8.safetensors", "'w'", "F8_E4M3 is not supported");
     /* every per-tensor message names the tensor */
     testfs_write_st(tmp, "named.safetensors", "{\"ok\":" E("[1]", "[0,4]") ",\"my.tensor\":" E("[2]", "[4,16]") "}",
                     -1, 16);
