@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/fileio.h"
 #include "base/log.h"
@@ -457,8 +458,13 @@ bool engine_step(struct hearth_engine *e)
         st = batch_build(b, e->kv.n_blocks, err, sizeof err);
     if (st == HR_OK && atomic_exchange(&e->hook_fail_forward, 0))
         e->fwd.fail_next = 1;
-    if (st == HR_OK)
+    if (st == HR_OK) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         st = qwen3_forward(&e->fwd, b, &e->kv, e->logits, err, sizeof err);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        e->last_forward_ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+    }
     atomic_fetch_add(&e->st_steps, 1);
 
     if (st != HR_OK) {

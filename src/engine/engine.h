@@ -60,6 +60,7 @@ struct hearth_engine {
     struct group_list running; /* in admission order */
     int64_t next_arrival, next_admission;
     int64_t step_no;
+    int64_t last_forward_ns;   /* duration of the last step's forward (benchmarks) */
     atomic_int reset_requested;
     /* Reload: the caller waits on cv_reload until the engine thread has done it. */
     bool reload_requested, reload_done;

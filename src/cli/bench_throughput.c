@@ -1,0 +1,174 @@
+/* hearth bench throughput: offline throughput (prompt and generated tokens/s) and
+ * inter-token latency (p50, p99) for 1, 8 and 32 concurrent requests, and the
+ * process's peak RSS against the weights plus the KV budget. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/bench.h"
+#include "cli/bench_util.h"
+#include "cli/engine_opts.h"
+
+#define TP_MAX_LEVELS 8
+
+static void tp_usage(void)
+{
+    fprintf(stderr,
+            "usage: hearth bench throughput --model DIR [--prompt-tokens 256] [--output-tokens 128]\n"
+            "                               [--concurrency 1,8,32]\n\n%s",
+            engine_opts_help);
+}
+
+struct tp_level {
+    int c;
+    double seconds, tokens_per_s, gen_per_s, itl_p50, itl_p99;
+};
+
+static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_tokens, int out_tokens,
+                  struct tp_level *lv, int64_t *weight_bytes, size_t *kv_bytes)
+{
+    struct hearth_engine *e = bench_engine(ep);
+    if (!e)
+        return 0;
+    *weight_bytes = e->m.w.weight_bytes;
+    *kv_bytes = (size_t)e->kv.n_blocks * e->kv.block_bytes;
+    char err[HR_ERRLEN];
+    int V = e->m.cfg.vocab_size, ok = 1;
+    struct hearth_request **r = calloc((size_t)c, sizeof *r);
+    int32_t *prompts = malloc((size_t)c * prompt_tokens * sizeof *prompts);
+    double *last = calloc((size_t)c, sizeof *last);
+    size_t n_itl = 0, cap_itl = (size_t)c * out_tokens;
+    double *itl = malloc(cap_itl * sizeof *itl);
+    if (!r || !prompts || !last || !itl) {
+        ok = 0;
+        goto out;
+    }
+    double t0 = bench_now();
+    for (int i = 0; i < c && ok; i++) {
+        bench_tokens(prompts + (size_t)i * prompt_tokens, prompt_tokens, V, 100 + (uint64_t)i);
+        struct hearth_request_params rp;
+        hearth_request_params_default(&rp);
+        rp.prompt_ids = prompts + (size_t)i * prompt_tokens;
+        rp.n_prompt_ids = prompt_tokens;
+        rp.max_tokens = out_tokens;
+        rp.ignore_eos = true;
+        rp.has_seed = true;
+        rp.seed = (uint64_t)i;
+        if (hearth_submit(e, &rp, &r[i], err, sizeof err) != HR_OK) {
+            fprintf(stderr, "hearth bench throughput: %s\n", err);
+            ok = 0;
+        }
+    }
+    int remaining = c;
+    int64_t gen = 0;
+    while (ok && remaining > 0) {
+        if (!engine_step(e))
+            break;
+        double now = bench_now();
+        for (int i = 0; i < c; i++) {
+            struct hearth_event ev;
+            while (r[i] && hearth_request_next_event(r[i], &ev, 0) == HR_OK) {
+                if (ev.type == HEARTH_EVENT_TOKEN) {
+                    if (last[i] > 0 && n_itl < cap_itl)
+                        itl[n_itl++] = now - last[i];
+                    last[i] = now;
+                    gen++;
+                } else if (ev.type == HEARTH_EVENT_DONE) {
+                    remaining--;
+                    if (ev.finish_reason == HEARTH_FINISH_ERROR) {
+                        fprintf(stderr, "hearth bench throughput: %s\n", ev.message);
+                        ok = 0;
+                    }
+                }
+            }
+        }
+    }
+    lv->c = c;
+    lv->seconds = bench_now() - t0;
+    lv->tokens_per_s = (double)((int64_t)c * prompt_tokens + gen) / lv->seconds;
+    lv->gen_per_s = (double)gen / lv->seconds;
+    lv->itl_p50 = bench_percentile(itl, (int)n_itl, 0.5);
+    lv->itl_p99 = bench_percentile(itl, (int)n_itl, 0.99);
+out:
+    for (int i = 0; r && i < c; i++)
+        hearth_request_free(r[i]);
+    free(r);
+    free(prompts);
+    free(last);
+    free(itl);
+    hearth_engine_free(e);
+    return ok;
+}
+
+int bench_throughput(int argc, char **argv)
+{
+    struct hearth_engine_params ep;
+    engine_opts_default(&ep);
+    int prompt_tokens = 256, out_tokens = 128, levels[TP_MAX_LEVELS] = {1, 8, 32}, n_levels = 3;
+    for (int i = 1; i < argc; i++) {
+        int rr = engine_opts_parse(&ep, argc, argv, &i);
+        if (rr < 0)
+            return 2;
+        if (rr > 0)
+            continue;
+        const char *a = argv[i], *v;
+        long x;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            tp_usage();
+            return 0;
+        } else if (args_is(a, "--prompt-tokens")) {
+            if (!(v = args_value(argc, argv, &i)) || !args_int("--prompt-tokens", v, 1, 1 << 20, &x))
+                return 2;
+            prompt_tokens = (int)x;
+        } else if (args_is(a, "--output-tokens")) {
+            if (!(v = args_value(argc, argv, &i)) || !args_int("--output-tokens", v, 1, 1 << 20, &x))
+                return 2;
+            out_tokens = (int)x;
+        } else if (args_is(a, "--concurrency")) {
+            if (!(v = args_value(argc, argv, &i)))
+                return 2;
+            n_levels = 0;
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                if (n_levels == TP_MAX_LEVELS || !args_int("--concurrency", tok, 1, 4096, &x))
+                    return 2;
+                levels[n_levels++] = (int)x;
+            }
+        } else {
+            fprintf(stderr, "hearth bench throughput: unknown option '%s'\n", a);
+            tp_usage();
+            return 2;
+        }
+    }
+    if (!ep.model_dir || n_levels == 0) {
+        tp_usage();
+        return 2;
+    }
+    struct tp_level lv[TP_MAX_LEVELS];
+    int64_t wbytes = 0;
+    size_t kvbytes = 0;
+    for (int k = 0; k < n_levels; k++) {
+        struct hearth_engine_params p = ep;
+        if (p.max_num_seqs < levels[k])
+            p.max_num_seqs = levels[k];
+        if (!tp_run(&p, levels[k], prompt_tokens, out_tokens, &lv[k], &wbytes, &kvbytes))
+            return 1;
+        fprintf(stderr, "concurrency %d: %.1f tokens/s (%.2f generated/s), ITL p50 %.1f ms p99 %.1f ms\n", levels[k],
+                lv[k].tokens_per_s, lv[k].gen_per_s, lv[k].itl_p50 * 1e3, lv[k].itl_p99 * 1e3);
+    }
+    double rss = bench_peak_rss_mib(), budget = (double)wbytes / 1048576.0 + (double)kvbytes / 1048576.0 + 64;
+    printf("{\n  \"benchmark\": \"throughput\",\n  \"model\": \"%s\",\n  \"threads\": %d,\n"
+           "  \"prompt_tokens\": %d,\n  \"output_tokens\": %d,\n  \"levels\": [\n",
+           ep.model_dir, ep.n_threads, prompt_tokens, out_tokens);
+    for (int k = 0; k < n_levels; k++)
+        printf("    {\"concurrency\": %d, \"seconds\": %.3f, \"tokens_per_s\": %.2f, \"generated_per_s\": %.2f, "
+               "\"itl_p50_ms\": %.2f, \"itl_p99_ms\": %.2f}%s\n",
+               lv[k].c, lv[k].seconds, lv[k].tokens_per_s, lv[k].gen_per_s, lv[k].itl_p50 * 1e3, lv[k].itl_p99 * 1e3,
+               k + 1 < n_levels ? "," : "");
+    printf("  ],\n  \"throughput_ratio_last_over_first\": %.2f,\n  \"peak_rss_mib\": %.1f,\n"
+           "  \"weights_plus_kv_plus_64_mib\": %.1f\n}\n",
+           lv[0].tokens_per_s > 0 ? lv[n_levels - 1].tokens_per_s / lv[0].tokens_per_s : 0.0, rss, budget);
+    return 0;
+}
