@@ -12,7 +12,8 @@ static const uint8_t REPLACEMENT[3] = {0xEF, 0xBF, 0xBD}; /* U+FFFD */
 
 /* Copies the valid characters of s[0..n) to out, U+FFFD for each maximal invalid subpart.
  * With hold, an incomplete sequence at the end is left out and its length returned in *held;
- * without, it becomes one U+FFFD. Returns the bytes written (at most 3 * n). */
+ * without, it becomes one U+FFFD. Returns the bytes written (at most 3 * n); with out NULL,
+ * only counts them. */
 static size_t lossy_copy(const uint8_t *s, size_t n, bool hold, size_t *held, uint8_t *out)
 {
     size_t o = 0, i = 0;
@@ -21,13 +22,15 @@ static size_t lossy_copy(const uint8_t *s, size_t n, bool hold, size_t *held, ui
         size_t len;
         enum utf8_scan r = utf8_scan(s + i, n - i, &len);
         if (r == UTF8_SCAN_OK) {
-            memcpy(out + o, s + i, len);
+            if (out)
+                memcpy(out + o, s + i, len);
             o += len;
         } else if (r == UTF8_SCAN_INCOMPLETE && hold) {
             *held = len;
             return o;
         } else {
-            memcpy(out + o, REPLACEMENT, 3);
+            if (out)
+                memcpy(out + o, REPLACEMENT, 3);
             o += 3;
         }
         i += len;
@@ -107,7 +110,7 @@ enum hr_status detok_push(struct detok *d, int32_t id, char *out, size_t cap, si
 {
     const struct tokenizer *tk = d->tk;
     *n_out = 0;
-    if (!tk || id < 0 || id >= tk->vocab_size || cap < detok_max_output(tk))
+    if (!tk || id < 0 || id >= tk->vocab_size)
         return HR_ERR_INVALID;
     if (tk->dec_off[id] == UINT32_MAX || (d->skip_special && tk->special[id]))
         return HR_OK;
@@ -127,6 +130,11 @@ enum hr_status detok_push(struct detok *d, int32_t id, char *out, size_t cap, si
     memcpy(buf + b, tk->dec_pool + tk->dec_off[id], tl);
     b += tl;
     size_t held;
+    if (lossy_copy(buf, b, true, &held, NULL) > cap) {
+        if (buf != stackbuf)
+            free(buf);
+        return HR_ERR_INVALID;
+    }
     size_t o = lossy_copy(buf, b, true, &held, (uint8_t *)out);
     memcpy(d->pending, buf + b - held, held);
     d->n_pending = held;

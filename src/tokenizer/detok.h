@@ -25,11 +25,11 @@ struct detok {
 /* skip_special: leave out special added tokens, as decode(skip_special_tokens) does. */
 enum hr_status detok_init(struct detok *d, const struct tokenizer *tk, bool skip_special, char *err, size_t errlen);
 void detok_free(struct detok *d);
-/* Output room one detok_push or detok_flush may need (a few hundred bytes for Qwen3). */
+/* Output room that is always enough for one detok_push or detok_flush. */
 size_t detok_max_output(const struct tokenizer *tk);
 /* Adds token id; writes the text now complete to out[0..*n_out) (not NUL-terminated).
  * HR_ERR_INVALID, state unchanged and nothing written: an id outside the vocabulary, or cap
- * below detok_max_output (the status alone: these are the caller's bugs, no message). */
+ * too small for this token's text (the status alone: these are the caller's bugs). */
 enum hr_status detok_push(struct detok *d, int32_t id, char *out, size_t cap, size_t *n_out);
 /* Ends the stream: held bytes come out as one U+FFFD (needs cap >= 3 then). The detok is
  * then empty, ready for a new stream. */

@@ -313,7 +313,8 @@ static void test_streaming_by_hand(void)
     /* misuse: bad id, small buffer */
     CHECK(detok_push(&d, 151669, buf, sizeof buf, &n) == HR_ERR_INVALID && n == 0);
     CHECK(detok_push(&d, -1, buf, sizeof buf, &n) == HR_ERR_INVALID);
-    CHECK(detok_push(&d, 1879, buf, 8, &n) == HR_ERR_INVALID && n == 0);
+    CHECK(detok_push(&d, 1879, buf, 4, &n) == HR_ERR_INVALID && n == 0); /* " world" needs 6 */
+    CHECK(detok_push(&d, 1879, buf, 6, &n) == HR_OK && n == 6 && !memcmp(buf, " world", 6));
     detok_free(&d);
     /* whole decode: ids out of range are an error, ids are otherwise decoded like HF */
     int32_t bad_ids[] = {9707, 151669};
