@@ -29,6 +29,8 @@ TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 DEPS_STAMP := $(BUILD)/.deps-ok
 
 .PHONY: all test asan run bench fuzz clean deps testdata
+# Keep the test objects (make would delete them as intermediates and relink every time).
+.SECONDARY:
 all: $(BUILD)/hearth
 
 $(DEPS_STAMP): scripts/deps.sh
