@@ -1,0 +1,306 @@
+/* The endpoints (see api.h). */
+#define _GNU_SOURCE /* POLLRDHUP */
+#include "server/api.h"
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/openai.h"
+
+static const struct api_route_info api_routes[] = {
+    {"/v1/completions", "POST", API_ROUTE_COMPLETIONS, false, METRICS_ENDPOINT_COMPLETIONS},
+    {"/v1/chat/completions", "POST", API_ROUTE_CHAT, false, METRICS_ENDPOINT_CHAT},
+    {"/v1/models", "GET", API_ROUTE_MODELS, false, METRICS_ENDPOINT_OTHER},
+    {"/health", "GET", API_ROUTE_HEALTH, true, METRICS_ENDPOINT_OTHER},
+    {"/metrics", "GET", API_ROUTE_METRICS, true, METRICS_ENDPOINT_OTHER},
+    {"/v1/stats", "GET", API_ROUTE_STATS, false, METRICS_ENDPOINT_OTHER},
+    {"/v1/prefix_cache/reset", "POST", API_ROUTE_CACHE_RESET, false, METRICS_ENDPOINT_OTHER},
+    {"/v1/reload", "POST", API_ROUTE_RELOAD, false, METRICS_ENDPOINT_OTHER},
+};
+
+#define API_N_ROUTES ((int)(sizeof api_routes / sizeof api_routes[0]))
+
+const struct api_route_info *api_route_find(const char *path, const char *method, const char **allow)
+{
+    *allow = NULL;
+    for (int i = 0; i < API_N_ROUTES; i++) {
+        if (strcmp(path, api_routes[i].path) != 0)
+            continue;
+        /* HEAD is GET without the body (MHD drops it) */
+        if (!strcmp(method, api_routes[i].method) ||
+            (!strcmp(method, "HEAD") && !strcmp(api_routes[i].method, "GET")))
+            return &api_routes[i];
+        *allow = api_routes[i].method;
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- replies */
+
+static void api_json(struct api_reply *out, int status, json_t *body)
+{
+    memset(out, 0, sizeof *out);
+    char *s = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(body);
+    if (!s) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                                  "\"param\":null,\"code\":null}}";
+        s = strdup(oom);
+        status = 500;
+    }
+    out->status = status;
+    out->content_type = "application/json";
+    out->body = s;
+    out->body_len = s ? strlen(s) : 0;
+}
+
+void api_error(struct api_reply *out, int status, const char *message, const char *param, const char *code)
+{
+    api_json(out, status, openai_error_json(status, message, param, code));
+    if (status == 503)
+        out->retry_after = 1;
+}
+
+void api_reply_free(struct api_reply *r)
+{
+    if (!r)
+        return;
+    free(r->body);
+    if (r->stream) {
+        job_free(r->stream);
+        free(r->stream);
+    }
+    memset(r, 0, sizeof *r);
+}
+
+bool api_client_gone(int fd)
+{
+    if (fd < 0)
+        return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0)
+        return false;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+/* The error of a failed parse or job start. */
+static void api_status_error(struct api_reply *out, enum hr_status st, const char *param, const char *msg)
+{
+    int http = openai_http_status(st);
+    const char *code = NULL;
+    if (st == HR_ERR_NOT_FOUND)
+        code = "model_not_found";
+    else if (st == HR_ERR_UNSUPPORTED)
+        code = "unsupported_value";
+    else if (st == HR_ERR_FORMAT)
+        code = "invalid_json";
+    else if (http == 503)
+        code = "server_overloaded";
+    api_error(out, http, msg, param, code);
+}
+
+/* ---------------------------------------------------------------- generation */
+
+static void api_generate(struct server *s, const struct api_call *call, enum openai_endpoint ep,
+                         struct api_reply *out)
+{
+    enum server_state state = server_get_state(s);
+    if (state != SERVER_STATE_READY) {
+        api_error(out, 503,
+                  state == SERVER_STATE_LOADING ? "the model is still loading; retry shortly"
+                  : state == SERVER_STATE_FAILED ? "the model failed to load; see /health"
+                                                 : "the server is shutting down",
+                  NULL, state == SERVER_STATE_LOADING ? "model_loading" : "server_unavailable");
+        return;
+    }
+    struct openai_limits lim = {
+        .model_names = s->model_names,
+        .n_model_names = 2,
+        .max_n = s->cfg.max_n,
+        .max_prompts = s->cfg.max_prompts,
+    };
+    pthread_rwlock_rdlock(&s->model_lock);
+    lim.vocab_size = s->info.vocab_size;
+    pthread_rwlock_unlock(&s->model_lock);
+
+    struct openai_request rq;
+    char param[128], err[HR_ERRLEN];
+    enum hr_status st = openai_request_parse(&rq, ep, call->body, call->body_len, &lim, param, sizeof param, err,
+                                             sizeof err);
+    if (st != HR_OK) {
+        api_status_error(out, st, param, err);
+        return;
+    }
+    struct job *j = calloc(1, sizeof *j);
+    if (!j) {
+        openai_request_free(&rq);
+        api_error(out, 503, "out of memory", NULL, NULL);
+        return;
+    }
+    st = job_start(j, s, &rq, call->key_index, param, sizeof param, err, sizeof err);
+    if (st != HR_OK) {
+        job_free(j);
+        free(j);
+        api_status_error(out, st, param, err);
+        return;
+    }
+    if (j->rq.stream) {
+        memset(out, 0, sizeof *out);
+        out->status = 200;
+        out->content_type = "text/event-stream";
+        out->stream = j;
+        return;
+    }
+    /* not streamed: wait here (this connection's own thread), watching the client */
+    while (!j->finished) {
+        if (api_client_gone(call->client_fd)) {
+            metrics_count_disconnect(&s->metrics);
+            job_cancel(j);
+            break;
+        }
+        if (atomic_load(&s->cancel_all) && !j->cancelled)
+            job_cancel(j);
+        if (job_abandoned(j))
+            break;
+        job_pump(j, 100);
+    }
+    if (!j->finished)
+        api_error(out, 499, "the client closed the connection", NULL, NULL);
+    else if (j->fail != HR_OK)
+        api_error(out, 500, j->fail_msg, NULL, NULL);
+    else
+        api_json(out, 200, job_body(j));
+    job_free(j);
+    free(j);
+}
+
+/* ---------------------------------------------------------------- the others */
+
+static const char *api_state_name(enum server_state st)
+{
+    switch (st) {
+    case SERVER_STATE_LOADING: return "loading";
+    case SERVER_STATE_READY: return "ok";
+    case SERVER_STATE_FAILED: return "failed";
+    case SERVER_STATE_STOPPING: return "stopping";
+    }
+    return "unknown";
+}
+
+static void api_health(struct server *s, struct api_reply *out)
+{
+    enum server_state st = server_get_state(s);
+    json_t *o = json_pack("{s:s}", "status", api_state_name(st));
+    if (st == SERVER_STATE_FAILED)
+        json_object_set_new(o, "error", openai_json_string(s->load_err, strlen(s->load_err)));
+    api_json(out, st == SERVER_STATE_READY ? 200 : 503, o);
+    if (st != SERVER_STATE_READY)
+        out->retry_after = 1;
+}
+
+static void api_models(struct server *s, struct api_reply *out)
+{
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", s->model_name, "object", "model", "created",
+                          (json_int_t)s->started, "owned_by", "hearth", "root", s->model_dir);
+    if (m && server_engine(s)) {
+        pthread_rwlock_rdlock(&s->model_lock);
+        json_object_set_new(m, "max_model_len", json_integer(s->info.max_context));
+        pthread_rwlock_unlock(&s->model_lock);
+    }
+    json_t *o = json_pack("{s:s,s:[o]}", "object", "list", "data", m);
+    api_json(out, 200, o);
+}
+
+static void api_metrics(struct server *s, struct api_reply *out)
+{
+    struct strbuf b = {0};
+    struct hearth_engine *e = server_engine(s);
+    struct hearth_stats st;
+    if (e)
+        hearth_engine_stats(e, &st);
+    metrics_render(&s->metrics, e ? &st : NULL, server_get_state(s) == SERVER_STATE_READY, &b);
+    memset(out, 0, sizeof *out);
+    out->body = strbuf_take(&b, &out->body_len);
+    if (!out->body) {
+        api_error(out, 500, "out of memory", NULL, NULL);
+        return;
+    }
+    out->status = 200;
+    out->content_type = "text/plain; version=0.0.4; charset=utf-8";
+}
+
+static void api_stats(struct server *s, struct api_reply *out)
+{
+    struct hearth_engine *e = server_engine(s);
+    if (!e) {
+        api_error(out, 503, "the model is not loaded", NULL, "model_loading");
+        return;
+    }
+    struct hearth_stats st;
+    hearth_engine_stats(e, &st);
+    const struct hearth_prefix_cache_stats *pc = &st.prefix_cache;
+    json_t *cache = json_pack("{s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "enabled", pc->enabled,
+                              "entries", (json_int_t)pc->entries, "blocks_held", (json_int_t)pc->blocks_held,
+                              "open_leases", (json_int_t)pc->open_leases, "lookups_total",
+                              (json_int_t)pc->lookups_total, "hits_total", (json_int_t)pc->hits_total, "misses_total",
+                              (json_int_t)pc->misses_total, "lookup_tokens_total", (json_int_t)pc->lookup_tokens_total,
+                              "hit_tokens_total", (json_int_t)pc->hit_tokens_total, "inserted_blocks_total",
+                              (json_int_t)pc->inserted_blocks_total, "evicted_blocks_total",
+                              (json_int_t)pc->evicted_blocks_total, "collisions_total",
+                              (json_int_t)pc->collisions_total, "invalidations_total",
+                              (json_int_t)pc->invalidations_total);
+    json_t *o = json_pack("{s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "status",
+                          api_state_name(server_get_state(s)), "model", s->model_name, "active_requests",
+                          atomic_load(&s->active_jobs), "blocks_total", st.blocks_total, "blocks_free", st.blocks_free,
+                          "blocks_used", st.blocks_used, "running", st.running, "waiting", st.waiting, "steps",
+                          (json_int_t)st.steps, "preemptions", (json_int_t)st.preemptions, "prompt_tokens_total",
+                          (json_int_t)st.prompt_tokens_total, "generation_tokens_total",
+                          (json_int_t)st.generation_tokens_total, "requests_total", (json_int_t)st.requests_total,
+                          "requests_finished", (json_int_t)st.requests_finished, "prefix_cache", cache);
+    api_json(out, 200, o);
+}
+
+static void api_cache_reset(struct server *s, struct api_reply *out)
+{
+    struct hearth_engine *e = server_engine(s);
+    if (!e) {
+        api_error(out, 503, "the model is not loaded", NULL, "model_loading");
+        return;
+    }
+    hearth_prefix_cache_reset(e);
+    api_json(out, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static void api_reload(struct server *s, struct api_reply *out)
+{
+    char err[HR_ERRLEN];
+    if (!server_engine(s) || server_get_state(s) != SERVER_STATE_READY) {
+        api_error(out, 503, "the model is not loaded", NULL, "model_loading");
+        return;
+    }
+    enum hr_status st = server_reload(s, err, sizeof err);
+    if (st != HR_OK) {
+        api_error(out, 500, err, NULL, NULL);
+        return;
+    }
+    api_json(out, 200, json_pack("{s:s,s:s}", "status", "ok", "system_fingerprint", s->fingerprint));
+}
+
+void api_handle(struct server *s, const struct api_call *call, struct api_reply *out)
+{
+    memset(out, 0, sizeof *out);
+    switch (call->route->route) {
+    case API_ROUTE_COMPLETIONS: api_generate(s, call, OPENAI_ENDPOINT_COMPLETIONS, out); return;
+    case API_ROUTE_CHAT: api_generate(s, call, OPENAI_ENDPOINT_CHAT, out); return;
+    case API_ROUTE_MODELS: api_models(s, out); return;
+    case API_ROUTE_HEALTH: api_health(s, out); return;
+    case API_ROUTE_METRICS: api_metrics(s, out); return;
+    case API_ROUTE_STATS: api_stats(s, out); return;
+    case API_ROUTE_CACHE_RESET: api_cache_reset(s, out); return;
+    case API_ROUTE_RELOAD: api_reload(s, out); return;
+    }
+    api_error(out, 404, "unknown route", NULL, "unknown_url");
+}

@@ -1,0 +1,309 @@
+/* libmicrohttpd glue (see http.h). */
+#include "server/http.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "server/api.h"
+#include "server/server.h"
+#include "server/sse.h"
+
+struct http {
+    struct MHD_Daemon *daemon;
+    struct server *srv;
+    int port;
+    bool quiesced;
+};
+
+/* One request on a connection (MHD's per-request pointer). */
+struct http_conn {
+    const struct api_route_info *route;
+    int early_status;           /* 404 / 405 / 401, decided from the headers */
+    const char *allow;
+    struct strbuf body;         /* [body.len] the request body so far */
+    bool too_large;
+    int key_index;
+    int status;                 /* what was queued (for the request counter) */
+};
+
+/* ---------------------------------------------------------------- streaming */
+
+struct http_stream {
+    struct server *srv;
+    struct job *job;
+    int client_fd;
+};
+
+static ssize_t http_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct http_stream *hs = cls;
+    struct job *j = hs->job;
+    for (;;) {
+        if (j->out.len > 0) {
+            size_t n = j->out.len < max ? j->out.len : max;
+            memcpy(buf, j->out.data, n);
+            strbuf_consume(&j->out, n);
+            return (ssize_t)n;
+        }
+        if (j->finished)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (j->out.oom)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        /* waiting for tokens (or the prefill): a client that hangs up is noticed here */
+        if (api_client_gone(hs->client_fd)) {
+            job_cancel(j);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (atomic_load(&hs->srv->cancel_all) && !j->cancelled)
+            job_cancel(j); /* the engine ends each request with a DONE; the stream closes properly */
+        if (job_abandoned(j))
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        job_pump(j, 100);
+    }
+}
+
+static void http_stream_free(void *cls)
+{
+    struct http_stream *hs = cls;
+    if (!hs)
+        return;
+    if (!hs->job->finished)
+        metrics_count_disconnect(&hs->srv->metrics);
+    job_free(hs->job); /* frees (and so cancels) the engine requests */
+    free(hs->job);
+    free(hs);
+}
+
+/* ---------------------------------------------------------------- replies */
+
+static enum MHD_Result http_queue(struct MHD_Connection *c, struct http_conn *hc, struct server *s,
+                                  struct api_reply *r)
+{
+    struct MHD_Response *resp;
+    if (r->stream) {
+        struct http_stream *hs = calloc(1, sizeof *hs);
+        if (!hs) {
+            api_reply_free(r);
+            api_error(r, 503, "out of memory", NULL, NULL);
+            return http_queue(c, hc, s, r);
+        }
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        hs->srv = s;
+        hs->job = r->stream;
+        hs->client_fd = ci ? ci->connect_fd : -1;
+        r->stream = NULL;
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, http_stream_read, hs,
+                                                 http_stream_free);
+        if (!resp) {
+            http_stream_free(hs);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    } else {
+        resp = MHD_create_response_from_buffer(r->body_len, r->body, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+            api_reply_free(r);
+            return MHD_NO;
+        }
+        r->body = NULL;
+    }
+    MHD_add_response_header(resp, "Content-Type", r->content_type ? r->content_type : "application/json");
+    if (r->retry_after > 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", r->retry_after);
+        MHD_add_response_header(resp, "Retry-After", v);
+    }
+    if (r->allow)
+        MHD_add_response_header(resp, "Allow", r->allow);
+    hc->status = r->status;
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
+    MHD_destroy_response(resp);
+    api_reply_free(r);
+    return ret;
+}
+
+static enum MHD_Result http_queue_error(struct MHD_Connection *c, struct http_conn *hc, struct server *s,
+                                        int status, const char *message, const char *code, const char *allow)
+{
+    struct api_reply r;
+    api_error(&r, status, message, NULL, code);
+    r.allow = allow;
+    return http_queue(c, hc, s, &r);
+}
+
+/* ---------------------------------------------------------------- requests */
+
+static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                   const char *version, const char *upload_data, size_t *upload_data_size,
+                                   void **con_cls)
+{
+    (void)version;
+    struct http *h = cls;
+    struct server *s = h->srv;
+    struct http_conn *hc = *con_cls;
+    if (!hc) { /* the headers are in: route, authenticate, size the body */
+        hc = calloc(1, sizeof *hc);
+        if (!hc)
+            return MHD_NO;
+        *con_cls = hc;
+        hc->key_index = -1;
+        hc->route = api_route_find(url, method, &hc->allow);
+        if (!hc->route) {
+            hc->early_status = hc->allow ? 405 : 404;
+        } else if (!hc->route->open && auth_enabled(&s->auth)) {
+            const char *hdr = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+            hc->key_index = auth_check(&s->auth, hdr);
+            if (hc->key_index < 0)
+                hc->early_status = 401;
+        }
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body_bytes)
+            hc->too_large = true;
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) { /* a piece of the body: keep it, or drop it when it will be refused */
+        if (!hc->early_status && !hc->too_large) {
+            if (hc->body.len + *upload_data_size > s->cfg.max_body_bytes) {
+                hc->too_large = true;
+                strbuf_free(&hc->body);
+            } else if (strbuf_append(&hc->body, upload_data, *upload_data_size) != HR_OK) {
+                *upload_data_size = 0;
+                return MHD_NO;
+            }
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    /* the whole request is in */
+    if (hc->early_status == 404) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "Unknown route: %s %.200s", method, url);
+        return http_queue_error(c, hc, s, 404, msg, "unknown_url", NULL);
+    }
+    if (hc->early_status == 405) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "Method %s is not allowed on %.200s (use %s)", method, url, hc->allow);
+        return http_queue_error(c, hc, s, 405, msg, "method_not_allowed", hc->allow);
+    }
+    if (hc->early_status == 401)
+        return http_queue_error(c, hc, s, 401, "Incorrect or missing API key: send \"Authorization: Bearer KEY\"",
+                                "invalid_api_key", NULL);
+    if (hc->too_large) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "The request body is larger than %zu bytes", s->cfg.max_body_bytes);
+        return http_queue_error(c, hc, s, 413, msg, "request_too_large", NULL);
+    }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct api_call call = {
+        .route = hc->route,
+        .body = hc->body.data,
+        .body_len = hc->body.len,
+        .key_index = hc->key_index,
+        .client_fd = ci ? ci->connect_fd : -1,
+    };
+    struct api_reply r;
+    api_handle(s, &call, &r);
+    strbuf_free(&hc->body);
+    return http_queue(c, hc, s, &r);
+}
+
+static void http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    (void)c;
+    (void)toe;
+    struct http *h = cls;
+    struct http_conn *hc = *con_cls;
+    if (!hc)
+        return;
+    if (hc->status)
+        metrics_count_request(&h->srv->metrics, hc->route ? hc->route->ep : METRICS_ENDPOINT_OTHER, hc->status);
+    strbuf_free(&hc->body);
+    free(hc);
+    *con_cls = NULL;
+}
+
+static void http_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = 0;
+    log_debug("http: %s", msg);
+}
+
+/* ---------------------------------------------------------------- the daemon */
+
+enum hr_status http_start(struct http **out, struct server *s, const char *host, int port, int connection_limit,
+                          char *err, size_t errlen)
+{
+    *out = NULL;
+    if (port < 0 || port > 65535)
+        return hr_err(err, errlen, HR_ERR_INVALID, "--port must be in 0..65535, got %d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    char ports[16];
+    snprintf(ports, sizeof ports, "%d", port);
+    int gai = getaddrinfo(host, ports, &hints, &ai);
+    if (gai != 0 || !ai)
+        return hr_err(err, errlen, HR_ERR_INVALID, "--host '%s': %s", host, gai ? gai_strerror(gai) : "no address");
+    struct http *h = calloc(1, sizeof *h);
+    if (!h) {
+        freeaddrinfo(ai);
+        return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
+    }
+    h->srv = s;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    h->daemon = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, http_access, h,
+                                 MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                 MHD_OPTION_NOTIFY_COMPLETED, http_completed, h,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)connection_limit,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                                 MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                                 MHD_OPTION_EXTERNAL_LOGGER, http_log, NULL,
+                                 MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!h->daemon) {
+        free(h);
+        return hr_err(err, errlen, HR_ERR_IO, "cannot listen on %s:%d (address in use or not available)", host, port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di ? di->port : port;
+    *out = h;
+    return HR_OK;
+}
+
+int http_port(const struct http *h)
+{
+    return h ? h->port : 0;
+}
+
+void http_quiesce(struct http *h)
+{
+    if (!h || h->quiesced)
+        return;
+    h->quiesced = true;
+    MHD_socket fd = MHD_quiesce_daemon(h->daemon);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+}
+
+void http_stop(struct http *h)
+{
+    if (!h)
+        return;
+    MHD_stop_daemon(h->daemon);
+    free(h);
+}

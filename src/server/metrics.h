@@ -1,0 +1,100 @@
+/* Prometheus metrics of the server (GET /metrics), in the text exposition format.
+ * This header is the one definition site of every metric name hearth exports: the
+ * server's own counters and histograms below, and the engine's gauges and counters
+ * (from struct hearth_stats, prefix cache included) in metrics.c's table, which is
+ * built from METRICS_ENGINE_LIST here. */
+#ifndef HEARTH_SERVER_METRICS_H
+#define HEARTH_SERVER_METRICS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <hearth.h>
+
+#include "server/strbuf.h"
+
+/* ---- names of the server's own metrics ---- */
+#define METRICS_REQUESTS_TOTAL "hearth_http_requests_total"        /* counter {endpoint, code} */
+#define METRICS_DISCONNECTS_TOTAL "hearth_client_disconnects_total" /* counter */
+#define METRICS_TTFT "hearth_time_to_first_token_seconds"            /* histogram */
+#define METRICS_ITL "hearth_inter_token_latency_seconds"              /* histogram */
+#define METRICS_E2E "hearth_e2e_request_latency_seconds"              /* histogram */
+#define METRICS_READY "hearth_model_ready"                            /* gauge 0/1 */
+
+/* ---- the engine's, from struct hearth_stats: X(name, type, help, field) ---- */
+#define METRICS_ENGINE_LIST(X) \
+    X("hearth_kv_blocks_total", "gauge", "KV cache blocks in the pool", blocks_total) \
+    X("hearth_kv_blocks_free", "gauge", "KV cache blocks free", blocks_free) \
+    X("hearth_kv_blocks_used", "gauge", "KV cache blocks in use (sequences or the prefix cache)", blocks_used) \
+    X("hearth_num_requests_running", "gauge", "sequences running", running) \
+    X("hearth_num_requests_waiting", "gauge", "sequences waiting (queue depth)", waiting) \
+    X("hearth_engine_steps_total", "counter", "engine steps", steps) \
+    X("hearth_preemptions_total", "counter", "sequences preempted", preemptions) \
+    X("hearth_prompt_tokens_total", "counter", "prompt tokens processed", prompt_tokens_total) \
+    X("hearth_generation_tokens_total", "counter", "tokens generated", generation_tokens_total) \
+    X("hearth_requests_total", "counter", "requests submitted to the engine", requests_total) \
+    X("hearth_requests_finished_total", "counter", "requests finished", requests_finished) \
+    X("hearth_prefix_cache_enabled", "gauge", "1 when exact prefix reuse is on", prefix_cache.enabled) \
+    X("hearth_prefix_cache_entries", "gauge", "cached blocks (radix tree nodes)", prefix_cache.entries) \
+    X("hearth_prefix_cache_blocks_held", "gauge", "KV blocks referenced by the prefix cache", \
+      prefix_cache.blocks_held) \
+    X("hearth_prefix_cache_open_leases", "gauge", "prefix leases not yet committed or aborted", \
+      prefix_cache.open_leases) \
+    X("hearth_prefix_cache_lookups_total", "counter", "prefix cache lookups", prefix_cache.lookups_total) \
+    X("hearth_prefix_cache_hits_total", "counter", "lookups that matched at least one block", \
+      prefix_cache.hits_total) \
+    X("hearth_prefix_cache_misses_total", "counter", "lookups that matched nothing", prefix_cache.misses_total) \
+    X("hearth_prefix_cache_lookup_tokens_total", "counter", "prompt tokens looked up", \
+      prefix_cache.lookup_tokens_total) \
+    X("hearth_prefix_cache_hit_tokens_total", "counter", "prompt tokens served from the cache", \
+      prefix_cache.hit_tokens_total) \
+    X("hearth_prefix_cache_inserted_blocks_total", "counter", "blocks published to the cache", \
+      prefix_cache.inserted_blocks_total) \
+    X("hearth_prefix_cache_evicted_blocks_total", "counter", "blocks evicted from the cache", \
+      prefix_cache.evicted_blocks_total) \
+    X("hearth_prefix_cache_collisions_total", "counter", "hash matches whose tokens differed", \
+      prefix_cache.collisions_total) \
+    X("hearth_prefix_cache_invalidations_total", "counter", "cache epochs bumped (reset, reload)", \
+      prefix_cache.invalidations_total)
+
+enum metrics_endpoint {
+    METRICS_ENDPOINT_COMPLETIONS,
+    METRICS_ENDPOINT_CHAT,
+    METRICS_ENDPOINT_OTHER,
+    METRICS_ENDPOINT_COUNT,
+};
+
+#define METRICS_MAX_BUCKETS 24
+
+struct metrics_histogram {
+    const char *name;
+    const char *help;
+    int n_bounds;
+    const double *bounds;                    /* [n_bounds] upper bounds, increasing */
+    int64_t counts[METRICS_MAX_BUCKETS + 1]; /* [n_bounds + 1]: per bucket, the last is +Inf */
+    double sum;
+    int64_t count;
+};
+
+struct metrics {
+    pthread_mutex_t lock;
+    int64_t requests[METRICS_ENDPOINT_COUNT][600]; /* [endpoint][http status] */
+    int64_t disconnects;
+    struct metrics_histogram ttft, itl, e2e;
+};
+
+enum hr_status metrics_init(struct metrics *m, char *err, size_t errlen);
+void metrics_free(struct metrics *m);
+
+void metrics_count_request(struct metrics *m, enum metrics_endpoint ep, int http_status);
+void metrics_count_disconnect(struct metrics *m);
+void metrics_observe_ttft(struct metrics *m, double seconds);
+void metrics_observe_itl(struct metrics *m, double seconds);
+void metrics_observe_e2e(struct metrics *m, double seconds);
+
+/* Appends the exposition text: the server's metrics, then the engine's when stats is
+ * non-NULL (NULL while the model loads). */
+enum hr_status metrics_render(struct metrics *m, const struct hearth_stats *stats, bool ready, struct strbuf *out);
+
+#endif

@@ -1,0 +1,400 @@
+/* OpenAI response and chunk rendering (see response.h). */
+#include "server/response.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static char *response_strdup(const char *s)
+{
+    return strdup(s ? s : "");
+}
+
+enum hr_status response_init(struct response *r, const struct response_config *cfg, char *err, size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    if (cfg->n_choices < 1)
+        return hr_err(err, errlen, HR_ERR_INVALID, "a response needs at least one choice");
+    r->cfg = *cfg;
+    r->id = response_strdup(cfg->id);
+    r->model = response_strdup(cfg->model);
+    r->fingerprint = response_strdup(cfg->fingerprint);
+    r->choices = calloc((size_t)cfg->n_choices, sizeof *r->choices);
+    if (!r->id || !r->model || !r->fingerprint || !r->choices) {
+        response_free(r);
+        return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
+    }
+    r->cfg.id = r->id;
+    r->cfg.model = r->model;
+    r->cfg.fingerprint = r->fingerprint;
+    bool chat = cfg->endpoint == OPENAI_ENDPOINT_CHAT;
+    for (int i = 0; i < cfg->n_choices; i++) {
+        struct response_choice *c = &r->choices[i];
+        reasoning_init(&c->parser, chat && cfg->reasoning, cfg->reasoning_opened);
+        if (!cfg->logprobs)
+            continue;
+        if (chat) {
+            c->logprobs = json_array();
+        } else {
+            c->logprobs = json_object();
+            if (c->logprobs) {
+                json_object_set_new(c->logprobs, "tokens", json_array());
+                json_object_set_new(c->logprobs, "token_logprobs", json_array());
+                json_object_set_new(c->logprobs, "top_logprobs", json_array());
+                json_object_set_new(c->logprobs, "text_offset", json_array());
+            }
+        }
+        if (!c->logprobs) {
+            response_free(r);
+            return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
+        }
+    }
+    return HR_OK;
+}
+
+void response_free(struct response *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; r->choices && i < r->cfg.n_choices; i++) {
+        strbuf_free(&r->choices[i].text);
+        strbuf_free(&r->choices[i].reasoning);
+        json_decref(r->choices[i].logprobs);
+    }
+    free(r->choices);
+    free(r->id);
+    free(r->model);
+    free(r->fingerprint);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---------------------------------------------------------------- pieces */
+
+static int64_t response_code_points(const char *s, size_t n)
+{
+    int64_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return k;
+}
+
+static json_t *response_bytes_json(const char *s, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++)
+        json_array_append_new(a, json_integer((unsigned char)s[i]));
+    return a;
+}
+
+const char *response_finish_str(enum hearth_finish_reason reason)
+{
+    switch (reason) {
+    case HEARTH_FINISH_STOP: return "stop";
+    case HEARTH_FINISH_LENGTH: return "length";
+    case HEARTH_FINISH_CANCELLED: return "abort";
+    case HEARTH_FINISH_ERROR: return "error";
+    case HEARTH_FINISH_NONE: break;
+    }
+    return NULL;
+}
+
+static json_t *response_finish_json(const struct response_choice *c)
+{
+    const char *s = c->finished ? response_finish_str(c->finish) : NULL;
+    return s ? json_string(s) : json_null();
+}
+
+/* The common head of every body and chunk. */
+static json_t *response_head(const struct response *r, bool chunk)
+{
+    bool chat = r->cfg.endpoint == OPENAI_ENDPOINT_CHAT;
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "id", json_string(r->id));
+    json_object_set_new(o, "object", json_string(!chat ? "text_completion" : chunk ? "chat.completion.chunk"
+                                                                                   : "chat.completion"));
+    json_object_set_new(o, "created", json_integer(r->cfg.created));
+    json_object_set_new(o, "model", openai_json_string(r->model, strlen(r->model)));
+    json_object_set_new(o, "system_fingerprint", json_string(r->fingerprint));
+    json_object_set_new(o, "choices", json_array());
+    return o;
+}
+
+/* A chunk holding one choice; "usage": null when the stream ends with a usage chunk. */
+static json_t *response_chunk(const struct response *r, json_t *choice)
+{
+    json_t *o = response_head(r, true);
+    if (!o || !choice) {
+        json_decref(o);
+        json_decref(choice);
+        return NULL;
+    }
+    json_array_append_new(json_object_get(o, "choices"), choice);
+    if (r->cfg.include_usage)
+        json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+/* The logprob record of one token: appended to the choice and returned as the chunk's own
+ * (new reference; completions: the four parallel arrays of one entry, chat: one entry). */
+static enum hr_status response_logprob(struct response *r, struct response_choice *c, const struct hearth_event *ev,
+                                       json_t **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    char *tok = NULL;
+    size_t tok_len = 0;
+    if (!r->cfg.token_text || r->cfg.token_text(r->cfg.token_ctx, ev->token, &tok, &tok_len) != HR_OK)
+        return hr_err(err, errlen, HR_ERR_INTERNAL, "cannot decode token %d for logprobs", (int)ev->token);
+    int n_top = ev->n_top < 0 ? 0 : ev->n_top > HEARTH_MAX_TOP_LOGPROBS ? HEARTH_MAX_TOP_LOGPROBS : ev->n_top;
+    if (n_top > r->cfg.top_logprobs)
+        n_top = r->cfg.top_logprobs;
+    enum hr_status st = HR_OK;
+    if (r->cfg.endpoint == OPENAI_ENDPOINT_CHAT) {
+        json_t *e = json_object();
+        json_t *top = json_array();
+        json_object_set_new(e, "token", openai_json_string(tok, tok_len));
+        json_object_set_new(e, "logprob", openai_json_logprob(ev->logprob));
+        json_object_set_new(e, "bytes", response_bytes_json(tok, tok_len));
+        for (int k = 0; k < n_top && st == HR_OK; k++) {
+            char *t = NULL;
+            size_t tl = 0;
+            if (r->cfg.token_text(r->cfg.token_ctx, ev->top[k].token, &t, &tl) != HR_OK) {
+                st = hr_err(err, errlen, HR_ERR_INTERNAL, "cannot decode token %d for logprobs", (int)ev->top[k].token);
+                break;
+            }
+            json_t *te = json_object();
+            json_object_set_new(te, "token", openai_json_string(t, tl));
+            json_object_set_new(te, "logprob", openai_json_logprob(ev->top[k].logprob));
+            json_object_set_new(te, "bytes", response_bytes_json(t, tl));
+            json_array_append_new(top, te);
+            free(t);
+        }
+        json_object_set_new(e, "top_logprobs", top);
+        if (st == HR_OK) {
+            json_array_append(c->logprobs, e);
+            *out = json_pack("{s:[O]}", "content", e);
+        }
+        json_decref(e);
+    } else {
+        json_t *top = json_object();
+        for (int k = 0; k < n_top && st == HR_OK; k++) {
+            char *t = NULL;
+            size_t tl = 0;
+            if (r->cfg.token_text(r->cfg.token_ctx, ev->top[k].token, &t, &tl) != HR_OK) {
+                st = hr_err(err, errlen, HR_ERR_INTERNAL, "cannot decode token %d for logprobs", (int)ev->top[k].token);
+                break;
+            }
+            json_t *key = openai_json_string(t, tl);
+            if (key && !json_object_get(top, json_string_value(key)))
+                json_object_set_new(top, json_string_value(key), openai_json_logprob(ev->top[k].logprob));
+            json_decref(key);
+            free(t);
+        }
+        /* the sampled token is always among its own alternatives, as OpenAI reports it */
+        json_t *key = openai_json_string(tok, tok_len);
+        if (key && !json_object_get(top, json_string_value(key)))
+            json_object_set_new(top, json_string_value(key), openai_json_logprob(ev->logprob));
+        json_decref(key);
+        json_t *token = openai_json_string(tok, tok_len);
+        json_t *lp = openai_json_logprob(ev->logprob);
+        json_t *off = json_integer(c->text_chars);
+        if (st == HR_OK) {
+            json_array_append(json_object_get(c->logprobs, "tokens"), token);
+            json_array_append(json_object_get(c->logprobs, "token_logprobs"), lp);
+            json_array_append(json_object_get(c->logprobs, "top_logprobs"), top);
+            json_array_append(json_object_get(c->logprobs, "text_offset"), off);
+            *out = json_pack("{s:[O],s:[O],s:[O],s:[O]}", "tokens", token, "token_logprobs", lp, "top_logprobs", top,
+                             "text_offset", off);
+        }
+        json_decref(token);
+        json_decref(lp);
+        json_decref(off);
+        json_decref(top);
+    }
+    c->text_chars += response_code_points(tok, tok_len);
+    free(tok);
+    if (st == HR_OK && !*out)
+        st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for logprobs");
+    return st;
+}
+
+/* The choice object of a chunk. */
+static json_t *response_chunk_choice(const struct response *r, int i, const struct strbuf *text,
+                                     const struct strbuf *reasoning, json_t *logprobs, const char *finish)
+{
+    json_t *ch = json_object();
+    json_object_set_new(ch, "index", json_integer(i));
+    if (r->cfg.endpoint == OPENAI_ENDPOINT_CHAT) {
+        json_t *delta = json_object();
+        if (reasoning && reasoning->len)
+            json_object_set_new(delta, "reasoning_content", openai_json_string(reasoning->data, reasoning->len));
+        if (text && text->len)
+            json_object_set_new(delta, "content", openai_json_string(text->data, text->len));
+        if (!finish && json_object_size(delta) == 0)
+            json_object_set_new(delta, "content", json_string(""));
+        json_object_set_new(ch, "delta", delta);
+    } else {
+        json_object_set_new(ch, "text", text && text->len ? openai_json_string(text->data, text->len) : json_string(""));
+    }
+    json_object_set_new(ch, "logprobs", logprobs ? logprobs : json_null());
+    json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
+    return ch;
+}
+
+/* ---------------------------------------------------------------- events */
+
+enum hr_status response_prefix(struct response *r, int choice, const char *text, size_t len, json_t **chunk,
+                               char *err, size_t errlen)
+{
+    if (chunk)
+        *chunk = NULL;
+    HR_ASSERT(choice >= 0 && choice < r->cfg.n_choices);
+    struct response_choice *c = &r->choices[choice];
+    if (strbuf_append(&c->text, text, len) != HR_OK)
+        return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
+    c->text_chars += response_code_points(text, len);
+    if (r->cfg.stream && chunk && len) {
+        struct strbuf t = {.data = (char *)text, .len = len};
+        *chunk = response_chunk(r, response_chunk_choice(r, choice, &t, NULL, NULL, NULL));
+        if (!*chunk)
+            return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
+    }
+    return HR_OK;
+}
+
+json_t *response_role_chunk(const struct response *r, int choice)
+{
+    json_t *ch = json_object();
+    json_object_set_new(ch, "index", json_integer(choice));
+    json_object_set_new(ch, "delta", json_pack("{s:s,s:s}", "role", "assistant", "content", ""));
+    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "finish_reason", json_null());
+    return response_chunk(r, ch);
+}
+
+enum hr_status response_token(struct response *r, int choice, const struct hearth_event *ev, json_t **chunk,
+                              char *err, size_t errlen)
+{
+    if (chunk)
+        *chunk = NULL;
+    HR_ASSERT(choice >= 0 && choice < r->cfg.n_choices);
+    struct response_choice *c = &r->choices[choice];
+    struct strbuf dtext = {0}, dreason = {0};
+    const char *text = ev->text ? ev->text : "";
+    size_t text_len = ev->text ? ev->text_len : 0;
+    enum hr_status st = HR_OK;
+    c->n_tokens++;
+    if (r->cfg.endpoint == OPENAI_ENDPOINT_CHAT)
+        st = reasoning_feed(&c->parser, text, text_len, &dreason, &dtext);
+    else
+        st = strbuf_append(&dtext, text, text_len);
+    json_t *lp = NULL;
+    if (st == HR_OK && r->cfg.logprobs)
+        st = response_logprob(r, c, ev, &lp, err, errlen);
+    else if (st != HR_OK)
+        st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
+    if (st == HR_OK) {
+        strbuf_append(&c->text, dtext.data ? dtext.data : "", dtext.len);
+        strbuf_append(&c->reasoning, dreason.data ? dreason.data : "", dreason.len);
+        if (c->text.oom || c->reasoning.oom)
+            st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
+    }
+    if (st == HR_OK && r->cfg.stream && chunk && (dtext.len || dreason.len || lp)) {
+        *chunk = response_chunk(r, response_chunk_choice(r, choice, &dtext, &dreason, lp, NULL));
+        lp = NULL;
+        if (!*chunk)
+            st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
+    }
+    json_decref(lp);
+    strbuf_free(&dtext);
+    strbuf_free(&dreason);
+    return st;
+}
+
+enum hr_status response_finish(struct response *r, int choice, enum hearth_finish_reason reason, json_t **chunk,
+                               char *err, size_t errlen)
+{
+    if (chunk)
+        *chunk = NULL;
+    HR_ASSERT(choice >= 0 && choice < r->cfg.n_choices);
+    struct response_choice *c = &r->choices[choice];
+    if (c->finished)
+        return HR_OK;
+    struct strbuf dtext = {0}, dreason = {0};
+    reasoning_flush(&c->parser, &dreason, &dtext);
+    strbuf_append(&c->text, dtext.data ? dtext.data : "", dtext.len);
+    strbuf_append(&c->reasoning, dreason.data ? dreason.data : "", dreason.len);
+    c->finished = true;
+    c->finish = reason;
+    enum hr_status st = HR_OK;
+    if (dtext.oom || dreason.oom || c->text.oom || c->reasoning.oom)
+        st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
+    if (st == HR_OK && r->cfg.stream && chunk) {
+        const char *fs = response_finish_str(reason);
+        *chunk = response_chunk(r, response_chunk_choice(r, choice, &dtext, &dreason, NULL, fs ? fs : "stop"));
+        if (!*chunk)
+            st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
+    }
+    strbuf_free(&dtext);
+    strbuf_free(&dreason);
+    return st;
+}
+
+void response_add_usage(struct response *r, int prompt_tokens, int cached_tokens, int completion_tokens)
+{
+    r->prompt_tokens += prompt_tokens;
+    r->cached_tokens += cached_tokens;
+    r->completion_tokens += completion_tokens;
+}
+
+/* ---------------------------------------------------------------- bodies */
+
+json_t *response_usage_json(const struct response *r)
+{
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", r->prompt_tokens, "completion_tokens",
+                     r->completion_tokens, "total_tokens", r->prompt_tokens + r->completion_tokens,
+                     "prompt_tokens_details", "cached_tokens", r->cached_tokens);
+}
+
+json_t *response_usage_chunk(const struct response *r)
+{
+    json_t *o = response_head(r, true);
+    if (o)
+        json_object_set_new(o, "usage", response_usage_json(r));
+    return o;
+}
+
+json_t *response_body(const struct response *r)
+{
+    json_t *o = response_head(r, false);
+    if (!o)
+        return NULL;
+    json_t *choices = json_object_get(o, "choices");
+    bool chat = r->cfg.endpoint == OPENAI_ENDPOINT_CHAT;
+    for (int i = 0; i < r->cfg.n_choices; i++) {
+        const struct response_choice *c = &r->choices[i];
+        json_t *ch = json_object();
+        json_object_set_new(ch, "index", json_integer(i));
+        json_t *text = openai_json_string(c->text.data ? c->text.data : "", c->text.len);
+        if (chat) {
+            json_t *msg = json_object();
+            json_object_set_new(msg, "role", json_string("assistant"));
+            json_object_set_new(msg, "content", text);
+            if (r->cfg.reasoning)
+                json_object_set_new(msg, "reasoning_content",
+                                    c->reasoning.len ? openai_json_string(c->reasoning.data, c->reasoning.len)
+                                                     : json_null());
+            json_object_set_new(msg, "refusal", json_null());
+            json_object_set_new(ch, "message", msg);
+            json_object_set_new(ch, "logprobs", c->logprobs ? json_pack("{s:O,s:n}", "content", c->logprobs, "refusal")
+                                                            : json_null());
+        } else {
+            json_object_set_new(ch, "text", text);
+            json_object_set_new(ch, "logprobs", c->logprobs ? json_incref(c->logprobs) : json_null());
+        }
+        json_object_set_new(ch, "finish_reason", response_finish_json(c));
+        json_array_append_new(choices, ch);
+    }
+    json_object_set_new(o, "usage", response_usage_json(r));
+    return o;
+}
