@@ -8,11 +8,11 @@
 #include "tokenizer/pretok.h"
 #include "tokenizer/utf8.h"
 
-struct added_trie_node {
+struct added_vocab_trie_node {
     int32_t id; /* token id of the pattern ending here, -1 if none */
 };
 
-struct added_trie_edge {
+struct added_vocab_trie_edge {
     uint32_t node1; /* parent node + 1; 0: empty slot */
     uint32_t child;
     uint8_t byte;
@@ -25,10 +25,10 @@ static inline uint32_t edge_slot(uint32_t node, uint8_t b, uint32_t mask)
     return (uint32_t)((((uint64_t)node << 8 | b) * 0x9E3779B97F4A7C15ull) >> 40) & mask;
 }
 
-static int64_t trie_child(const struct added_trie *t, uint32_t node, uint8_t b)
+static int64_t trie_child(const struct added_vocab_trie *t, uint32_t node, uint8_t b)
 {
     for (uint32_t i = edge_slot(node, b, t->edge_mask);; i = (i + 1) & t->edge_mask) {
-        const struct added_trie_edge *e = &t->edges[i];
+        const struct added_vocab_trie_edge *e = &t->edges[i];
         if (!e->node1)
             return -1;
         if (e->node1 == node + 1 && e->byte == b)
@@ -37,7 +37,7 @@ static int64_t trie_child(const struct added_trie *t, uint32_t node, uint8_t b)
 }
 
 /* Builds a trie over n patterns; an earlier pattern keeps its id when two are equal. */
-static enum hr_status trie_build(struct added_trie *t, char *const *pat, const size_t *len, const int32_t *ids,
+static enum hr_status trie_build(struct added_vocab_trie *t, char *const *pat, const size_t *len, const int32_t *ids,
                                  int n, char *err, size_t errlen)
 {
     memset(t, 0, sizeof *t);
@@ -67,7 +67,7 @@ static enum hr_status trie_build(struct added_trie *t, char *const *pat, const s
                 uint32_t s = edge_slot(node, b, t->edge_mask);
                 while (t->edges[s].node1)
                     s = (s + 1) & t->edge_mask;
-                t->edges[s] = (struct added_trie_edge){.node1 = node + 1, .child = nn, .byte = b};
+                t->edges[s] = (struct added_vocab_trie_edge){.node1 = node + 1, .child = nn, .byte = b};
                 c = nn;
             }
             node = (uint32_t)c;
@@ -79,7 +79,7 @@ static enum hr_status trie_build(struct added_trie *t, char *const *pat, const s
     return HR_OK;
 }
 
-static void trie_free(struct added_trie *t)
+static void trie_free(struct added_vocab_trie *t)
 {
     free(t->nodes);
     free(t->edges);
@@ -87,7 +87,7 @@ static void trie_free(struct added_trie *t)
 }
 
 /* Leftmost-longest match at or after *pos; returns false when none. */
-static bool trie_find(const struct added_trie *t, const uint8_t *s, size_t n, size_t from, size_t *ms, size_t *me,
+static bool trie_find(const struct added_vocab_trie *t, const uint8_t *s, size_t n, size_t from, size_t *ms, size_t *me,
                       int32_t *id)
 {
     if (t->n_nodes <= 1)
@@ -126,7 +126,7 @@ struct entry {
     bool special, lstrip, rstrip, single_word, normalized;
 };
 
-static bool same_token(const struct entry *a, const struct added_token *b)
+static bool same_token(const struct entry *a, const struct added_vocab_token *b)
 {
     return a->len == b->len && !memcmp(a->content, b->content, a->len) && a->special == b->special &&
            a->lstrip == b->lstrip && a->rstrip == b->rstrip && a->single_word == b->single_word &&
@@ -279,7 +279,7 @@ static enum hr_status add_one(struct added_vocab *av, struct builder *b, const s
         b->map_id[b->n_map++] = id;
     }
     /* id -> token */
-    struct added_token *t = NULL;
+    struct added_vocab_token *t = NULL;
     for (int k = 0; k < av->n; k++)
         if (av->by_id[k].id == id)
             t = &av->by_id[k];
@@ -301,6 +301,12 @@ static enum hr_status add_one(struct added_vocab *av, struct builder *b, const s
     if (!is_special_content(av, e->content, e->len))
         b->others[b->n_others++] = *e;
     return HR_OK;
+}
+
+static int cmp_by_id(const void *a, const void *b)
+{
+    int32_t x = ((const struct added_vocab_token *)a)->id, y = ((const struct added_vocab_token *)b)->id;
+    return x < y ? -1 : x > y;
 }
 
 enum hr_status added_vocab_init_json(struct added_vocab *av, const struct tkjson *j, uint32_t node,
@@ -366,7 +372,7 @@ enum hr_status added_vocab_init_json(struct added_vocab *av, const struct tkjson
     /* decoding uses the normalized form of normalized tokens (the reference caches it) */
     struct normalizer_scratch sc = {0};
     for (int t = 0; st == HR_OK && t < av->n; t++) {
-        struct added_token *tok = &av->by_id[t];
+        struct added_vocab_token *tok = &av->by_id[t];
         const char *f = tok->content;
         size_t fl = tok->len;
         if (tok->normalized)
@@ -376,6 +382,8 @@ enum hr_status added_vocab_init_json(struct added_vocab *av, const struct tkjson
         tok->form_len = fl;
     }
     normalizer_scratch_free(&sc);
+    if (st == HR_OK)
+        qsort(av->by_id, (size_t)av->n, sizeof *av->by_id, cmp_by_id);
 done:
     free(entries);
     free(b.map_content);
@@ -408,12 +416,17 @@ void added_vocab_free(struct added_vocab *av)
     memset(av, 0, sizeof *av);
 }
 
-const struct added_token *added_vocab_by_id(const struct added_vocab *av, int32_t id)
+const struct added_vocab_token *added_vocab_by_id(const struct added_vocab *av, int32_t id)
 {
-    for (int k = 0; k < av->n; k++)
-        if (av->by_id[k].id == id)
-            return &av->by_id[k];
-    return NULL;
+    int lo = 0, hi = av->n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (av->by_id[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < av->n && av->by_id[lo].id == id ? &av->by_id[lo] : NULL;
 }
 
 int32_t added_vocab_id(const struct added_vocab *av, const char *s, size_t n)
@@ -427,7 +440,7 @@ int32_t added_vocab_id(const struct added_vocab *av, const char *s, size_t n)
 
 bool added_vocab_is_special(const struct added_vocab *av, int32_t id)
 {
-    const struct added_token *t = added_vocab_by_id(av, id);
+    const struct added_vocab_token *t = added_vocab_by_id(av, id);
     return t && t->form && is_special_content(av, t->form, t->form_len);
 }
 
@@ -452,25 +465,25 @@ static size_t prev_char(const uint8_t *s, size_t i)
     return i;
 }
 
-static bool push_seg(struct added_segment **segs, size_t *cap, size_t *n, uint32_t a, uint32_t b, int32_t id)
+static bool push_seg(struct added_vocab_segment **segs, size_t *cap, size_t *n, uint32_t a, uint32_t b, int32_t id)
 {
     if (*n == *cap) {
         size_t c = *cap ? *cap * 2 : 16;
-        struct added_segment *ns = realloc(*segs, c * sizeof *ns);
+        struct added_vocab_segment *ns = realloc(*segs, c * sizeof *ns);
         if (!ns)
             return false;
         *segs = ns;
         *cap = c;
     }
-    (*segs)[(*n)++] = (struct added_segment){a, b, id};
+    (*segs)[(*n)++] = (struct added_vocab_segment){a, b, id};
     return true;
 }
 
 enum hr_status added_vocab_split(const struct added_vocab *av, bool normalized, const char *text, size_t n,
-                                 struct added_segment **segs, size_t *cap, size_t *n_segs, char *err,
+                                 struct added_vocab_segment **segs, size_t *cap, size_t *n_segs, char *err,
                                  size_t errlen)
 {
-    const struct added_trie *t = normalized ? &av->norm : &av->raw;
+    const struct added_vocab_trie *t = normalized ? &av->norm : &av->raw;
     const uint8_t *s = (const uint8_t *)text;
     *n_segs = 0;
     if (n == 0)
@@ -481,7 +494,7 @@ enum hr_status added_vocab_split(const struct added_vocab *av, bool normalized, 
     int32_t id;
     while (trie_find(t, s, n, from, &ms, &me, &id)) {
         from = me;
-        const struct added_token *tok = added_vocab_by_id(av, id);
+        const struct added_vocab_token *tok = added_vocab_by_id(av, id);
         size_t start = ms, stop = me;
         if (tok && tok->single_word) {
             bool start_space = start == 0 || !char_matches(av->re_word, s, prev_char(s, start), n);

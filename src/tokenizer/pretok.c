@@ -27,18 +27,18 @@ static void onig_setup(void)
 }
 
 /* The property patch for the Oniguruma we run on (see onig_delta.h), or NULL. */
-static const struct onig_delta_prop *delta_table(void)
+static const struct unidelta_prop *delta_table(void)
 {
     int a = 0, b = 0, c = 0;
     if (sscanf(onig_version(), "%d.%d.%d", &a, &b, &c) != 3)
-        return onig_delta_14_0;
+        return unidelta_14_0;
     long v = a * 10000L + b * 100L + c;
     if (v >= 60910)
         return NULL; /* Unicode 16.0 already */
-    return v == 60909 ? onig_delta_15_1 : onig_delta_14_0;
+    return v == 60909 ? unidelta_15_1 : unidelta_14_0;
 }
 
-static const struct onig_delta_prop *delta_find(const struct onig_delta_prop *t, const char *name)
+static const struct unidelta_prop *delta_find(const struct unidelta_prop *t, const char *name)
 {
     for (; t && t->names; t++)
         for (const char *n = t->names; *n; n += strlen(n) + 1)
@@ -87,7 +87,7 @@ static void sb_ranges(struct strbuf *sb, const uint32_t *r, uint32_t n)
 /* Writes a class equal to `positive` under Unicode 16.0, negated when asked. Nested classes
  * are valid inside brackets too, so the same text serves in and out of [...]. */
 static void sb_class(struct strbuf *sb, const char *positive, size_t plen, bool negate,
-                     const struct onig_delta_prop *d)
+                     const struct unidelta_prop *d)
 {
     if (negate)
         sb_put(sb, "[^", 2);
@@ -108,7 +108,7 @@ static void sb_class(struct strbuf *sb, const char *positive, size_t plen, bool 
 
 /* Rewrites \p{..}, \P{..}, \p{^..}, \d, \D, \w, \W so that the system Oniguruma matches what
  * the reference's Unicode 16.0 Oniguruma matches. Returns NULL when out of memory. */
-static char *patch_unicode(const char *pat, size_t len, const struct onig_delta_prop *t, size_t *out_len)
+static char *patch_unicode(const char *pat, size_t len, const struct unidelta_prop *t, size_t *out_len)
 {
     struct strbuf sb = {0};
     sb_put(&sb, "", 0);
@@ -139,7 +139,7 @@ static char *patch_unicode(const char *pat, size_t len, const struct onig_delta_
                     norm[k++] = (char)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
                 }
                 norm[k] = 0;
-                const struct onig_delta_prop *dp = k < sizeof norm - 1 ? delta_find(t, norm) : NULL;
+                const struct unidelta_prop *dp = k < sizeof norm - 1 ? delta_find(t, norm) : NULL;
                 if (dp) {
                     char positive[80];
                     int pl = snprintf(positive, sizeof positive, "\\p{%.*s}", (int)nl, name);
@@ -150,7 +150,7 @@ static char *patch_unicode(const char *pat, size_t len, const struct onig_delta_
             }
         } else if (d == 'd' || d == 'D' || d == 'w' || d == 'W') {
             const char *key = (d == 'd' || d == 'D') ? "\\d" : "\\w";
-            const struct onig_delta_prop *dp = delta_find(t, key);
+            const struct unidelta_prop *dp = delta_find(t, key);
             if (dp) {
                 sb_class(&sb, key, 2, d == 'D' || d == 'W', dp);
                 i += 2;
@@ -174,7 +174,7 @@ enum hr_status pretok_regex_compile(const char *pattern, size_t len, void **re, 
     pthread_once(&onig_once, onig_setup);
     if (onig_init_rc != ONIG_NORMAL)
         return hr_err(err, errlen, HR_ERR_INTERNAL, "oniguruma: initialization failed (%d)", onig_init_rc);
-    const struct onig_delta_prop *t = delta_table();
+    const struct unidelta_prop *t = delta_table();
     size_t plen = len;
     char *patched = NULL;
     if (t) {
@@ -502,12 +502,13 @@ static size_t apply_behavior(uint32_t *sp, size_t n, enum pretok_behavior b, boo
 }
 
 static enum hr_status run_level(const struct pretok *pt, int lv, const char *s, size_t n, struct pretok_scratch *sc,
-                                pretok_emit_fn emit, void *ctx, char *err, size_t errlen);
+                                enum hr_status (*emit)(void *, const char *, size_t), void *ctx, char *err,
+                                size_t errlen);
 
 /* Maps s to ByteLevel characters into level lv's buffer and continues with the next step. */
 static enum hr_status byte_level_map(const struct pretok *pt, int lv, const char *s, size_t n, bool prefix,
-                                     struct pretok_scratch *sc, pretok_emit_fn emit, void *ctx, char *err,
-                                     size_t errlen)
+                                     struct pretok_scratch *sc, enum hr_status (*emit)(void *, const char *, size_t),
+                                     void *ctx, char *err, size_t errlen)
 {
     if (!grow((void **)&sc->level[lv].buf, &sc->level[lv].buf_cap, 2 * n + 2, 1))
         return OOM(err, errlen);
@@ -526,7 +527,8 @@ static enum hr_status byte_level_map(const struct pretok *pt, int lv, const char
 }
 
 static enum hr_status run_level(const struct pretok *pt, int lv, const char *s, size_t n, struct pretok_scratch *sc,
-                                pretok_emit_fn emit, void *ctx, char *err, size_t errlen)
+                                enum hr_status (*emit)(void *, const char *, size_t), void *ctx, char *err,
+                                size_t errlen)
 {
     if (n == 0)
         return HR_OK; /* empty pieces are dropped after every step */
@@ -579,7 +581,8 @@ static enum hr_status run_level(const struct pretok *pt, int lv, const char *s, 
 }
 
 enum hr_status pretok_run(const struct pretok *pt, const char *s, size_t n, struct pretok_scratch *sc,
-                          pretok_emit_fn emit, void *ctx, char *err, size_t errlen)
+                          enum hr_status (*emit)(void *, const char *, size_t), void *ctx, char *err,
+                          size_t errlen)
 {
     if (n > UINT32_MAX / 2)
         return hr_err(err, errlen, HR_ERR_INVALID, "text too long for the pre-tokenizer (%zu bytes)", n);

@@ -53,15 +53,15 @@ struct pretok_scratch {
     void *region; /* OnigRegion* */
 };
 
-/* Receives each final word (UTF-8 after any ByteLevel mapping). */
-typedef enum hr_status (*pretok_emit_fn)(void *ctx, const char *word, size_t len);
 
 /* Reads the "pre_tokenizer" value (node may be TKJSON_NONE or null: no pre-tokenization). */
 enum hr_status pretok_init_json(struct pretok *pt, const struct tkjson *j, uint32_t node, char *err, size_t errlen);
 void pretok_free(struct pretok *pt);
-/* Splits s[0..n) into words and passes each non-empty one to emit, in order. */
+/* Splits s[0..n) into words and passes each non-empty one (UTF-8, after any ByteLevel
+ * mapping) to emit, in order; a status other than HR_OK from emit stops the run. */
 enum hr_status pretok_run(const struct pretok *pt, const char *s, size_t n, struct pretok_scratch *sc,
-                          pretok_emit_fn emit, void *ctx, char *err, size_t errlen);
+                          enum hr_status (*emit)(void *ctx, const char *word, size_t len), void *ctx, char *err,
+                          size_t errlen);
 void pretok_scratch_free(struct pretok_scratch *sc);
 
 /* ByteLevel alphabet: the code point that stands for byte b, and the inverse (-1: none). */

@@ -215,15 +215,8 @@ static enum hr_status load(struct tokenizer *tk, char *buf, size_t len, char *er
         st = hr_err(err, errlen, HR_ERR_UNSUPPORTED, "tokenizer.json: unknown version (expected \"1.0\")");
         goto done;
     }
-    static const char *const unsupported_nonnull[] = {"truncation", "padding"};
-    for (size_t k = 0; k < 2; k++) {
-        uint32_t v = tkjson_get(&j, 0, unsupported_nonnull[k]);
-        if (v != TKJSON_NONE && tkjson_type(&j, v) != TKJSON_TYPE_NULL) {
-            st = hr_err(err, errlen, HR_ERR_UNSUPPORTED, "tokenizer.json: \"%s\" is set; hearth does not apply it",
-                        unsupported_nonnull[k]);
-            goto done;
-        }
-    }
+    /* "truncation" and "padding" are ignored: transformers turns both off before encoding unless
+     * a caller asks, and a server must neither cut nor pad a prompt behind its back */
     if ((st = normalizer_init_json(&tk->normalizer, &j, tkjson_get(&j, 0, "normalizer"), err, errlen)) != HR_OK)
         goto done;
     if ((st = bpe_init_json(&tk->model, &j, tkjson_get(&j, 0, "model"), err, errlen)) != HR_OK)
@@ -314,7 +307,7 @@ int32_t tokenizer_token_id(const struct tokenizer *tk, const char *token)
 
 const char *tokenizer_token_str(const struct tokenizer *tk, int32_t id, size_t *len)
 {
-    const struct added_token *t = added_vocab_by_id(&tk->added, id);
+    const struct added_vocab_token *t = added_vocab_by_id(&tk->added, id);
     if (t) {
         *len = t->form_len;
         return t->form;
@@ -345,7 +338,7 @@ struct encoder {
     struct normalizer_scratch ns;
     struct pretok_scratch ps;
     struct bpe_scratch bs;
-    struct added_segment *seg_raw, *seg_norm; /* [cap_raw], [cap_norm] */
+    struct added_vocab_segment *seg_raw, *seg_norm; /* [cap_raw], [cap_norm] */
     size_t cap_raw, cap_norm;
     char *err;
     size_t errlen;
@@ -388,7 +381,7 @@ static enum hr_status encode_piece(struct encoder *e, const char *s, size_t n)
     size_t nseg;
     st = added_vocab_split(&e->tk->added, true, ns, nn, &e->seg_norm, &e->cap_norm, &nseg, e->err, e->errlen);
     for (size_t k = 0; st == HR_OK && k < nseg; k++) {
-        const struct added_segment *g = &e->seg_norm[k];
+        const struct added_vocab_segment *g = &e->seg_norm[k];
         if (g->id >= 0)
             st = push_ids(e, &g->id, 1);
         else
@@ -413,7 +406,7 @@ enum hr_status tokenizer_encode_ex(const struct tokenizer *tk, const char *text,
     if (st == HR_OK)
         st = added_vocab_split(&tk->added, false, text, len, &e.seg_raw, &e.cap_raw, &nseg, err, errlen);
     for (size_t k = 0; st == HR_OK && k < nseg; k++) {
-        const struct added_segment *g = &e.seg_raw[k];
+        const struct added_vocab_segment *g = &e.seg_raw[k];
         if (g->id >= 0)
             st = push_ids(&e, &g->id, 1);
         else

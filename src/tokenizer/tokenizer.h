@@ -4,7 +4,8 @@
  * Encoding: added tokens are found in the raw text first; the rest is normalized (NFC...),
  * searched again for normalized added tokens, pre-tokenized (Split regex with Oniguruma,
  * ByteLevel) and merged by the BPE model; a TemplateProcessing post-processor, when present,
- * adds its special tokens.
+ * adds its special tokens. The file's "truncation" and "padding" are ignored (as transformers
+ * does); other component types than these are refused at load with HR_ERR_UNSUPPORTED.
  *
  * Threads: after tokenizer_init, every function here may be called from many threads at
  * once on the same tokenizer (the only shared mutable state, the word cache, is locked). */
