@@ -371,6 +371,69 @@ static void test_invalid_utf8(void)
     tokenizer_ids_free(&ids);
 }
 
+/* Random bytes (biased toward UTF-8 sequences): encoding succeeds exactly on valid UTF-8, and
+ * then decode(encode(x)) is valid text that encodes to the same ids (it is x in NFC). */
+static void test_random_bytes(void)
+{
+    if (!qwen_ok) {
+        CHECK_MSG(false, "no Qwen3 tokenizer");
+        return;
+    }
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    struct tokenizer_ids a = {0}, b = {0};
+    char err[HR_ERRLEN];
+    unsigned char buf[96];
+    size_t bad_status = 0, bad_round = 0, n_valid = 0;
+    static const char *const pieces[] = {"<|im_end|>", "<think>", " ", "\n", "e\xCC\x81", "\xF0\x9F\xA4\x96",
+                                         "\xE4\xB8\xAD", "\xCE\xB1", "'s", "123", "\xCD\xBE", "\xEF\xBB\xBF"};
+    for (int it = 0; it < 3000; it++) {
+        size_t n = 0;
+        while (n < 80) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            unsigned r = (unsigned)(s >> 32);
+            if (r % 7 == 0)
+                break;
+            if (r % 3 == 0) {
+                const char *p = pieces[(r >> 8) % (sizeof pieces / sizeof pieces[0])];
+                size_t pl = strlen(p);
+                memcpy(buf + n, p, pl);
+                n += pl;
+            } else if (r % 5 == 0) {
+                buf[n++] = (unsigned char)(r >> 16); /* any byte, often invalid */
+            } else {
+                buf[n++] = (unsigned char)('a' + (r >> 16) % 26);
+            }
+        }
+        bool valid = valid_utf8(buf, n);
+        a.n = 0;
+        enum hr_status st = tokenizer_encode(&qwen, (const char *)buf, n, &a, err, sizeof err);
+        if ((st == HR_OK) != valid || (!valid && st != HR_ERR_INVALID)) {
+            bad_status++;
+            continue;
+        }
+        if (!valid)
+            continue;
+        n_valid++;
+        char *text;
+        size_t tl;
+        if (tokenizer_decode(&qwen, a.ids, a.n, false, &text, &tl, err, sizeof err) != HR_OK) {
+            bad_round++;
+            continue;
+        }
+        b.n = 0;
+        if (!valid_utf8((unsigned char *)text, tl) ||
+            tokenizer_encode(&qwen, text, tl, &b, err, sizeof err) != HR_OK || a.n != b.n ||
+            memcmp(a.ids, b.ids, a.n * sizeof *a.ids))
+            bad_round++;
+        free(text);
+    }
+    CHECK_MSG(bad_status == 0, "%zu inputs with a wrong status", bad_status);
+    CHECK_MSG(bad_round == 0, "%zu inputs that do not round-trip", bad_round);
+    CHECK(n_valid > 500);
+    tokenizer_ids_free(&a);
+    tokenizer_ids_free(&b);
+}
+
 /* Encoding appends to the caller's buffer and grows it. */
 static void test_ids_buffer(void)
 {
@@ -712,6 +775,7 @@ int main(void)
     TEST_RUN(test_qwen3_decode_cases);
     TEST_RUN(test_streaming_by_hand);
     TEST_RUN(test_invalid_utf8);
+    TEST_RUN(test_random_bytes);
     TEST_RUN(test_ids_buffer);
     TEST_RUN(test_normalization_forms);
     TEST_RUN(test_merge_forms);
