@@ -1392,6 +1392,8 @@ static struct template_value *new_loop(struct template_render *r, struct templat
     return v;
 }
 
+/* Python Jinja2 scoping: the filter, the else block and every iteration get a scope of their
+ * own, so a variable set in one iteration is gone in the next and nothing leaks out. */
 static bool exec_for(struct template_render *r, const struct template_node *n, struct template_scope *s,
                      struct template_buf *out)
 {
@@ -1402,36 +1404,45 @@ static bool exec_for(struct template_render *r, const struct template_node *n, s
     template_unref(r, it);
     if (!items)
         return false;
-    struct template_scope *ls = scope_new(r, s);
-    bool ok = ls != NULL;
-    if (ok && n->c) { /* for x in xs if cond: filter first (loop.length counts the kept items) */
-        struct template_value *kept = template_list(r, 0);
+    bool ok = true;
+    if (n->c) { /* for x in xs if cond: filter first (loop.length counts the kept items) */
+        struct template_scope *fs = scope_new(r, s);
+        struct template_value *kept = fs ? template_list(r, 0) : NULL;
         ok = kept != NULL;
         for (size_t i = 0; ok && i < items->u.list.n; i++) {
             struct template_value *item = items->u.list.items[i];
-            ok = count_iteration(r, n) && bind_target(r, n->a, ls, item);
-            struct template_value *c = ok ? eval(r, n->c, ls) : NULL;
+            ok = count_iteration(r, n) && bind_target(r, n->a, fs, item);
+            struct template_value *c = ok ? eval(r, n->c, fs) : NULL;
             ok = ok && c;
             if (ok && template_truthy(c))
                 ok = template_list_push(r, kept, template_ref(item));
             template_unref(r, c);
         }
+        scope_release(r, fs);
         template_unref(r, items);
         items = kept;
+        if (!ok) {
+            template_unref(r, items);
+            return false;
+        }
     }
-    size_t len = ok ? items->u.list.n : 0;
-    if (ok && len == 0)
-        ok = exec_list(r, n->else_body, n->nelse, ls, out);
+    size_t len = items->u.list.n;
+    if (len == 0 && n->nelse) {
+        struct template_scope *es = scope_new(r, s);
+        ok = es && exec_list(r, n->else_body, n->nelse, es, out);
+        scope_release(r, es);
+    }
     for (size_t i = 0; ok && i < len; i++) {
-        ok = count_iteration(r, n) && bind_target(r, n->a, ls, items->u.list.items[i]) &&
-             scope_set(r, ls, "loop", 4, new_loop(r, items, i, len)) && exec_list(r, n->body, n->nbody, ls, out);
+        struct template_scope *is = scope_new(r, s);
+        ok = is && count_iteration(r, n) && bind_target(r, n->a, is, items->u.list.items[i]) &&
+             scope_set(r, is, "loop", 4, new_loop(r, items, i, len)) && exec_list(r, n->body, n->nbody, is, out);
+        scope_release(r, is);
         if (r->flow == TEMPLATE_FLOW_BREAK) {
             r->flow = TEMPLATE_FLOW_NONE;
             break;
         }
         r->flow = TEMPLATE_FLOW_NONE;
     }
-    scope_release(r, ls);
     template_unref(r, items);
     return ok;
 }

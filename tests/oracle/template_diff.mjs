@@ -16,6 +16,10 @@
 // touches, and no integral floats in JSON.
 //
 // usage: node tests/oracle/template_diff.mjs HEARTH_BIN [--cases N] [--seed S] [--dump N]
+//        [--python [--edges]]
+// --python compares with Python Jinja2 instead (tests/oracle/jinja2_render.py, needs python3 with
+// jinja2; not used by `make test`), and --edges then also puts arbitrary whitespace at the edges
+// of texts, where Python and the npm oracle differ.
 // Prints one line per failure and ends with "RESULT passed=N failed=N".
 import { Template } from "@huggingface/jinja";
 import { spawnSync } from "node:child_process";
@@ -40,6 +44,8 @@ const opt = (name, dflt) => {
 const nCases = opt("--cases", 150);
 const seed = opt("--seed", 20250601);
 const dump = opt("--dump", 0); // print the first N requests and renders (to look at what is tested)
+const python = args.includes("--python");
+const edges = python && args.includes("--edges");
 
 // ------------------------------------------------------------------ seeded generator
 let state = seed >>> 0;
@@ -65,12 +71,17 @@ const WORDS = [
 ];
 
 // Text whose first and last characters are not whitespace; inside: spaces, tabs, newlines.
+// With --edges, any whitespace may surround it.
 function text(minWords = 1, maxWords = 12) {
   const n = int(minWords, maxWords);
   let s = "";
   for (let i = 0; i < n; i++) {
     if (i) s += pick([" ", " ", " ", "  ", "\n", "\n\n", " \t "]);
     s += pick(WORDS);
+  }
+  if (edges) {
+    const edge = () => pick(["", "", " ", "\t", " \n", "\n ", "\u00a0", "\n\t\n", "\u3000"]);
+    s = edge() + s + edge();
   }
   return s;
 }
@@ -253,17 +264,38 @@ function firstDiff(a, b) {
   return i;
 }
 
+// Python Jinja2 renders everything in one process, up front.
+let pyResults = null;
+if (python) {
+  const lines = [];
+  for (const t of templates) for (const c of cases) lines.push(JSON.stringify({ template: t.source, context: context(c.req) }));
+  const py = spawnSync("python3", [path.join(here, "jinja2_render.py")], { input: lines.join("\n") + "\n", maxBuffer: 1 << 30 });
+  if (py.status !== 0) {
+    console.log(`cannot run python3 jinja2_render.py: ${py.stderr}`);
+    console.log("RESULT passed=0 failed=1");
+    process.exit(1);
+  }
+  pyResults = py.stdout.toString("utf8").trim().split("\n").map((l) => JSON.parse(l));
+}
+let pyIndex = 0;
+
 for (const t of templates) {
   const tmpl = new Template(t.source);
   for (const c of cases) {
     let expected;
     let oracleError = null;
-    try {
-      expected = tmpl.render(context(c.req));
-    } catch (e) {
-      oracleError = String(e.message || e);
+    if (pyResults) {
+      const res = pyResults[pyIndex++];
+      if ("error" in res) oracleError = res.error;
+      else expected = res.out;
+    } else {
+      try {
+        expected = tmpl.render(context(c.req));
+      } catch (e) {
+        oracleError = String(e.message || e);
+      }
     }
-    if (c.stored !== undefined && t.cli.length === 0 && expected !== c.stored) {
+    if (!python && c.stored !== undefined && t.cli.length === 0 && expected !== c.stored) {
       fail(`${t.name}: ${c.id}: the oracle disagrees with vectors.json`, "");
       continue;
     }

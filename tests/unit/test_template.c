@@ -167,6 +167,7 @@ static void test_access_and_slices(void)
     EXPECT("{{ s[1] }}|{{ s[1:3] }}|{{ s[::-1] }}|{{ s[-1] }}|{{ s|length }}", ctx,
            "\xc3\xa9|\xc3\xa9l|oll\xc3\xa9h|o|5");
     EXPECT("{{ l[100:] }}|{{ l[-100:1] }}|{{ 'abc'[5:] }}|{{ (1, 2, 3)[1:] }}", ctx, "[]|[1]||(2, 3)");
+    /* lenient where Python raises UndefinedError (as the npm oracle is): an attribute of undefined is undefined */
     EXPECT("{{ none.x }}|{{ nothing.x.y }}|{{ nothing[0] }}", NULL, "||");
 }
 
@@ -185,7 +186,7 @@ static void test_string_methods(void)
            "['a b', 'c']|['  a b', 'c']|['a', 'b  ']");
     EXPECT("{{ 'x</think>\\n\\ny'.split('</think>')[-1].lstrip('\\n') }}", NULL, "y");
     EXPECT("{{ 'abc'.startswith('ab') }}|{{ 'abc'.startswith(('x', 'a')) }}|{{ 'abc'.endswith('bc') }}|"
-           "{{ 'abc'.endswith(['x']) }}",
+           "{{ 'abc'.endswith(('x',)) }}",
            NULL, "True|True|True|False");
     EXPECT("{{ 'aaa'.replace('a', 'b', 2) }}|{{ 'ab'.replace('', '-') }}|{{ 'abab'.replace('ab', '') }}", NULL,
            "bba|-a-b-|");
@@ -281,8 +282,10 @@ static void test_tojson(void)
     EXPECT("{{ '\xc3\xa9\xf0\x9f\x98\x80'|tojson }}|{{ '\xc3\xa9\xf0\x9f\x98\x80'|tojson(ensure_ascii=true) }}", NULL,
            "\"\xc3\xa9\xf0\x9f\x98\x80\"|\"\\u00e9\\ud83d\\ude00\"");
     EXPECT("{{ '\\x01\"\\\\\\n\\t/\\x7f'|tojson }}", NULL, "\"\\u0001\\\"\\\\\\n\\t/\x7f\"");
-    EXPECT("{{ 1.0|tojson }}|{{ 1e16|tojson }}|{{ 0.5|tojson }}|{{ none|tojson }}|{{ nothing|tojson }}|{{ (1, 'a')|tojson }}",
-           NULL, "1.0|1e+16|0.5|null|null|[1, \"a\"]");
+    EXPECT("{{ 1.0|tojson }}|{{ 1e16|tojson }}|{{ 0.5|tojson }}|{{ none|tojson }}|{{ (1, 'a')|tojson }}", NULL,
+           "1.0|1e+16|0.5|null|[1, \"a\"]");
+    /* lenient where Python raises (Undefined is not JSON serializable), as the npm oracle is */
+    EXPECT("{{ nothing|tojson }}", NULL, "null");
     /* numbers from the JSON context keep their kind */
     EXPECT("{{ x|tojson }}", "{\"x\": {\"i\": 3, \"f\": 3.0, \"g\": -0.25, \"s\": \"\\u2028\"}}",
            "{\"i\": 3, \"f\": 3.0, \"g\": -0.25, \"s\": \"\xe2\x80\xa8\"}");
@@ -337,7 +340,15 @@ static void test_set_and_scoping(void)
     EXPECT("{% set x = 1 %}{% set a, b = 2, 3 %}{{ x }}{{ a }}{{ b }}", NULL, "123");
     EXPECT("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}", NULL, "21");
     EXPECT("{% if true %}{% set y = 5 %}{% endif %}{{ y }}", NULL, "5");
-    EXPECT("{% for i in [1, 2] %}{% if i == 1 %}{% set k = 'set' %}{% endif %}{{ k }};{% endfor %}", NULL, "set;set;");
+    /* every iteration starts afresh: what one sets, the next does not see (Python Jinja2) */
+    EXPECT("{% for i in [1, 2] %}{% if i == 1 %}{% set k = 'set' %}{% endif %}{{ k }};{% endfor %}", NULL, "set;;");
+    EXPECT("{% set k = 'outer' %}{% for i in [1, 2] %}{% if i == 1 %}{% set k = 'set' %}{% endif %}{{ k }};"
+           "{% endfor %}{{ k }}",
+           NULL, "set;outer;outer");
+    EXPECT("{% set x = 1 %}{% for i in [1, 2] %}{{ x }}{% set x = x + 1 %}{{ x }}{% endfor %}{{ x }}", NULL, "12121");
+    EXPECT("{% for i in [] %}{% else %}{% set e = 1 %}{{ e }}{% endfor %}[{{ e }}]", NULL, "1[]");
+    EXPECT("{% for a in [1] %}{% for b in [2] %}{% set c = 3 %}{% endfor %}[{{ c }}]{% endfor %}", NULL, "[]");
+    EXPECT("{% for i in [1, 2] %}{% set x = loop.index %}{% for j in [1] %}{{ x }}{% endfor %}{% endfor %}", NULL, "12");
     EXPECT("{% set ns = namespace(n=0, s='') %}{% for i in range(4) %}{% set ns.n = ns.n + i %}"
            "{% set ns.s = ns.s ~ i %}{% endfor %}{{ ns.n }} {{ ns.s }}",
            NULL, "6 0123");
