@@ -245,7 +245,7 @@ static void http_log(void *cls, const char *fmt, va_list ap)
 /* ---------------------------------------------------------------- the daemon */
 
 enum hr_status http_start(struct http **out, struct server *s, const char *host, int port, int connection_limit,
-                          char *err, size_t errlen)
+                          int idle_timeout_s, char *err, size_t errlen)
 {
     *out = NULL;
     if (port < 0 || port > 65535)
@@ -270,7 +270,7 @@ enum hr_status http_start(struct http **out, struct server *s, const char *host,
                                  MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                                  MHD_OPTION_NOTIFY_COMPLETED, http_completed, h,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)connection_limit,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)idle_timeout_s,
                                  MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
                                  MHD_OPTION_EXTERNAL_LOGGER, http_log, NULL,
                                  MHD_OPTION_END);

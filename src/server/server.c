@@ -24,6 +24,7 @@ void server_config_default(struct server_config *c)
     c->max_body_bytes = 8u << 20;
     c->shutdown_grace_ms = 10000;
     c->connection_limit = 1024;
+    c->idle_timeout_s = 300;
 }
 
 /* ---------------------------------------------------------------- model facts */
@@ -102,7 +103,8 @@ enum hr_status server_start(struct server **out, const struct server_config *cfg
     *out = NULL;
     if (!cfg->engine.model_dir || !*cfg->engine.model_dir)
         return hr_err(err, errlen, HR_ERR_INVALID, "--model DIR is required");
-    if (cfg->max_n < 1 || cfg->max_prompts < 1 || cfg->max_body_bytes < 1 || cfg->connection_limit < 1)
+    if (cfg->max_n < 1 || cfg->max_prompts < 1 || cfg->max_body_bytes < 1 || cfg->connection_limit < 1 ||
+        cfg->idle_timeout_s < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "server limits must be positive");
     struct server *s = calloc(1, sizeof *s);
     if (!s)
@@ -132,7 +134,7 @@ enum hr_status server_start(struct server **out, const struct server_config *cfg
     if (st == HR_OK)
         st = auth_init(&s->auth, cfg->api_keys, cfg->n_api_keys, cfg->salt_per_key, err, errlen);
     if (st == HR_OK)
-        st = http_start(&s->http, s, s->host, cfg->port, cfg->connection_limit, err, errlen);
+        st = http_start(&s->http, s, s->host, cfg->port, cfg->connection_limit, cfg->idle_timeout_s, err, errlen);
     if (st == HR_OK) {
         if (pthread_create(&s->loader, NULL, server_loader, s) != 0)
             st = hr_err(err, errlen, HR_ERR_INTERNAL, "cannot start the model loader thread");

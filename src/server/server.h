@@ -37,6 +37,7 @@ struct server_config {
     const char *served_model_name;   /* NULL: the model directory's base name */
     int shutdown_grace_ms;           /* on stop, in-flight requests get this long before they are cancelled */
     int connection_limit;            /* concurrent connections at most */
+    int idle_timeout_s;              /* an idle keep-alive connection is closed after this long */
 };
 
 void server_config_default(struct server_config *c);

@@ -37,6 +37,18 @@ fi
 model=tiny
 key=sk-test-key
 
+# ---- start-up errors name the flag; a model that does not load ends the process
+startup_fails() { # WANT_RC PATTERN ARGS...: serve exits WANT_RC with PATTERN on stderr
+  local want=$1 pat=$2; shift 2
+  "$bin" serve "$@" >/dev/null 2>"$tmp/startup.err"
+  local rc=$?
+  [ "$rc" = "$want" ] && grep -q -- "$pat" "$tmp/startup.err"
+}
+check "bad flag: exit 2 naming the flag" startup_fails 2 '--prefix-cache' --model "$tmp/model" --prefix-cache maybe
+check "bad --reasoning-parser: exit 2" startup_fails 2 '--reasoning-parser' --model "$tmp/model" --reasoning-parser x
+check "bad --port: exit 2" startup_fails 2 '--port' --model "$tmp/model" --port 70000
+check "missing model: exit 1 with the reason" startup_fails 1 'did not load' --model "$tmp/no-such-model" --port 0
+
 # start_server NAME ARGS...: sets port_NAME and pid_NAME once /health answers 200
 start_server() {
   local name=$1; shift
@@ -137,7 +149,8 @@ check "still serving after bad input" [ "$code" = 200 -a "$(jget usage.completio
 
 # ---- responses over curl
 req POST "$base/v1/completions" "${auth[@]}" "${json[@]}" -d '{"model":"tiny","prompt":"Hello","max_tokens":5,"echo":true}'
-check "echo prepends the prompt" [ "$code" = 200 ] && [[ "$(jget choices.0.text)" == Hello* ]]
+echo_ok() { [ "$code" = 200 ] && [[ "$(jget choices.0.text)" == Hello* ]]; }
+check "echo prepends the prompt" echo_ok
 req POST "$base/v1/completions" "${auth[@]}" "${json[@]}" -d '{"model":"tiny","prompt":[9707,1879],"max_tokens":3,"echo":true}'
 check "token-id prompt with echo (detokenized)" [ "$code" = 200 -a "$(jget usage.prompt_tokens)" = 2 ]
 req POST "$base/v1/completions" "${auth[@]}" "${json[@]}" \
