@@ -1,0 +1,165 @@
+/* hearth chat: an interactive chat on the terminal, with the model's chat template.
+ * Each turn renders the whole conversation, so the prefix cache serves the history. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "cli/engine_opts.h"
+#include "cli/request_opts.h"
+#include "tokenizer/template.h"
+
+static void chat_usage(void)
+{
+    fprintf(stderr, "usage: hearth chat --model DIR [--system TEXT] [--no-thinking] [options]\n"
+                    "Reads a message per line from stdin and streams the answer; /reset starts over,\n"
+                    "/exit (or end of input) quits.\n\n%s\n%s",
+            request_opts_help, engine_opts_help);
+}
+
+/* Streams one answer; returns it (malloc'd) or NULL on error. */
+static char *chat_turn(struct hearth_engine *e, struct request_opts *ro, const char *prompt)
+{
+    char err[HR_ERRLEN];
+    struct hearth_request *r = NULL;
+    ro->p.prompt = prompt;
+    if (hearth_submit(e, &ro->p, &r, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "hearth chat: %s\n", err);
+        return NULL;
+    }
+    size_t len = 0, cap = 256;
+    char *answer = malloc(cap);
+    struct hearth_event ev;
+    while (answer && hearth_request_next_event(r, &ev, -1) == HR_OK) {
+        if (ev.type == HEARTH_EVENT_DONE) {
+            if (ev.finish_reason == HEARTH_FINISH_ERROR)
+                fprintf(stderr, "\nhearth chat: %s\n", ev.message);
+            fprintf(stderr, "\n[%d prompt tokens, %d from the cache, %d generated]\n", ev.prompt_tokens,
+                    ev.cached_tokens, ev.completion_tokens);
+            break;
+        }
+        fwrite(ev.text, 1, ev.text_len, stdout);
+        fflush(stdout);
+        if (len + ev.text_len + 1 > cap) {
+            while (len + ev.text_len + 1 > cap)
+                cap *= 2;
+            char *na = realloc(answer, cap);
+            if (!na) {
+                free(answer);
+                answer = NULL;
+                break;
+            }
+            answer = na;
+        }
+        memcpy(answer + len, ev.text, ev.text_len);
+        len += ev.text_len;
+    }
+    if (answer)
+        answer[len] = 0;
+    hearth_request_free(r);
+    return answer;
+}
+
+static json_t *chat_msg(const char *role, const char *content)
+{
+    return json_pack("{s:s, s:s}", "role", role, "content", content);
+}
+
+int cli_chat(int argc, char **argv)
+{
+    struct hearth_engine_params ep;
+    struct request_opts ro;
+    engine_opts_default(&ep);
+    request_opts_default(&ro);
+    ro.p.max_tokens = 512;
+    const char *system = NULL;
+    int thinking = -1;
+    for (int i = 1; i < argc; i++) {
+        int r = engine_opts_parse(&ep, argc, argv, &i);
+        if (r == 0)
+            r = request_opts_parse(&ro, argc, argv, &i);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            chat_usage();
+            return 0;
+        } else if (args_is(argv[i], "--system")) {
+            if (!(system = args_value(argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(argv[i], "--no-thinking")) {
+            thinking = 0;
+        } else {
+            fprintf(stderr, "hearth chat: unknown option '%s'\n", argv[i]);
+            chat_usage();
+            return 2;
+        }
+    }
+    if (!ep.model_dir) {
+        chat_usage();
+        return 2;
+    }
+    char err[HR_ERRLEN];
+    struct chat_template_model tm;
+    if (chat_template_model_load(&tm, ep.model_dir, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "hearth chat: %s\n", err);
+        return 1;
+    }
+    struct hearth_engine *e = NULL;
+    if (hearth_engine_init(&e, &ep, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "hearth chat: %s\n", err);
+        chat_template_model_free(&tm);
+        return 1;
+    }
+    json_t *msgs = json_array();
+    if (system)
+        json_array_append_new(msgs, chat_msg("system", system));
+    char *line = NULL;
+    size_t line_cap = 0;
+    int rc = 0;
+    for (;;) {
+        fprintf(stderr, "> ");
+        ssize_t n = getline(&line, &line_cap, stdin);
+        if (n < 0)
+            break;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            line[--n] = 0;
+        if (!strcmp(line, "/exit"))
+            break;
+        if (!strcmp(line, "/reset")) {
+            json_array_clear(msgs);
+            if (system)
+                json_array_append_new(msgs, chat_msg("system", system));
+            continue;
+        }
+        if (!n)
+            continue;
+        json_array_append_new(msgs, chat_msg("user", line));
+        struct chat_template_request req = {.messages = msgs, .add_generation_prompt = true,
+                                            .enable_thinking = thinking};
+        char *prompt = NULL;
+        size_t plen = 0;
+        if (chat_template_model_render(&tm, &req, &prompt, &plen, err, sizeof err) != HR_OK) {
+            fprintf(stderr, "hearth chat: %s\n", err);
+            rc = 1;
+            break;
+        }
+        char *answer = chat_turn(e, &ro, prompt);
+        free(prompt);
+        if (!answer) {
+            rc = 1;
+            break;
+        }
+        json_array_append_new(msgs, chat_msg("assistant", answer));
+        free(answer);
+    }
+    free(line);
+    json_decref(msgs);
+    hearth_engine_free(e);
+    chat_template_model_free(&tm);
+    return rc;
+}
