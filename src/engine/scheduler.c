@@ -5,6 +5,8 @@
 
 #include "engine/engine.h"
 
+#define SCHED_PICK_WINDOW 64
+
 void sched_release_seq(struct hearth_engine *e, struct seq *s)
 {
     block_pool_release_n(&e->pool, s->table, s->n_table);
@@ -159,8 +161,10 @@ static struct group *sched_pick(struct hearth_engine *e)
     if (e->step_no - head->arrival_step > e->max_wait_steps)
         return head;
     struct group *best = NULL;
-    int best_len = -1;
-    for (struct group *g = head; g; g = g->next) {
+    int best_len = -1, seen = 0;
+    /* The scan looks at the oldest SCHED_PICK_WINDOW groups: the cost of a step
+     * must not grow with the length of the queue. */
+    for (struct group *g = head; g && seen++ < SCHED_PICK_WINDOW; g = g->next) {
         int cached = e->pc_on ? prefix_cache_match_len(&e->pc, g->salt, g->seqs[0].tokens, g->seqs[0].n_tokens) : 0;
         if (e->pc_on && sched_shared_in_flight(e, g) > cached && e->step_no - g->arrival_step <= e->max_wait_steps)
             continue;
