@@ -5,5 +5,7 @@
 
 int bench_prefix(int argc, char **argv);
 int bench_throughput(int argc, char **argv);
+int bench_forward(int argc, char **argv);
+int bench_kernels(int argc, char **argv);
 
 #endif

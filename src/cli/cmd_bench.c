@@ -14,6 +14,8 @@ struct bench_command {
 static const struct bench_command bench_commands[] = {
     {"prefix", bench_prefix, "exact-reuse parity: disabled / cold / warm (or --workload chat|fewshot|rag|none)"},
     {"throughput", bench_throughput, "offline throughput and inter-token latency at 1, 8 and 32 concurrent"},
+    {"forward", bench_forward, "forward pass: prefill and decode tokens/s against the machine's ceilings"},
+    {"kernels", bench_kernels, "GEMM GFLOP/s for a model's real shapes against the machine's ceilings"},
 };
 
 static void bench_usage(void)

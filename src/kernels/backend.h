@@ -17,8 +17,24 @@
 struct backend;
 
 struct backend_ops {
+    /* Sizes the backend's own scratch for matmuls of up to max_rows rows and max_k
+     * inputs (start-up: the step path then allocates nothing). */
+    enum hr_status (*reserve)(struct backend *be, int max_rows, int max_k, char *err, size_t errlen);
     /* y[m, n] = x[m, k] · w[n, k]^T; w in its stored dtype. */
     void (*matmul)(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w);
+    /* matmul in f32 whatever the compute mode: for the MoE router, whose top-k is a
+     * discrete choice that bf16-rounded activations would move. */
+    void (*matmul_f32)(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w);
+    /* y[m, n] += x[m, k] · w[n, k]^T (the residual add: each element is the plain
+     * matmul's value added to y). */
+    void (*matmul_add)(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w);
+    /* ys[i][m, n_i] = x[m, k] · ws[i]^T for i < n_mats (<= 4): several matrices that
+     * read the same x (q/k/v) in one launch. */
+    void (*matmul_multi)(struct backend *be, int n_mats, float *const *ys, const float *x, int m,
+                         const struct weights_mat *const *ws);
+    /* out[m, n] = silu(x · gate^T) * (x · up^T): the SwiGLU MLP's first half. */
+    void (*matmul_swiglu)(struct backend *be, float *out, const float *x, int m, const struct weights_mat *gate,
+                          const struct weights_mat *up);
     /* y[r] = x[r] / rms(x[r]) * w, for rows r < rows of length dim (y may be x). */
     void (*rmsnorm)(struct backend *be, float *y, const float *x, const float *w, int rows, int dim, float eps);
     /* Rotates x[n_tok, n_heads, head_dim] in place by the half-split rotation;
@@ -48,8 +64,10 @@ struct backend {
 };
 
 /* The CPU backend.  variant: NULL or "" picks the best the CPU supports (cpuid);
- * "avx512", "avx2" or "scalar" forces one (an error if unsupported).  The environment
- * variable HEARTH_KERNEL overrides a NULL/"" variant. */
+ * "avx512", "avx2" or "scalar" forces one (an error if unsupported); "avx512bf16" is
+ * AVX-512 with bf16 compute (matmuls over bf16 weights round the activations to
+ * bf16 and use the bf16 dot-product instructions).  The environment variable
+ * HEARTH_KERNEL overrides a NULL/"" variant. */
 enum hr_status backend_cpu_init(struct backend *be, int n_threads, const char *variant, char *err, size_t errlen);
 /* Names of the variants this CPU supports, best first; returns how many. */
 int backend_cpu_variants(const char **names, int cap);

@@ -107,7 +107,15 @@ enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend
     q->m = m;
     q->be = be;
     q->max_tok = max_tok;
-    return arena_init(&q->scratch, qwen3_scratch_bytes(&m->cfg, max_tok), err, errlen);
+    const struct model_config *c = &m->cfg;
+    int max_k = c->hidden_size;
+    int dims[] = {c->n_heads * c->head_dim, c->intermediate_size, c->moe_intermediate_size};
+    for (int i = 0; i < 3; i++)
+        max_k = dims[i] > max_k ? dims[i] : max_k;
+    enum hr_status st = be->ops->reserve(be, max_tok, max_k, err, errlen);
+    if (st != HR_OK)
+        return st;
+    return arena_init(&q->scratch, qwen3_scratch_bytes(c, max_tok), err, errlen);
 }
 
 void qwen3_free(struct qwen3 *q)
@@ -143,26 +151,27 @@ static void qwen3_attention_block(struct qwen3 *q, const struct weights_layer *L
     int n = b->n_tok;
     float eps = (float)c->rms_norm_eps;
     be->ops->rmsnorm(be, bu->xn, bu->h, L->attn_norm, n, c->hidden_size, eps);
-    be->ops->matmul(be, bu->q, bu->xn, n, &L->q);
-    be->ops->matmul(be, bu->k, bu->xn, n, &L->k);
-    be->ops->matmul(be, bu->v, bu->xn, n, &L->v);
+    float *const qkv_out[3] = {bu->q, bu->k, bu->v};
+    const struct weights_mat *const qkv_w[3] = {&L->q, &L->k, &L->v};
+    be->ops->matmul_multi(be, 3, qkv_out, bu->xn, n, qkv_w);
     be->ops->rmsnorm(be, bu->q, bu->q, L->q_norm, n * c->n_heads, c->head_dim, eps);
     be->ops->rmsnorm(be, bu->k, bu->k, L->k_norm, n * c->n_kv_heads, c->head_dim, eps);
     be->ops->rope(be, bu->q, n, c->n_heads, c->head_dim, bu->cos_sin);
     be->ops->rope(be, bu->k, n, c->n_kv_heads, c->head_dim, bu->cos_sin);
     be->ops->kv_write(be, kv, layer, b, bu->k, bu->v);
     be->ops->attention(be, bu->attn, bu->q, b, kv, layer, c->n_heads, (float)(1.0 / sqrt((double)c->head_dim)));
-    be->ops->matmul(be, bu->proj, bu->attn, n, &L->o);
-    be->ops->add(be, bu->h, bu->proj, (int64_t)n * c->hidden_size);
+    be->ops->matmul_add(be, bu->h, bu->attn, n, &L->o); /* o_proj and the residual */
 }
 
+/* SwiGLU MLP: out = down(silu(gate x) * up x), or out += ... when add (the residual). */
 static void qwen3_mlp(struct backend *be, float *out, const float *x, int n, const struct weights_mat *gate,
-                      const struct weights_mat *up, const struct weights_mat *down, float *g, float *u)
+                      const struct weights_mat *up, const struct weights_mat *down, float *g, int add)
 {
-    be->ops->matmul(be, g, x, n, gate);
-    be->ops->matmul(be, u, x, n, up);
-    be->ops->silu_mul(be, g, g, u, (int64_t)n * gate->rows);
-    be->ops->matmul(be, out, g, n, down);
+    be->ops->matmul_swiglu(be, g, x, n, gate, up);
+    if (add)
+        be->ops->matmul_add(be, out, g, n, down);
+    else
+        be->ops->matmul(be, out, g, n, down);
 }
 
 /* Softmax over the router logits, top-k (ties to the lower expert), optional
@@ -207,7 +216,7 @@ static void qwen3_moe_block(struct qwen3 *q, const struct weights_layer *L, int 
     const struct model_config *c = &q->m->cfg;
     struct backend *be = q->be;
     int E = c->n_experts, K = c->n_experts_per_tok, H = c->hidden_size;
-    be->ops->matmul(be, bu->router, bu->xn, n, &L->router);
+    be->ops->matmul_f32(be, bu->router, bu->xn, n, &L->router);
     for (int t = 0; t < n; t++)
         qwen3_route(c, bu->router + (int64_t)t * E, bu->top_e + (int64_t)t * K, bu->top_w + (int64_t)t * K);
     if (q->route_trace)
@@ -227,7 +236,7 @@ static void qwen3_moe_block(struct qwen3 *q, const struct weights_layer *L, int 
         if (!m)
             continue;
         const struct weights_expert *ex = &L->experts[e];
-        qwen3_mlp(be, bu->proj, bu->ex, m, &ex->gate, &ex->up, &ex->down, bu->gate, bu->up);
+        qwen3_mlp(be, bu->proj, bu->ex, m, &ex->gate, &ex->up, &ex->down, bu->gate, 0);
         for (int i = 0; i < m; i++)
             memcpy(bu->eo + ((int64_t)bu->sel[i] * K + bu->sel_r[i]) * H, bu->proj + (int64_t)i * H,
                    (size_t)H * sizeof(float));
@@ -288,8 +297,7 @@ enum hr_status qwen3_forward(struct qwen3 *q, const struct batch *b, struct kv_s
         if (L->is_moe) {
             qwen3_moe_block(q, L, l, n, &bu);
         } else {
-            qwen3_mlp(be, bu.proj, bu.xn, n, &L->gate, &L->up, &L->down, bu.gate, bu.up);
-            be->ops->add(be, bu.h, bu.proj, (int64_t)n * c->hidden_size);
+            qwen3_mlp(be, bu.h, bu.xn, n, &L->gate, &L->up, &L->down, bu.gate, 1);
         }
     }
 

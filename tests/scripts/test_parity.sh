@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Parity with the reference (transformers, float64): `hearth eval` on every fixture,
 # with f32 KV (bound 2e-4) and bf16 KV (bound 5e-2), under every kernel variant this
-# CPU supports, and with 1 and 3 threads.
+# CPU supports, and with 1 and 3 threads.  The compute-bf16 variant (avx512bf16:
+# activations rounded to bf16 before matmuls over bf16 weights) has the bound 5e-2
+# with either KV dtype.
 set -u
 bin=${HEARTH_BIN:-${BUILD:-build}/hearth}
 data=${HEARTH_TEST_DATA:-tests/data}
@@ -24,6 +26,18 @@ for dir in "$data"/fixtures/*/; do
         fi
       done
     done
+  done
+  # compute bf16: the dense fixtures, and the MoE checkpoint with f32 weights (where
+  # it computes in f32).  The bf16 MoE checkpoint is left out: a bf16-rounded
+  # activation can move a near-tie of the router to another expert, and eval's
+  # route control (an f32-KV rerun) does not yet rerun with f32 compute.
+  case $name in qwen3moe-tiny-bf16) echo "skip $name kernel=avx512bf16 (route control needs f32 compute)"; continue;; esac
+  for kv in f32 bf16; do
+    if ! out=$("$bin" eval --model "$dir" --expected "$dir/expected.safetensors" --kernel avx512bf16 --kv-dtype $kv --tol 5e-2 --threads 2 2>&1); then
+      if grep -q "lacks" <<<"$out"; then echo "skip $name avx512bf16 (CPU lacks it)"; break; fi
+      echo "FAIL $name kernel=avx512bf16 kv=$kv"; echo "$out"; failed=$((failed + 1)); continue
+    fi
+    passed=$((passed + 1)); echo "ok   $name kernel=avx512bf16 kv=$kv (bound 5e-2)"
   done
 done
 # A broken bound must fail: an absurdly tight tolerance cannot be met.

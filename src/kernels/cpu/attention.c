@@ -1,101 +1,119 @@
 /* Paged causal attention, one kernel for prefill and decode.
  *
  * Each (token, head) walks its own row's KV from position 0 to its position in
- * fixed tiles of ATTN_TILE positions with an online softmax.  The tile size is a
- * constant, the walk follows positions (not blocks), so the sequence of operations
- * depends only on the token's position: the same bits whether the token is decoded
- * alone, prefilled in a chunk of any size, or batched with anything. */
+ * fixed tiles of CPU_ATTN_TILE positions with an online softmax.  The tile size is a
+ * constant and the walk follows positions (not blocks), so the sequence of
+ * operations depends only on the token's position: the same bits whether the token
+ * is decoded alone, prefilled in a chunk of any size, or batched with anything.
+ *
+ * A task takes one KV head and a block of consecutive tokens of one row, with all
+ * the query heads that share that KV head: their scores against a tile come from one
+ * GEMM over the tile's K rows (every element is a lone dot product of head_dim), and
+ * the tile's V rows are widened once for all of them.  Tokens whose position lies
+ * before the tile simply sit it out; how the tokens are grouped changes nothing. */
 #include <math.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
 #include "model/dtype.h"
 
-#define ATTN_TILE 16
-#define ATTN_MAX_HEAD_DIM 512
-
 struct attn_task {
     const struct cpu_variant *v;
-    float *out;
-    const float *q;
+    struct cpu_attn_scratch *scratch; /* [n_threads] */
+    float *out;                       /* [n_tok, n_heads, head_dim] */
+    const float *q;                   /* [n_tok, n_heads, head_dim] */
     const struct batch *b;
     const struct kv_store *kv;
-    int layer, n_heads, group;
+    int layer, n_heads, group, qb; /* qb: tokens per task */
     float scale;
 };
 
-/* s[j] = q · K[pos0 + j] for j < n, where the positions may cross block boundaries. */
-static void attn_scores(const struct attn_task *c, const struct batch_row *r, int kvh, const float *q, int pos0,
-                        int n, float *s)
+/* Scores s[i * CPU_ATTN_TILE + j] = q_i · K[p0 + j] for rows i < rows, j < n; the
+ * positions may cross block boundaries (one GEMM per run inside a block). */
+static void attn_scores(const struct attn_task *c, const struct batch_row *r, int kvh, const float *q, int rows,
+                        int p0, int n, float *s)
 {
     const struct kv_store *kv = c->kv;
     int bs = kv->block_size, hd = kv->head_dim;
-    int j = 0;
-    while (j < n) {
-        int pos = pos0 + j;
+    for (int j = 0; j < n;) {
+        int pos = p0 + j;
         int blk = r->block_table[pos / bs], off = pos % bs;
         int run = bs - off < n - j ? bs - off : n - j;
         const void *k = kv_store_head(kv, blk, c->layer, 0, kvh);
         if (kv->dtype == KV_DTYPE_F32)
-            c->v->gemm_f32(s + j, 1, q, hd, (const float *)k + (int64_t)off * hd, hd, 1, run, hd);
+            c->v->gemm_f32(s + j, CPU_ATTN_TILE, q, hd, (const float *)k + (int64_t)off * hd, hd, rows, run, hd);
         else
-            c->v->gemm_bf16(s + j, 1, q, hd, (const uint16_t *)k + (int64_t)off * hd, hd, 1, run, hd);
+            c->v->gemm_bf16(s + j, CPU_ATTN_TILE, q, hd, (const uint16_t *)k + (int64_t)off * hd, hd, rows, run, hd);
         j += run;
     }
 }
 
-static void attn_run(void *ctx, int task)
+/* v[j, :] = V[p0 + j] widened to f32, j < n. */
+static void attn_values(const struct attn_task *c, const struct batch_row *r, int kvh, int p0, int n, float *v)
+{
+    const struct kv_store *kv = c->kv;
+    int bs = kv->block_size, hd = kv->head_dim;
+    for (int j = 0; j < n;) {
+        int pos = p0 + j;
+        int blk = r->block_table[pos / bs], off = pos % bs;
+        int run = bs - off < n - j ? bs - off : n - j;
+        const void *vh = kv_store_head(kv, blk, c->layer, 1, kvh);
+        if (kv->dtype == KV_DTYPE_F32)
+            memcpy(v + (int64_t)j * hd, (const float *)vh + (int64_t)off * hd, (size_t)run * hd * sizeof(float));
+        else
+            dtype_bf16_to_f32_n(v + (int64_t)j * hd, (const uint16_t *)vh + (int64_t)off * hd, (size_t)run * hd);
+        j += run;
+    }
+}
+
+static void attn_run(void *ctx, int task, int thread)
 {
     const struct attn_task *c = ctx;
-    const struct kv_store *kv = c->kv;
-    int n_kv = kv->n_kv_heads, hd = kv->head_dim, bs = kv->block_size;
-    int t = task / n_kv, kvh = task % n_kv;
-    const struct batch_row *r = &c->b->rows[c->b->tok_row[t]];
-    int n_pos = c->b->positions[t] + 1;
+    const struct batch *b = c->b;
+    int n_kv = c->kv->n_kv_heads, hd = c->kv->head_dim, G = c->group;
+    struct cpu_attn_scratch *sc = &c->scratch[thread];
 
-    for (int g = 0; g < c->group; g++) {
-        int h = kvh * c->group + g;
-        const float *q = c->q + ((int64_t)t * c->n_heads + h) * hd;
-        float acc[ATTN_MAX_HEAD_DIM];
-        float s[ATTN_TILE];
-        memset(acc, 0, (size_t)hd * sizeof *acc);
-        float m = -INFINITY, l = 0.0f;
-        for (int p0 = 0; p0 < n_pos; p0 += ATTN_TILE) {
-            int n = n_pos - p0 < ATTN_TILE ? n_pos - p0 : ATTN_TILE;
-            attn_scores(c, r, kvh, q, p0, n, s);
-            float mt = -INFINITY;
-            for (int j = 0; j < n; j++) {
-                s[j] = s[j] * c->scale;
-                if (s[j] > mt)
-                    mt = s[j];
-            }
-            float mn = mt > m ? mt : m;
-            float corr = expf(m - mn);
-            l = l * corr;
-            for (int d = 0; d < hd; d++)
-                acc[d] = acc[d] * corr;
-            for (int j = 0; j < n; j++) {
-                float p = expf(s[j] - mn);
-                l = l + p;
-                int pos = p0 + j;
-                int blk = r->block_table[pos / bs], off = pos % bs;
-                const void *vh = kv_store_head(kv, blk, c->layer, 1, kvh);
-                if (kv->dtype == KV_DTYPE_F32) {
-                    const float *vr = (const float *)vh + (int64_t)off * hd;
-                    for (int d = 0; d < hd; d++)
-                        acc[d] = acc[d] + p * vr[d];
-                } else {
-                    const uint16_t *vr = (const uint16_t *)vh + (int64_t)off * hd;
-                    for (int d = 0; d < hd; d++)
-                        acc[d] = acc[d] + p * dtype_bf16_to_f32(vr[d]);
-                }
-            }
-            m = mn;
+    /* task -> (row, token block, kv head) */
+    int kvh = task % n_kv, blk = task / n_kv, ri = 0;
+    for (;; ri++) {
+        int nb = (b->rows[ri].query_len + c->qb - 1) / c->qb;
+        if (blk < nb)
+            break;
+        blk -= nb;
+    }
+    const struct batch_row *r = &b->rows[ri];
+    int t0 = r->query_offset + blk * c->qb;
+    int nq = r->query_len - blk * c->qb < c->qb ? r->query_len - blk * c->qb : c->qb;
+    int rows = nq * G; /* row i: token t0 + i / G, head kvh * G + i % G */
+
+    for (int i = 0; i < rows; i++) {
+        const float *qi = c->q + ((int64_t)(t0 + i / G) * c->n_heads + kvh * G + i % G) * hd;
+        memcpy(sc->q + (int64_t)i * hd, qi, (size_t)hd * sizeof(float));
+        sc->m[i] = -INFINITY;
+        sc->l[i] = 0.0f;
+    }
+    memset(sc->acc, 0, (size_t)rows * hd * sizeof(float));
+
+    int pos_first = b->positions[t0], pos_last = b->positions[t0 + nq - 1];
+    for (int p0 = 0; p0 <= pos_last; p0 += CPU_ATTN_TILE) {
+        int n = pos_last + 1 - p0 < CPU_ATTN_TILE ? pos_last + 1 - p0 : CPU_ATTN_TILE;
+        /* tokens before this tile have finished: rows from i0 on take part */
+        int i0 = p0 > pos_first ? (p0 - pos_first) * G : 0;
+        attn_scores(c, r, kvh, sc->q + (int64_t)i0 * hd, rows - i0, p0, n, sc->s + (int64_t)i0 * CPU_ATTN_TILE);
+        attn_values(c, r, kvh, p0, n, sc->v);
+        for (int i = i0; i < rows; i++) {
+            int pos = pos_first + i / G;
+            int valid = pos + 1 - p0 < n ? pos + 1 - p0 : n;
+            c->v->attn_update(&sc->m[i], &sc->l[i], sc->acc + (int64_t)i * hd, sc->s + (int64_t)i * CPU_ATTN_TILE,
+                              valid, c->scale, sc->v, hd);
         }
-        float *o = c->out + ((int64_t)t * c->n_heads + h) * hd;
-        float inv = 1.0f / l;
+    }
+    for (int i = 0; i < rows; i++) {
+        float *o = c->out + ((int64_t)(t0 + i / G) * c->n_heads + kvh * G + i % G) * hd;
+        const float *a = sc->acc + (int64_t)i * hd;
+        float inv = 1.0f / sc->l[i];
         for (int d = 0; d < hd; d++)
-            o[d] = acc[d] * inv;
+            o[d] = a[d] * inv;
     }
 }
 
@@ -103,12 +121,16 @@ void cpu_attention(struct backend *be, float *out, const float *q, const struct 
                    int layer, int n_heads, float scale)
 {
     struct cpu_backend *cb = be->impl;
-    HR_ASSERT(kv->head_dim <= ATTN_MAX_HEAD_DIM && n_heads % kv->n_kv_heads == 0);
+    int G = n_heads / kv->n_kv_heads;
+    HR_ASSERT(kv->head_dim <= CPU_ATTN_MAX_HEAD_DIM && n_heads % kv->n_kv_heads == 0 && G <= CPU_ATTN_MAX_ROWS);
     struct attn_task c = {
-        .v = cb->v, .out = out, .q = q, .b = b, .kv = kv, .layer = layer, .n_heads = n_heads,
-        .group = n_heads / kv->n_kv_heads, .scale = scale,
+        .v = cb->v, .scratch = cb->attn, .out = out, .q = q, .b = b, .kv = kv, .layer = layer, .n_heads = n_heads,
+        .group = G, .qb = CPU_ATTN_MAX_ROWS / G, .scale = scale,
     };
-    threadpool_run(&cb->pool, attn_run, &c, b->n_tok * kv->n_kv_heads);
+    int n_tasks = 0;
+    for (int i = 0; i < b->n_rows; i++)
+        n_tasks += (b->rows[i].query_len + c.qb - 1) / c.qb;
+    threadpool_run(&cb->pool, attn_run, &c, n_tasks * kv->n_kv_heads);
 }
 
 /* ------------------------------------------------------------------ KV write */
@@ -120,8 +142,9 @@ struct kvw_task {
     int layer;
 };
 
-static void kvw_run(void *ctx, int t)
+static void kvw_run(void *ctx, int t, int thread)
 {
+    (void)thread;
     const struct kvw_task *c = ctx;
     struct kv_store *kv = c->kv;
     int hd = kv->head_dim, bs = kv->block_size;

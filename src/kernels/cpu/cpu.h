@@ -6,14 +6,31 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/variant.h"
 
+/* Attention scratch per thread: query rows of one task (a block of tokens times the
+ * query heads of one KV head) and one tile of K scores and V rows. */
+#define CPU_ATTN_MAX_ROWS 64
+#define CPU_ATTN_MAX_HEAD_DIM 512
+
+struct cpu_attn_scratch {
+    float q[CPU_ATTN_MAX_ROWS * CPU_ATTN_MAX_HEAD_DIM];   /* [rows, head_dim] */
+    float acc[CPU_ATTN_MAX_ROWS * CPU_ATTN_MAX_HEAD_DIM]; /* [rows, head_dim] */
+    float s[CPU_ATTN_MAX_ROWS * CPU_ATTN_TILE];           /* [rows, tile] */
+    float m[CPU_ATTN_MAX_ROWS];                           /* [rows] running max */
+    float l[CPU_ATTN_MAX_ROWS];                           /* [rows] running sum */
+    float v[CPU_ATTN_TILE * CPU_ATTN_MAX_HEAD_DIM];       /* [tile, head_dim] */
+};
+
 struct cpu_backend {
     struct threadpool pool;
     const struct cpu_variant *v;
+    struct cpu_attn_scratch *attn; /* [n_threads] */
+    uint16_t *xb;                  /* [xb_cap] activations rounded to bf16 (compute-bf16 variants) */
+    size_t xb_cap;
 };
 
 enum hr_status cpu_variant_pick(const char *want, const struct cpu_variant **out, char *err, size_t errlen);
 
-/* One dot product with the variant's accumulation routine for w's dtype. */
+/* One dot product with the variant's accumulation routine for f32. */
 static inline float cpu_dot_f32(const struct cpu_variant *v, const float *a, const float *b, int n)
 {
     float y;

@@ -12,51 +12,222 @@ static struct cpu_backend *cpu_of(struct backend *be) { return be->impl; }
 
 /* ------------------------------------------------------------------ matmul */
 
-/* Output tiles per task: the split only decides which thread computes an element,
- * never how it is computed. */
-#define MATMUL_NB 64
-#define MATMUL_MB 64
+/* The split only decides which thread computes an element, never how it is computed
+ * (K is never split).  Small m (decode): every task takes all rows and a block of
+ * columns, so each weight streams from memory once per step.  Large m (prefill):
+ * blocks of MM_MB rows x MM_NB columns, so a task's weights stay in L2 while its
+ * rows pass. */
+#define MM_SMALL_M 64
+#define MM_MB 48
+#define MM_NB 64
+#define MM_NB_MAX 512
+#define MM_MAX_MATS 4
+#define MM_CHUNK 64 /* columns per epilogue chunk */
 
-struct matmul_task {
-    const struct cpu_variant *v;
-    float *y;
-    const float *x;
-    const struct weights_mat *w;
-    int m, n, k;
-    int n_col_tiles;
+enum mm_epilogue {
+    MM_STORE,  /* y = xW^T */
+    MM_ADD,    /* y += xW^T */
+    MM_SWIGLU, /* y = silu(x gate^T) * (x up^T) */
 };
 
-static void matmul_run(void *ctx, int t)
+struct mm_mat {
+    float *y;                     /* [m, n] */
+    const struct weights_mat *w;  /* [n, k] (gate for MM_SWIGLU) */
+    const struct weights_mat *w2; /* [n, k] up (MM_SWIGLU) */
+    int n;
+    int n_cb;                     /* column blocks */
+    int first_task;
+};
+
+struct mm_plan {
+    const struct cpu_variant *v;
+    const float *x;               /* [m, k] */
+    const uint16_t *xb;           /* [m, k] x rounded to bf16, or NULL */
+    int f32_only;                 /* compute f32 even in a compute-bf16 variant */
+    int m, k, mb, nb, n_rb;
+    enum mm_epilogue epi;
+    int n_mats;
+    struct mm_mat mat[MM_MAX_MATS];
+};
+
+/* y[mr, nc] (row stride ldy) = rows i0.. of x times columns j0.. of w. */
+static void mm_gemm(const struct mm_plan *p, const struct weights_mat *w, float *y, int64_t ldy, int i0, int mr,
+                    int j0, int nc)
 {
-    const struct matmul_task *c = ctx;
-    int i0 = (t / c->n_col_tiles) * MATMUL_MB, j0 = (t % c->n_col_tiles) * MATMUL_NB;
-    int mr = c->m - i0 < MATMUL_MB ? c->m - i0 : MATMUL_MB;
-    int nr = c->n - j0 < MATMUL_NB ? c->n - j0 : MATMUL_NB;
-    float *y = c->y + (int64_t)i0 * c->n + j0;
-    const float *x = c->x + (int64_t)i0 * c->k;
-    switch (c->w->dtype) {
+    int64_t k = p->k;
+    const float *x = p->x + i0 * k;
+    switch (w->dtype) {
     case SAFETENSORS_DTYPE_F32:
-        c->v->gemm_f32(y, c->n, x, c->k, (const float *)c->w->data + (int64_t)j0 * c->k, c->k, mr, nr, c->k);
+        p->v->gemm_f32(y, ldy, x, k, (const float *)w->data + j0 * k, k, mr, nc, (int)k);
         break;
     case SAFETENSORS_DTYPE_BF16:
-        c->v->gemm_bf16(y, c->n, x, c->k, (const uint16_t *)c->w->data + (int64_t)j0 * c->k, c->k, mr, nr, c->k);
+        if (p->xb)
+            p->v->gemm_bb(y, ldy, p->xb + i0 * k, k, (const uint16_t *)w->data + j0 * k, k, mr, nc, (int)k);
+        else
+            p->v->gemm_bf16(y, ldy, x, k, (const uint16_t *)w->data + j0 * k, k, mr, nc, (int)k);
         break;
     case SAFETENSORS_DTYPE_F16:
-        c->v->gemm_f16(y, c->n, x, c->k, (const uint16_t *)c->w->data + (int64_t)j0 * c->k, c->k, mr, nr, c->k);
+        p->v->gemm_f16(y, ldy, x, k, (const uint16_t *)w->data + j0 * k, k, mr, nc, (int)k);
         break;
     default:
         HR_ASSERT(!"matmul: weights dtype was checked at load");
     }
 }
 
+static void mm_run(void *ctx, int t, int thread)
+{
+    (void)thread;
+    const struct mm_plan *p = ctx;
+    int mi = 0;
+    while (mi + 1 < p->n_mats && t >= p->mat[mi + 1].first_task)
+        mi++;
+    const struct mm_mat *mt = &p->mat[mi];
+    t -= mt->first_task;
+    int i0 = (t / mt->n_cb) * p->mb, j0 = (t % mt->n_cb) * p->nb;
+    int mr = p->m - i0 < p->mb ? p->m - i0 : p->mb;
+    int nc = mt->n - j0 < p->nb ? mt->n - j0 : p->nb;
+    int64_t ldy = mt->n;
+    float *y = mt->y + i0 * ldy + j0;
+    if (p->epi == MM_STORE) {
+        mm_gemm(p, mt->w, y, ldy, i0, mr, j0, nc);
+        return;
+    }
+    /* The epilogues work on chunks small enough for the stack and L1. */
+    float a[MM_SMALL_M * MM_CHUNK], b[MM_SMALL_M * MM_CHUNK];
+    for (int c0 = 0; c0 < nc; c0 += MM_CHUNK) {
+        int cc = nc - c0 < MM_CHUNK ? nc - c0 : MM_CHUNK;
+        for (int r0 = 0; r0 < mr; r0 += MM_SMALL_M) {
+            int rr = mr - r0 < MM_SMALL_M ? mr - r0 : MM_SMALL_M;
+            mm_gemm(p, mt->w, a, cc, i0 + r0, rr, j0 + c0, cc);
+            if (p->epi == MM_SWIGLU)
+                mm_gemm(p, mt->w2, b, cc, i0 + r0, rr, j0 + c0, cc);
+            for (int i = 0; i < rr; i++) {
+                float *yr = y + (r0 + i) * ldy + c0;
+                if (p->epi == MM_ADD) {
+                    for (int j = 0; j < cc; j++)
+                        yr[j] = yr[j] + a[i * cc + j];
+                } else {
+                    p->v->swiglu(yr, a + i * cc, b + i * cc, cc);
+                }
+            }
+        }
+    }
+}
+
+struct mm_cvt {
+    const struct cpu_variant *v;
+    uint16_t *dst;
+    const float *src;
+    int64_t n, chunk;
+};
+
+static void mm_cvt_run(void *ctx, int t, int thread)
+{
+    (void)thread;
+    const struct mm_cvt *c = ctx;
+    int64_t i0 = t * c->chunk, n = c->n - i0 < c->chunk ? c->n - i0 : c->chunk;
+    c->v->to_bf16(c->dst + i0, c->src + i0, n);
+}
+
+static enum hr_status cpu_reserve(struct backend *be, int max_rows, int max_k, char *err, size_t errlen)
+{
+    struct cpu_backend *c = cpu_of(be);
+    if (!c->v->gemm_bb || max_rows < 1 || max_k < 1)
+        return HR_OK;
+    size_t need = (size_t)max_rows * (size_t)max_k;
+    if (need <= c->xb_cap)
+        return HR_OK;
+    uint16_t *p = realloc(c->xb, need * sizeof *p);
+    if (!p)
+        return hr_err(err, errlen, HR_ERR_NOMEM, "cpu backend: no memory for %d x %d bf16 activations", max_rows,
+                      max_k);
+    c->xb = p;
+    c->xb_cap = need;
+    return HR_OK;
+}
+
+static void mm_launch(struct backend *be, struct mm_plan *p)
+{
+    struct cpu_backend *c = cpu_of(be);
+    int m = p->m, k = p->k;
+    p->v = c->v;
+    p->xb = NULL;
+    int any_bf16 = 0;
+    for (int i = 0; i < p->n_mats; i++)
+        any_bf16 |= p->mat[i].w->dtype == SAFETENSORS_DTYPE_BF16;
+    if (c->v->gemm_bb && any_bf16 && !p->f32_only) {
+        /* compute bf16: round x once for every matrix of the launch */
+        char err[HR_ERRLEN];
+        enum hr_status st = cpu_reserve(be, m, k, err, sizeof err);
+        HR_ASSERT(st == HR_OK); /* sized at start-up by reserve */
+        struct mm_cvt cv = {.v = c->v, .dst = c->xb, .src = p->x, .n = (int64_t)m * k, .chunk = 1 << 16};
+        threadpool_run(&c->pool, mm_cvt_run, &cv, (int)((cv.n + cv.chunk - 1) / cv.chunk));
+        p->xb = c->xb;
+    }
+    int nt = c->pool.n_threads;
+    if (m <= MM_SMALL_M) {
+        p->mb = m;
+        int64_t cols = 0;
+        for (int i = 0; i < p->n_mats; i++)
+            cols += p->mat[i].n;
+        /* about eight blocks per thread, in whole 8-column tiles */
+        int64_t nb = (cols + 8 * nt - 1) / (8 * nt);
+        nb = (nb + 7) / 8 * 8;
+        p->nb = (int)(nb < 32 ? 32 : nb > MM_NB_MAX ? MM_NB_MAX : nb);
+    } else {
+        p->mb = MM_MB;
+        p->nb = MM_NB;
+    }
+    p->n_rb = (m + p->mb - 1) / p->mb;
+    int tasks = 0;
+    for (int i = 0; i < p->n_mats; i++) {
+        struct mm_mat *mt = &p->mat[i];
+        HR_ASSERT(mt->w->cols == k && (!mt->w2 || (mt->w2->rows == mt->w->rows && mt->w2->cols == k)));
+        mt->n = (int)mt->w->rows;
+        mt->n_cb = (mt->n + p->nb - 1) / p->nb;
+        mt->first_task = tasks;
+        tasks += mt->n_cb * p->n_rb;
+    }
+    threadpool_run(&c->pool, mm_run, p, tasks);
+}
+
 static void cpu_matmul(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w)
 {
-    struct matmul_task c = {
-        .v = cpu_of(be)->v, .y = y, .x = x, .w = w, .m = m, .n = (int)w->rows, .k = (int)w->cols,
-    };
-    c.n_col_tiles = (c.n + MATMUL_NB - 1) / MATMUL_NB;
-    int n_row_tiles = (m + MATMUL_MB - 1) / MATMUL_MB;
-    threadpool_run(&cpu_of(be)->pool, matmul_run, &c, n_row_tiles * c.n_col_tiles);
+    struct mm_plan p = {.x = x, .m = m, .k = (int)w->cols, .epi = MM_STORE, .n_mats = 1};
+    p.mat[0] = (struct mm_mat){.y = y, .w = w};
+    mm_launch(be, &p);
+}
+
+static void cpu_matmul_f32(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w)
+{
+    struct mm_plan p = {.x = x, .m = m, .k = (int)w->cols, .epi = MM_STORE, .n_mats = 1, .f32_only = 1};
+    p.mat[0] = (struct mm_mat){.y = y, .w = w};
+    mm_launch(be, &p);
+}
+
+static void cpu_matmul_add(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w)
+{
+    struct mm_plan p = {.x = x, .m = m, .k = (int)w->cols, .epi = MM_ADD, .n_mats = 1};
+    p.mat[0] = (struct mm_mat){.y = y, .w = w};
+    mm_launch(be, &p);
+}
+
+static void cpu_matmul_multi(struct backend *be, int n_mats, float *const *ys, const float *x, int m,
+                             const struct weights_mat *const *ws)
+{
+    HR_ASSERT(n_mats >= 1 && n_mats <= MM_MAX_MATS);
+    struct mm_plan p = {.x = x, .m = m, .k = (int)ws[0]->cols, .epi = MM_STORE, .n_mats = n_mats};
+    for (int i = 0; i < n_mats; i++)
+        p.mat[i] = (struct mm_mat){.y = ys[i], .w = ws[i]};
+    mm_launch(be, &p);
+}
+
+static void cpu_matmul_swiglu(struct backend *be, float *out, const float *x, int m, const struct weights_mat *gate,
+                              const struct weights_mat *up)
+{
+    struct mm_plan p = {.x = x, .m = m, .k = (int)gate->cols, .epi = MM_SWIGLU, .n_mats = 1};
+    p.mat[0] = (struct mm_mat){.y = out, .w = gate, .w2 = up};
+    mm_launch(be, &p);
 }
 
 /* ------------------------------------------------------------------ rmsnorm */
@@ -65,17 +236,16 @@ struct rmsnorm_task {
     const struct cpu_variant *v;
     float *y;
     const float *x, *w;
-    int rows, dim;
+    int rows, dim, per_task;
     float eps;
 };
 
-#define ROWS_PER_TASK 16
-
-static void rmsnorm_run(void *ctx, int t)
+static void rmsnorm_run(void *ctx, int t, int thread)
 {
+    (void)thread;
     const struct rmsnorm_task *c = ctx;
-    int r1 = (t + 1) * ROWS_PER_TASK < c->rows ? (t + 1) * ROWS_PER_TASK : c->rows;
-    for (int r = t * ROWS_PER_TASK; r < r1; r++) {
+    int r0 = t * c->per_task, r1 = r0 + c->per_task < c->rows ? r0 + c->per_task : c->rows;
+    for (int r = r0; r < r1; r++) {
         const float *x = c->x + (int64_t)r * c->dim;
         float *y = c->y + (int64_t)r * c->dim;
         float ss = cpu_dot_f32(c->v, x, x, c->dim);
@@ -85,10 +255,20 @@ static void rmsnorm_run(void *ctx, int t)
     }
 }
 
+/* Rows per task: enough work (about 16K elements) to be worth a hand-over. */
+static int rows_per_task(int rows, int dim, int n_threads)
+{
+    int per = (16384 + dim - 1) / dim;
+    int even = (rows + n_threads - 1) / n_threads;
+    per = per < even ? per : even;
+    return per < 1 ? 1 : per;
+}
+
 static void cpu_rmsnorm(struct backend *be, float *y, const float *x, const float *w, int rows, int dim, float eps)
 {
     struct rmsnorm_task c = {.v = cpu_of(be)->v, .y = y, .x = x, .w = w, .rows = rows, .dim = dim, .eps = eps};
-    threadpool_run(&cpu_of(be)->pool, rmsnorm_run, &c, (rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
+    c.per_task = rows_per_task(rows, dim, be->n_threads);
+    threadpool_run(&cpu_of(be)->pool, rmsnorm_run, &c, (rows + c.per_task - 1) / c.per_task);
 }
 
 /* ------------------------------------------------------------------ rope */
@@ -96,28 +276,33 @@ static void cpu_rmsnorm(struct backend *be, float *y, const float *x, const floa
 struct rope_task {
     float *x;
     const float *cs;
-    int n_heads, head_dim;
+    int n_tok, n_heads, head_dim, per_task;
 };
 
-static void rope_run(void *ctx, int t)
+static void rope_run(void *ctx, int task, int thread)
 {
+    (void)thread;
     const struct rope_task *c = ctx;
     int half = c->head_dim / 2;
-    const float *cs = c->cs + (int64_t)t * half * 2;
-    for (int h = 0; h < c->n_heads; h++) {
-        float *x = c->x + ((int64_t)t * c->n_heads + h) * c->head_dim;
-        for (int i = 0; i < half; i++) {
-            float x1 = x[i], x2 = x[i + half], co = cs[2 * i], si = cs[2 * i + 1];
-            x[i] = x1 * co - x2 * si;
-            x[i + half] = x2 * co + x1 * si;
+    int t1 = (task + 1) * c->per_task < c->n_tok ? (task + 1) * c->per_task : c->n_tok;
+    for (int t = task * c->per_task; t < t1; t++) {
+        const float *cs = c->cs + (int64_t)t * half * 2;
+        for (int h = 0; h < c->n_heads; h++) {
+            float *x = c->x + ((int64_t)t * c->n_heads + h) * c->head_dim;
+            for (int i = 0; i < half; i++) {
+                float x1 = x[i], x2 = x[i + half], co = cs[2 * i], si = cs[2 * i + 1];
+                x[i] = x1 * co - x2 * si;
+                x[i + half] = x2 * co + x1 * si;
+            }
         }
     }
 }
 
 static void cpu_rope(struct backend *be, float *x, int n_tok, int n_heads, int head_dim, const float *cos_sin)
 {
-    struct rope_task c = {.x = x, .cs = cos_sin, .n_heads = n_heads, .head_dim = head_dim};
-    threadpool_run(&cpu_of(be)->pool, rope_run, &c, n_tok);
+    struct rope_task c = {.x = x, .cs = cos_sin, .n_tok = n_tok, .n_heads = n_heads, .head_dim = head_dim};
+    c.per_task = rows_per_task(n_tok, n_heads * head_dim, be->n_threads);
+    threadpool_run(&cpu_of(be)->pool, rope_run, &c, (n_tok + c.per_task - 1) / c.per_task);
 }
 
 /* ------------------------------------------------------------------ embed */
@@ -148,6 +333,7 @@ static void cpu_embed(struct backend *be, float *out, const struct weights_mat *
 /* ------------------------------------------------------------------ elementwise */
 
 struct ew_task {
+    const struct cpu_variant *v;
     float *out;
     const float *a, *b;
     int64_t n;
@@ -155,27 +341,33 @@ struct ew_task {
 
 #define EW_CHUNK 16384
 
-static void silu_mul_run(void *ctx, int t)
+static void silu_mul_run(void *ctx, int t, int thread)
 {
+    (void)thread;
     const struct ew_task *c = ctx;
-    int64_t i1 = (int64_t)(t + 1) * EW_CHUNK < c->n ? (int64_t)(t + 1) * EW_CHUNK : c->n;
-    for (int64_t i = (int64_t)t * EW_CHUNK; i < i1; i++) {
-        float g = c->a[i];
-        c->out[i] = g / (1.0f + expf(-g)) * c->b[i];
-    }
+    int64_t i0 = (int64_t)t * EW_CHUNK, n = c->n - i0 < EW_CHUNK ? c->n - i0 : EW_CHUNK;
+    c->v->swiglu(c->out + i0, c->a + i0, c->b + i0, n);
 }
 
 static void cpu_silu_mul(struct backend *be, float *out, const float *g, const float *u, int64_t n)
 {
-    struct ew_task c = {.out = out, .a = g, .b = u, .n = n};
+    struct ew_task c = {.v = cpu_of(be)->v, .out = out, .a = g, .b = u, .n = n};
     threadpool_run(&cpu_of(be)->pool, silu_mul_run, &c, (int)((n + EW_CHUNK - 1) / EW_CHUNK));
+}
+
+static void add_run(void *ctx, int t, int thread)
+{
+    (void)thread;
+    const struct ew_task *c = ctx;
+    int64_t i0 = (int64_t)t * EW_CHUNK, i1 = c->n - i0 < EW_CHUNK ? c->n : i0 + EW_CHUNK;
+    for (int64_t i = i0; i < i1; i++)
+        c->out[i] = c->out[i] + c->a[i];
 }
 
 static void cpu_add(struct backend *be, float *y, const float *x, int64_t n)
 {
-    (void)be;
-    for (int64_t i = 0; i < n; i++)
-        y[i] += x[i];
+    struct ew_task c = {.out = y, .a = x, .n = n};
+    threadpool_run(&cpu_of(be)->pool, add_run, &c, (int)((n + EW_CHUNK - 1) / EW_CHUNK));
 }
 
 /* ------------------------------------------------------------------ life cycle */
@@ -186,12 +378,19 @@ static void cpu_free(struct backend *be)
     if (!c)
         return;
     threadpool_free(&c->pool);
+    free(c->attn);
+    free(c->xb);
     free(c);
     be->impl = NULL;
 }
 
 static const struct backend_ops cpu_ops = {
+    .reserve = cpu_reserve,
     .matmul = cpu_matmul,
+    .matmul_f32 = cpu_matmul_f32,
+    .matmul_add = cpu_matmul_add,
+    .matmul_multi = cpu_matmul_multi,
+    .matmul_swiglu = cpu_matmul_swiglu,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .embed = cpu_embed,
@@ -209,11 +408,18 @@ enum hr_status backend_cpu_init(struct backend *be, int n_threads, const char *v
     enum hr_status st = cpu_variant_pick(variant, &v, err, errlen);
     if (st != HR_OK)
         return st;
+    if (n_threads < 1 || n_threads > 1024)
+        return hr_err(err, errlen, HR_ERR_INVALID, "threads must be in 1..1024, got %d", n_threads);
     struct cpu_backend *c = calloc(1, sizeof *c);
-    if (!c)
+    if (c)
+        c->attn = malloc((size_t)n_threads * sizeof *c->attn);
+    if (!c || !c->attn) {
+        free(c);
         return hr_err(err, errlen, HR_ERR_NOMEM, "cpu backend: out of memory");
+    }
     st = threadpool_init(&c->pool, n_threads, err, errlen);
     if (st != HR_OK) {
+        free(c->attn);
         free(c);
         return st;
     }

@@ -21,6 +21,13 @@ static bool dispatch_has_avx512(void)
            __builtin_cpu_supports("fma") && dispatch_has_f16c();
 }
 
+/* AVX512_BF16: cpuid leaf 7, sub-leaf 1, EAX bit 5. */
+static bool dispatch_has_avx512bf16(void)
+{
+    unsigned a, b, c, d;
+    return dispatch_has_avx512() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+}
+
 static bool dispatch_has_avx2(void)
 {
     __builtin_cpu_init();
@@ -32,6 +39,8 @@ int backend_cpu_variants(const char **names, int cap)
     int n = 0;
     if (dispatch_has_avx512() && n < cap)
         names[n++] = cpu_variant_avx512.name;
+    if (dispatch_has_avx512bf16() && n < cap)
+        names[n++] = cpu_variant_avx512bf16.name;
     if (dispatch_has_avx2() && n < cap)
         names[n++] = cpu_variant_avx2.name;
     if (n < cap)
@@ -49,7 +58,11 @@ enum hr_status cpu_variant_pick(const char *want, const struct cpu_variant **out
                                      : &cpu_variant_scalar;
         return HR_OK;
     }
-    if (!strcmp(want, "avx512")) {
+    if (!strcmp(want, "avx512bf16")) {
+        if (!dispatch_has_avx512bf16())
+            return hr_err(err, errlen, HR_ERR_UNSUPPORTED, "kernel variant avx512bf16: this CPU lacks AVX512_BF16");
+        *out = &cpu_variant_avx512bf16;
+    } else if (!strcmp(want, "avx512")) {
         if (!dispatch_has_avx512())
             return hr_err(err, errlen, HR_ERR_UNSUPPORTED, "kernel variant avx512: this CPU lacks AVX-512");
         *out = &cpu_variant_avx512;
@@ -60,7 +73,7 @@ enum hr_status cpu_variant_pick(const char *want, const struct cpu_variant **out
     } else if (!strcmp(want, "scalar")) {
         *out = &cpu_variant_scalar;
     } else {
-        return hr_err(err, errlen, HR_ERR_INVALID, "unknown kernel variant '%s' (avx512, avx2, scalar, auto)",
+        return hr_err(err, errlen, HR_ERR_INVALID, "unknown kernel variant '%s' (avx512, avx512bf16, avx2, scalar, auto)",
                       want);
     }
     return HR_OK;

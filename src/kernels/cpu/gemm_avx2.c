@@ -5,7 +5,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "kernels/cpu/variant.h"
+#include "kernels/cpu/variant_impl.h"
 
 #define TILE_MR 4
 #define TILE_NR 2
@@ -68,7 +68,7 @@ static inline __m256 avx2_load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_
             _Pragma("GCC unroll 2") for (int j = 0; j < nr; j++) y[i * ldy + j] = avx2_reduce(acc[i][j]);     \
     }                                                                                                         \
                                                                                                               \
-    static void avx2_gemm_##SUFFIX(float *y, int64_t ldy, const float *x, int64_t ldx, const WT *w,           \
+    void cpu_avx2_gemm_##SUFFIX(float *y, int64_t ldy, const float *x, int64_t ldx, const WT *w,           \
                                    int64_t ldw, int m, int n, int k)                                          \
     {                                                                                                         \
         for (int i = 0; i < m; i += TILE_MR) {                                                                \
@@ -94,10 +94,3 @@ static inline __m256 avx2_load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_
 AVX2_TILE(f32, float, avx2_load_f32)
 AVX2_TILE(bf16, uint16_t, avx2_load_bf16)
 AVX2_TILE(f16, uint16_t, avx2_load_f16)
-
-const struct cpu_variant cpu_variant_avx2 = {
-    .name = "avx2",
-    .gemm_f32 = avx2_gemm_f32,
-    .gemm_bf16 = avx2_gemm_bf16,
-    .gemm_f16 = avx2_gemm_f16,
-};

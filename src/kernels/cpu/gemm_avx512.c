@@ -1,114 +1,147 @@
-/* AVX-512 variant: every output element accumulates in one 16-lane register
- * (lane l takes k ≡ l mod 16, fused multiply-add in k order), the k tail with
- * zero-masked loads, then one fixed reduction tree.  Register tiles of up to 4x4
- * elements only interleave independent elements, so any tile shape gives the
- * bits of a single dot product. */
+/* AVX-512 GEMM, f32 compute: every output element accumulates in one 16-lane
+ * register (lane l takes k ≡ l mod 16, fused multiply-add in k order), the k tail
+ * with zero-masked loads, then one fixed reduction tree
+ *     s1[i] = v[i] + v[i+8];  s2[i] = s1[i] + s1[i+4];  s3[i] = s2[i] + s2[i+2];  s3[0] + s3[1].
+ * Register tiles (up to 6 rows x 4 columns, or 2 x 8 for decode) only interleave
+ * independent elements, and the reduction of four elements at once performs, lane by
+ * lane, exactly that tree with the same operand order; so every tile shape, and so
+ * every batch size, gives the bits of a lone dot product.
+ *
+ * Columns beyond n in a partial tile re-read the last valid weight row and are not
+ * stored: the duplicates are computed and thrown away, which changes nothing. */
 #include <immintrin.h>
 
 #include "kernels/cpu/variant.h"
 
-#define TILE_MR 4
-#define TILE_NR 4
+#define A512_MR 6  /* rows per tile when m > 2 */
 
-static inline float avx512_reduce(__m512 v)
-{
-    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    __m128 d = _mm_add_ss(c, _mm_shuffle_ps(c, c, 1));
-    return _mm_cvtss_f32(d);
-}
-
-static inline __m512 avx512_load_f32(const float *p) { return _mm512_loadu_ps(p); }
-static inline __m512 avx512_load_f32_mask(const float *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-static inline __m512 avx512_load_bf16(const uint16_t *p)
+static inline __m512 a512_w_f32(const float *p) { return _mm512_loadu_ps(p); }
+static inline __m512 a512_w_f32_m(const float *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+static inline __m512 a512_w_bf16(const uint16_t *p)
 {
     __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
-static inline __m512 avx512_load_bf16_mask(const uint16_t *p, __mmask16 m)
+static inline __m512 a512_w_bf16_m(const uint16_t *p, __mmask16 m)
 {
     __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
-static inline __m512 avx512_load_f16(const uint16_t *p)
-{
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-}
-static inline __m512 avx512_load_f16_mask(const uint16_t *p, __mmask16 m)
+static inline __m512 a512_w_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+static inline __m512 a512_w_f16_m(const uint16_t *p, __mmask16 m)
 {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 
-/* One tile of mr x nr elements (mr, nr <= 4; constant after inlining). */
-#define AVX512_TILE(SUFFIX, WT, LOADW, LOADW_MASK)                                                          \
-    static inline __attribute__((always_inline)) void avx512_tile_##SUFFIX(                                 \
-        float *y, int64_t ldy, const float *x, int64_t ldx, const WT *w, int64_t ldw, int k, const int mr,    \
-        const int nr)                                                                                         \
-    {                                                                                                         \
-        __m512 acc[TILE_MR][TILE_NR];                                                                         \
-        _Pragma("GCC unroll 4") for (int i = 0; i < mr; i++)                                                  \
-            _Pragma("GCC unroll 4") for (int j = 0; j < nr; j++) acc[i][j] = _mm512_setzero_ps();             \
-        int kk = 0;                                                                                           \
-        for (; kk + 16 <= k; kk += 16) {                                                                      \
-            __m512 wv[TILE_NR];                                                                               \
-            _Pragma("GCC unroll 4") for (int j = 0; j < nr; j++) wv[j] = LOADW(w + j * ldw + kk);             \
-            _Pragma("GCC unroll 4") for (int i = 0; i < mr; i++)                                              \
-            {                                                                                                 \
-                __m512 xv = _mm512_loadu_ps(x + i * ldx + kk);                                                \
-                _Pragma("GCC unroll 4") for (int j = 0; j < nr; j++) acc[i][j] =                              \
-                    _mm512_fmadd_ps(xv, wv[j], acc[i][j]);                                                    \
-            }                                                                                                 \
-        }                                                                                                     \
-        if (kk < k) {                                                                                         \
-            __mmask16 m = (__mmask16)((1u << (k - kk)) - 1u);                                                 \
-            __m512 wv[TILE_NR];                                                                               \
-            _Pragma("GCC unroll 4") for (int j = 0; j < nr; j++) wv[j] = LOADW_MASK(w + j * ldw + kk, m);     \
-            _Pragma("GCC unroll 4") for (int i = 0; i < mr; i++)                                              \
-            {                                                                                                 \
-                __m512 xv = _mm512_maskz_loadu_ps(m, x + i * ldx + kk);                                       \
-                _Pragma("GCC unroll 4") for (int j = 0; j < nr; j++) acc[i][j] =                              \
-                    _mm512_fmadd_ps(xv, wv[j], acc[i][j]);                                                    \
-            }                                                                                                 \
-        }                                                                                                     \
-        _Pragma("GCC unroll 4") for (int i = 0; i < mr; i++)                                                  \
-            _Pragma("GCC unroll 4") for (int j = 0; j < nr; j++) y[i * ldy + j] = avx512_reduce(acc[i][j]);   \
-    }                                                                                                         \
-                                                                                                              \
-    static void avx512_gemm_##SUFFIX(float *y, int64_t ldy, const float *x, int64_t ldx, const WT *w,         \
-                                     int64_t ldw, int m, int n, int k)                                        \
-    {                                                                                                         \
-        for (int i = 0; i < m; i += TILE_MR) {                                                                \
-            int mr = m - i < TILE_MR ? m - i : TILE_MR;                                                       \
-            for (int j = 0; j < n; j += TILE_NR) {                                                            \
-                int nr = n - j < TILE_NR ? n - j : TILE_NR;                                                   \
-                float *yt = y + (int64_t)i * ldy + j;                                                         \
-                const float *xt = x + (int64_t)i * ldx;                                                       \
-                const WT *wt = w + (int64_t)j * ldw;                                                          \
-                if (mr == 4 && nr == 4)                                                                       \
-                    avx512_tile_##SUFFIX(yt, ldy, xt, ldx, wt, ldw, k, 4, 4);                                 \
-                else if (mr == 1 && nr == 4)                                                                  \
-                    avx512_tile_##SUFFIX(yt, ldy, xt, ldx, wt, ldw, k, 1, 4);                                 \
-                else if (mr == 2 && nr == 4)                                                                  \
-                    avx512_tile_##SUFFIX(yt, ldy, xt, ldx, wt, ldw, k, 2, 4);                                 \
-                else if (mr == 3 && nr == 4)                                                                  \
-                    avx512_tile_##SUFFIX(yt, ldy, xt, ldx, wt, ldw, k, 3, 4);                                 \
-                else                                                                                          \
-                    for (int jj = 0; jj < nr; jj++)                                                           \
-                        for (int ii = 0; ii < mr; ii++)                                                       \
-                            avx512_tile_##SUFFIX(yt + ii * ldy + jj, ldy, xt + ii * ldx, ldx, wt + jj * ldw, \
-                                                 ldw, k, 1, 1);                                               \
-            }                                                                                                 \
-        }                                                                                                     \
+/* The tree above applied to four accumulators at once; the four sums come back in
+ * lanes 0..3. */
+static inline __m128 a512_reduce4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+    __m512 s2 = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+    __m512 s3 = _mm512_add_ps(s2, _mm512_shuffle_ps(s2, s2, _MM_SHUFFLE(1, 0, 3, 2)));
+    __m512 s4 = _mm512_add_ps(s3, _mm512_shuffle_ps(s3, s3, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                                         0, 0),
+                                                        s4));
+}
+
+static inline void a512_store4(float *y, __m128 v, int nst)
+{
+    if (nst >= 4)
+        _mm_storeu_ps(y, v);
+    else if (nst > 0)
+        _mm_mask_storeu_ps(y, (__mmask8)((1u << nst) - 1u), v);
+}
+
+/* One tile: mr rows (<= 6) x nr columns (4 or 8), nr and mr constant after inlining;
+ * nst <= nr columns are stored. */
+#define A512_TILE(S, WT, LOADW, LOADW_M)                                                                        \
+    static inline __attribute__((always_inline)) void a512_tile_##S(float *y, int64_t ldy, const float *x,      \
+                                                                    int64_t ldx, const WT *const *wr, int k,     \
+                                                                    const int mr, const int nr, int nst,         \
+                                                                    uintptr_t pf)                                \
+    {                                                                                                           \
+        __m512 acc[A512_MR][8];                                                                                 \
+        _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++)                                                    \
+            _Pragma("GCC unroll 8") for (int j = 0; j < nr; j++) acc[i][j] = _mm512_setzero_ps();               \
+        int kk = 0;                                                                                             \
+        for (; kk + 16 <= k; kk += 16) {                                                                        \
+            __m512 wv[8];                                                                                       \
+            if (pf) {                                                                                           \
+                /* the next tile, in address order, at the pace this one is read */                             \
+                uintptr_t a = pf + (uintptr_t)kk * nr * sizeof(WT);                                             \
+                _Pragma("GCC unroll 8") for (int q = 0; q < nr * 16 * (int)sizeof(WT); q += 64)                  \
+                    _mm_prefetch((const char *)(a + q), _MM_HINT_T1);                                           \
+            }                                                                                                   \
+            _Pragma("GCC unroll 8") for (int j = 0; j < nr; j++) wv[j] = LOADW(wr[j] + kk);                     \
+            _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++)                                                \
+            {                                                                                                   \
+                __m512 xv = _mm512_loadu_ps(x + i * ldx + kk);                                                  \
+                _Pragma("GCC unroll 8") for (int j = 0; j < nr; j++) acc[i][j] =                                \
+                    _mm512_fmadd_ps(xv, wv[j], acc[i][j]);                                                      \
+            }                                                                                                   \
+        }                                                                                                       \
+        if (kk < k) {                                                                                           \
+            __mmask16 msk = (__mmask16)((1u << (k - kk)) - 1u);                                                 \
+            __m512 wv[8];                                                                                       \
+            _Pragma("GCC unroll 8") for (int j = 0; j < nr; j++) wv[j] = LOADW_M(wr[j] + kk, msk);              \
+            _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++)                                                \
+            {                                                                                                   \
+                __m512 xv = _mm512_maskz_loadu_ps(msk, x + i * ldx + kk);                                       \
+                _Pragma("GCC unroll 8") for (int j = 0; j < nr; j++) acc[i][j] =                                \
+                    _mm512_fmadd_ps(xv, wv[j], acc[i][j]);                                                      \
+            }                                                                                                   \
+        }                                                                                                       \
+        _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++)                                                    \
+            _Pragma("GCC unroll 2") for (int j = 0; j < nr; j += 4)                                             \
+                a512_store4(y + i * ldy + j,                                                                    \
+                            a512_reduce4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]), nst - j);     \
+    }                                                                                                           \
+                                                                                                                \
+    void cpu_avx512_gemm_##S(float *y, int64_t ldy, const float *x, int64_t ldx, const WT *w, int64_t ldw,      \
+                             int m, int n, int k)                                                               \
+    {                                                                                                           \
+        if (m <= 2) {                                                                                           \
+            /* decode: 8 columns per tile, the weights stream once */                                           \
+            for (int j = 0; j < n; j += 8) {                                                                    \
+                const WT *wr[8];                                                                                \
+                for (int jj = 0; jj < 8; jj++)                                                                  \
+                    wr[jj] = w + (int64_t)(j + jj < n ? j + jj : n - 1) * ldw;                                  \
+                int nst = n - j < 8 ? n - j : 8;                                                                \
+                /* rows stored back to back: prefetch the next tile's bytes while this one streams */           \
+                uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 8) * (uintptr_t)ldw * sizeof(WT) : 0;  \
+                if (m == 2)                                                                                     \
+                    a512_tile_##S(y + j, ldy, x, ldx, wr, k, 2, 8, nst, pf);                                    \
+                else                                                                                            \
+                    a512_tile_##S(y + j, ldy, x, ldx, wr, k, 1, 8, nst, pf);                                    \
+            }                                                                                                   \
+            return;                                                                                             \
+        }                                                                                                       \
+        /* the 4 weight rows of a column tile stay in L1 while every row tile passes; the first             \
+         * pass prefetches the next column tile */                                                              \
+        for (int j = 0; j < n; j += 4) {                                                                        \
+            const WT *wr[4];                                                                                    \
+            for (int jj = 0; jj < 4; jj++)                                                                      \
+                wr[jj] = w + (int64_t)(j + jj < n ? j + jj : n - 1) * ldw;                                      \
+            int nst = n - j < 4 ? n - j : 4;                                                                    \
+            uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 4) * (uintptr_t)ldw * sizeof(WT) : 0;      \
+            for (int i = 0; i < m; i += A512_MR, pf = 0) {                                                      \
+                float *yt = y + (int64_t)i * ldy + j;                                                           \
+                const float *xt = x + (int64_t)i * ldx;                                                         \
+                switch (m - i) {                                                                                \
+                case 1: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 1, 4, nst, pf); break;                               \
+                case 2: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 2, 4, nst, pf); break;                               \
+                case 3: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 3, 4, nst, pf); break;                               \
+                case 4: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 4, 4, nst, pf); break;                               \
+                case 5: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 5, 4, nst, pf); break;                               \
+                default: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 6, 4, nst, pf); break;                              \
+                }                                                                                               \
+            }                                                                                                   \
+        }                                                                                                       \
     }
 
-AVX512_TILE(f32, float, avx512_load_f32, avx512_load_f32_mask)
-AVX512_TILE(bf16, uint16_t, avx512_load_bf16, avx512_load_bf16_mask)
-AVX512_TILE(f16, uint16_t, avx512_load_f16, avx512_load_f16_mask)
-
-const struct cpu_variant cpu_variant_avx512 = {
-    .name = "avx512",
-    .gemm_f32 = avx512_gemm_f32,
-    .gemm_bf16 = avx512_gemm_bf16,
-    .gemm_f16 = avx512_gemm_f16,
-};
+A512_TILE(f32, float, a512_w_f32, a512_w_f32_m)
+A512_TILE(bf16, uint16_t, a512_w_bf16, a512_w_bf16_m)
+A512_TILE(f16, uint16_t, a512_w_f16, a512_w_f16_m)

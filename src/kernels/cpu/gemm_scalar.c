@@ -4,7 +4,7 @@
  * bit manipulation). */
 #include <string.h>
 
-#include "kernels/cpu/variant.h"
+#include "kernels/cpu/variant_impl.h"
 #include "model/dtype.h"
 
 #define SCALAR_LANES 8
@@ -19,8 +19,8 @@ static inline float scalar_w_bf16(const uint16_t *w, int64_t i) { return dtype_b
 static inline float scalar_w_f16(const uint16_t *w, int64_t i) { return dtype_f16_to_f32(w[i]); }
 
 #define SCALAR_GEMM(SUFFIX, WT, LOADW)                                                                      \
-    static void scalar_gemm_##SUFFIX(float *y, int64_t ldy, const float *x, int64_t ldx, const WT *w,        \
-                                     int64_t ldw, int m, int n, int k)                                       \
+    void cpu_scalar_gemm_##SUFFIX(float *y, int64_t ldy, const float *x, int64_t ldx, const WT *w,           \
+                                  int64_t ldw, int m, int n, int k)                                          \
     {                                                                                                        \
         for (int i = 0; i < m; i++) {                                                                        \
             const float *xr = x + (int64_t)i * ldx;                                                          \
@@ -41,10 +41,3 @@ static inline float scalar_w_f16(const uint16_t *w, int64_t i) { return dtype_f1
 SCALAR_GEMM(f32, float, scalar_w_f32)
 SCALAR_GEMM(bf16, uint16_t, scalar_w_bf16)
 SCALAR_GEMM(f16, uint16_t, scalar_w_f16)
-
-const struct cpu_variant cpu_variant_scalar = {
-    .name = "scalar",
-    .gemm_f32 = scalar_gemm_f32,
-    .gemm_bf16 = scalar_gemm_bf16,
-    .gemm_f16 = scalar_gemm_f16,
-};

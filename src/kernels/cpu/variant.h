@@ -1,7 +1,8 @@
-/* One CPU kernel variant (an ISA level): the innermost routines whose reduction
- * order defines every result.  Each (dtype, variant) pair has exactly one
- * accumulation routine: gemm tiles of any shape compute every element with the
- * same sequence of operations as a single dot product of the same length. */
+/* One CPU kernel variant (an ISA level, and for avx512bf16 a compute precision):
+ * the innermost routines whose operation sequence defines every result.  Each
+ * (dtype, variant) pair has exactly one accumulation routine: gemm tiles of any shape
+ * compute every element with the same sequence of operations as a single dot
+ * product of the same length. */
 #ifndef HEARTH_KERNELS_CPU_VARIANT_H
 #define HEARTH_KERNELS_CPU_VARIANT_H
 
@@ -12,16 +13,37 @@ typedef void (*cpu_gemm_f32_fn)(float *y, int64_t ldy, const float *x, int64_t l
                                 int m, int n, int k);
 typedef void (*cpu_gemm_u16_fn)(float *y, int64_t ldy, const float *x, int64_t ldx, const uint16_t *w,
                                 int64_t ldw, int m, int n, int k);
+/* Both operands bf16 (compute-bf16 variants): y = sum_k x[i, k] * w[j, k]. */
+typedef void (*cpu_gemm_bb_fn)(float *y, int64_t ldy, const uint16_t *x, int64_t ldx, const uint16_t *w,
+                               int64_t ldw, int m, int n, int k);
 
 struct cpu_variant {
-    const char *name;          /* "avx512", "avx2", "scalar" */
+    const char *name;           /* "avx512bf16", "avx512", "avx2", "scalar" */
     cpu_gemm_f32_fn gemm_f32;
     cpu_gemm_u16_fn gemm_bf16;
     cpu_gemm_u16_fn gemm_f16;
+    /* Non-NULL in compute-bf16 variants: matmuls with bf16 weights first round the
+     * activations to bf16 (to_bf16), then use this routine. */
+    cpu_gemm_bb_fn gemm_bb;
+    void (*to_bf16)(uint16_t *dst, const float *src, int64_t n);
+    /* out[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u, with the variant's exp. */
+    void (*swiglu)(float *out, const float *g, const float *u, int64_t n);
+    /* One query row, one tile of attention (online softmax):
+     *   s[j] *= scale for j < n;  mn = max(*m, max s);  c = exp(*m - mn);
+     *   *l = *l * c + tree_sum(exp(s - mn));  acc = acc * c + sum_j p[j] * v[j] (j in order);
+     *   *m = mn.
+     * v: [n, hd] f32 (the tile's V, widened); acc: [hd].  n <= CPU_ATTN_TILE. */
+    void (*attn_update)(float *m, float *l, float *acc, float *s, int n, float scale, const float *v, int hd);
+    /* y[i] = exp(x[i]) with the variant's exp (tests measure it). */
+    void (*exp)(float *y, const float *x, int64_t n);
 };
+
+/* Positions per attention tile: a constant of the algorithm, never of the batch. */
+#define CPU_ATTN_TILE 16
 
 extern const struct cpu_variant cpu_variant_scalar;
 extern const struct cpu_variant cpu_variant_avx2;
 extern const struct cpu_variant cpu_variant_avx512;
+extern const struct cpu_variant cpu_variant_avx512bf16;
 
 #endif

@@ -1,0 +1,314 @@
+/* hearth bench forward: the forward pass alone (no engine, no sampling) on a model
+ * directory: prefill tokens/s for one prompt (512 tokens by default), and decode
+ * tokens/s at batch 1, 8 and 32 with every sequence at a context of 512, against
+ * the machine's ceilings measured in the same run:
+ *   prefill: matmul + attention flops / time, over the f32 FMA ceiling (compute f32)
+ *            or the bf16 dot-product ceiling (compute bf16);
+ *   decode batch 1: bytes of weights read per token / time, over the read bandwidth;
+ *   decode batch B: tokens/s and its ratio to batch 1.
+ * The decode contexts are distinct KV blocks filled with random values (decode time
+ * does not depend on what the KV holds), so no long prefill is needed.  Prints JSON. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/bench.h"
+#include "cli/bench_util.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/ceiling.h"
+#include "model/dtype.h"
+#include "model/model.h"
+
+#define BF_MAX_B 8
+#define BF_BS 16
+
+static void bf_usage(void)
+{
+    fprintf(stderr, "usage: hearth bench forward --model DIR [--threads 2] [--kernel V] [--kv-dtype bf16|f32]\n"
+                    "                            [--prompt 512] [--context 512] [--batches 1,8,32] [--steps 8]\n"
+                    "                            [--repeat 3] [--no-ceilings]\n");
+}
+
+static int bf_parse_list(const char *s, int *out, int cap)
+{
+    int n = 0;
+    while (*s && n < cap) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 1024 || (*end && *end != ','))
+            return 0;
+        out[n++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+static int64_t bf_mat_bytes(const struct weights_mat *w)
+{
+    int64_t es = w->dtype == SAFETENSORS_DTYPE_F32 ? 4 : 2;
+    return w->rows * w->cols * es;
+}
+
+/* Bytes of weights one decoded token reads, and matmul flops per token (no lm_head). */
+static void bf_costs(const struct model *m, int64_t *bytes, double *flops)
+{
+    const struct model_config *c = &m->cfg;
+    int64_t b = 0;
+    double f = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const struct weights_layer *L = &m->w.layers[l];
+        const struct weights_mat *mats[] = {&L->q, &L->k, &L->v, &L->o};
+        for (int i = 0; i < 4; i++) {
+            b += bf_mat_bytes(mats[i]);
+            f += 2.0 * (double)(mats[i]->rows * mats[i]->cols);
+        }
+        if (!L->is_moe) {
+            const struct weights_mat *mlp[] = {&L->gate, &L->up, &L->down};
+            for (int i = 0; i < 3; i++) {
+                b += bf_mat_bytes(mlp[i]);
+                f += 2.0 * (double)(mlp[i]->rows * mlp[i]->cols);
+            }
+        } else {
+            b += bf_mat_bytes(&L->router);
+            f += 2.0 * (double)(L->router.rows * L->router.cols);
+            const struct weights_expert *e = &L->experts[0];
+            int64_t eb = bf_mat_bytes(&e->gate) + bf_mat_bytes(&e->up) + bf_mat_bytes(&e->down);
+            b += eb * c->n_experts_per_tok;
+            f += 2.0 * 3 * (double)(e->gate.rows * e->gate.cols) * c->n_experts_per_tok;
+        }
+    }
+    *bytes = b + bf_mat_bytes(&m->w.lm_head);
+    *flops = f;
+}
+
+struct bf_rig {
+    struct model m;
+    struct backend be;
+    struct kv_store kv;
+    struct qwen3 q;
+    struct batch b;
+    float *logits;   /* [max_rows, vocab] */
+    int32_t *tables; /* [max_rows, blocks_per_seq] */
+    int blocks_per_seq;
+};
+
+static double bf_step(struct bf_rig *r, char *err, size_t errlen)
+{
+    if (batch_build(&r->b, r->kv.n_blocks, err, errlen) != HR_OK)
+        return -1;
+    double t = bench_now();
+    if (qwen3_forward(&r->q, &r->b, &r->kv, r->logits, err, errlen) != HR_OK)
+        return -1;
+    return bench_now() - t;
+}
+
+int bench_forward(int argc, char **argv)
+{
+    const char *model_dir = NULL, *kernel = NULL;
+    long threads = 2, prompt = 512, context = 512, steps = 8, repeat = 3;
+    int batches[BF_MAX_B] = {1, 8, 32}, n_b = 3, ceilings = 1;
+    enum kv_dtype kvdt = KV_DTYPE_BF16;
+    char err[HR_ERRLEN];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            bf_usage();
+            return 0;
+        } else if (args_is(a, "--model")) {
+            if (!(model_dir = args_value(argc, argv, &i)))
+                return 2;
+        } else if (args_is(a, "--kernel")) {
+            if (!(kernel = args_value(argc, argv, &i)))
+                return 2;
+        } else if (args_is(a, "--threads")) {
+            if (!(v = args_value(argc, argv, &i)) || !args_int("--threads", v, 1, 1024, &threads))
+                return 2;
+        } else if (args_is(a, "--prompt")) {
+            if (!(v = args_value(argc, argv, &i)) || !args_int("--prompt", v, 1, 1 << 16, &prompt))
+                return 2;
+        } else if (args_is(a, "--context")) {
+            if (!(v = args_value(argc, argv, &i)) || !args_int("--context", v, 0, 1 << 16, &context))
+                return 2;
+        } else if (args_is(a, "--steps")) {
+            if (!(v = args_value(argc, argv, &i)) || !args_int("--steps", v, 1, 1 << 16, &steps))
+                return 2;
+        } else if (args_is(a, "--repeat")) {
+            if (!(v = args_value(argc, argv, &i)) || !args_int("--repeat", v, 1, 1000, &repeat))
+                return 2;
+        } else if (args_is(a, "--batches")) {
+            if (!(v = args_value(argc, argv, &i)) || !(n_b = bf_parse_list(v, batches, BF_MAX_B))) {
+                fprintf(stderr, "hearth bench forward: --batches takes a list like 1,8,32\n");
+                return 2;
+            }
+        } else if (args_is(a, "--kv-dtype")) {
+            if (!(v = args_value(argc, argv, &i)) || kv_dtype_parse(v, &kvdt, err, sizeof err) != HR_OK) {
+                fprintf(stderr, "hearth bench forward: --kv-dtype must be bf16 or f32\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--no-ceilings")) {
+            ceilings = 0;
+        } else {
+            fprintf(stderr, "hearth bench forward: unknown option '%s'\n", a);
+            bf_usage();
+            return 2;
+        }
+    }
+    if (!model_dir) {
+        bf_usage();
+        return 2;
+    }
+    struct cpu_ceilings ceil = {0};
+    if (ceilings && cpu_ceilings_measure((int)threads, &ceil, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "hearth bench forward: %s\n", err);
+        return 1;
+    }
+
+    int max_b = 1;
+    for (int i = 0; i < n_b; i++)
+        max_b = batches[i] > max_b ? batches[i] : max_b;
+    struct bf_rig r;
+    memset(&r, 0, sizeof r);
+    int rc = 1;
+    int max_tok = (int)(prompt > max_b ? prompt : max_b);
+    r.blocks_per_seq = (int)((context + steps + 1 + BF_BS - 1) / BF_BS);
+    int pblocks = (int)((prompt + BF_BS - 1) / BF_BS);
+    if (r.blocks_per_seq < pblocks)
+        r.blocks_per_seq = pblocks;
+    int n_blocks = r.blocks_per_seq * max_b;
+    if (model_load(&r.m, model_dir, err, sizeof err) != HR_OK ||
+        backend_cpu_init(&r.be, (int)threads, kernel, err, sizeof err) != HR_OK ||
+        kv_store_init(&r.kv, &r.m.cfg, kvdt, BF_BS, (size_t)n_blocks * BF_BS * kv_store_bytes_per_token(&r.m.cfg, kvdt),
+                      err, sizeof err) != HR_OK ||
+        qwen3_init(&r.q, &r.m, &r.be, max_tok, err, sizeof err) != HR_OK ||
+        batch_init(&r.b, BF_BS, max_b, max_tok, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "hearth bench forward: %s\n", err);
+        goto out;
+    }
+    const struct model_config *c = &r.m.cfg;
+    r.logits = malloc((size_t)max_b * c->vocab_size * sizeof *r.logits);
+    r.tables = malloc((size_t)n_blocks * sizeof *r.tables);
+    int32_t *tok = malloc((size_t)max_tok * sizeof *tok);
+    if (!r.logits || !r.tables || !tok) {
+        fprintf(stderr, "hearth bench forward: out of memory\n");
+        free(tok);
+        goto out;
+    }
+    for (int i = 0; i < n_blocks; i++)
+        r.tables[i] = i;
+
+    /* ---- prefill: one prompt from an empty context */
+    bench_tokens(tok, (int)prompt, c->vocab_size, 7);
+    double pre[16];
+    int n_pre = repeat < 16 ? (int)repeat : 16;
+    for (int k = -1; k < n_pre; k++) {
+        batch_reset(&r.b);
+        if (batch_add_row(&r.b, 0, tok, (int)prompt, 0, r.tables, r.blocks_per_seq, BATCH_LOGITS_LAST, err,
+                          sizeof err) != HR_OK) {
+            fprintf(stderr, "hearth bench forward: %s\n", err);
+            goto out_tok;
+        }
+        double s = bf_step(&r, err, sizeof err);
+        if (s < 0) {
+            fprintf(stderr, "hearth bench forward: %s\n", err);
+            goto out_tok;
+        }
+        if (k >= 0) /* the first run warms the pages and caches */
+            pre[k] = s;
+    }
+    double pre_s = bench_median(pre, n_pre);
+    int64_t wbytes;
+    double mm_flops;
+    bf_costs(&r.m, &wbytes, &mm_flops);
+    double attn_flops = 0;
+    for (long p = 0; p < prompt; p++)
+        attn_flops += 4.0 * c->n_heads * c->head_dim * (double)(p + 1);
+    attn_flops *= c->n_layers;
+    double pre_flops = mm_flops * prompt + attn_flops + 2.0 * (double)(r.m.w.lm_head.rows * r.m.w.lm_head.cols);
+    double pre_gflops = pre_flops / pre_s * 1e-9;
+    int bf16_compute = strstr(r.be.name, "bf16") != NULL;
+    double comp_ceil = bf16_compute ? ceil.dot_bf16_gflops : ceil.fma_f32_gflops;
+
+    /* ---- decode: random KV contents, distinct blocks per sequence */
+    {
+        uint64_t st = 88172645463325252ull;
+        size_t n = r.kv.block_bytes * (size_t)r.kv.n_blocks / r.kv.elem_size;
+        for (size_t i = 0; i < n; i++) {
+            st ^= st << 13;
+            st ^= st >> 7;
+            st ^= st << 17;
+            float f = (float)((st >> 40) & 0xffff) / 32768.0f - 1.0f;
+            if (r.kv.dtype == KV_DTYPE_F32)
+                ((float *)r.kv.slab)[i] = f;
+            else
+                ((uint16_t *)r.kv.slab)[i] = dtype_f32_to_bf16(f);
+        }
+    }
+    double dec_tps[BF_MAX_B] = {0}, dec_step_ms[BF_MAX_B] = {0};
+    for (int bi = 0; bi < n_b; bi++) {
+        int B = batches[bi];
+        double ts[64];
+        int n_ts = 0;
+        for (int s = -1; s < steps; s++) {
+            batch_reset(&r.b);
+            int ctx = (int)context + (s < 0 ? 0 : s);
+            bench_tokens(tok, B, c->vocab_size, 1000 + (uint64_t)s);
+            for (int i = 0; i < B; i++) {
+                if (batch_add_row(&r.b, i, tok + i, 1, ctx, r.tables + (size_t)i * r.blocks_per_seq, r.blocks_per_seq,
+                                  BATCH_LOGITS_LAST, err, sizeof err) != HR_OK) {
+                    fprintf(stderr, "hearth bench forward: %s\n", err);
+                    goto out_tok;
+                }
+            }
+            double t = bf_step(&r, err, sizeof err);
+            if (t < 0) {
+                fprintf(stderr, "hearth bench forward: %s\n", err);
+                goto out_tok;
+            }
+            if (s >= 0 && n_ts < 64)
+                ts[n_ts++] = t;
+        }
+        double med = bench_median(ts, n_ts);
+        dec_step_ms[bi] = med * 1e3;
+        dec_tps[bi] = B / med;
+    }
+
+    printf("{\n  \"benchmark\": \"forward\",\n  \"model\": \"%s\",\n  \"backend\": \"%s\",\n  \"threads\": %ld,\n",
+           model_dir, r.be.name, threads);
+    printf("  \"kv_dtype\": \"%s\",\n  \"compute\": \"%s\",\n", kv_dtype_name(kvdt), bf16_compute ? "bf16" : "f32");
+    printf("  \"ceilings\": {\"fma_f32_gflops\": %.1f, \"dot_bf16_gflops\": %.1f, \"read_gbs\": %.2f},\n",
+           ceil.fma_f32_gflops, ceil.dot_bf16_gflops, ceil.read_gbs);
+    printf("  \"prefill\": {\"tokens\": %ld, \"seconds\": %.4f, \"tokens_per_s\": %.1f, \"gflops\": %.1f, "
+           "\"frac_fma_f32\": %.3f, \"frac_dot_bf16\": %.3f, \"frac_compute\": %.3f},\n",
+           prompt, pre_s, prompt / pre_s, pre_gflops, ceil.fma_f32_gflops > 0 ? pre_gflops / ceil.fma_f32_gflops : 0,
+           ceil.dot_bf16_gflops > 0 ? pre_gflops / ceil.dot_bf16_gflops : 0,
+           comp_ceil > 0 ? pre_gflops / comp_ceil : 0);
+    printf("  \"weights_bytes_per_token\": %lld,\n  \"decode\": [", (long long)wbytes);
+    for (int bi = 0; bi < n_b; bi++) {
+        int B = batches[bi];
+        double gbs = (double)wbytes / (dec_step_ms[bi] * 1e-3) * 1e-9;
+        double kv_gbs = (double)B * context * kv_store_bytes_per_token(c, kvdt) / (dec_step_ms[bi] * 1e-3) * 1e-9;
+        double gflops = (double)B * (mm_flops + 2.0 * (double)(r.m.w.lm_head.rows * r.m.w.lm_head.cols) +
+                                     4.0 * c->n_heads * c->head_dim * (double)(context + 1) * c->n_layers) /
+                        (dec_step_ms[bi] * 1e-3) * 1e-9;
+        printf("%s\n    {\"batch\": %d, \"context\": %ld, \"step_ms\": %.2f, \"tokens_per_s\": %.1f, "
+               "\"vs_batch1\": %.2f, \"weights_gbs\": %.2f, \"kv_gbs\": %.2f, \"frac_bandwidth\": %.3f, "
+               "\"gflops\": %.1f, \"frac_compute\": %.3f}",
+               bi ? "," : "", B, context, dec_step_ms[bi], dec_tps[bi], dec_tps[0] > 0 ? dec_tps[bi] / dec_tps[0] : 0,
+               gbs, kv_gbs, ceil.read_gbs > 0 ? gbs / ceil.read_gbs : 0, gflops,
+               comp_ceil > 0 ? gflops / comp_ceil : 0);
+    }
+    printf("\n  ]\n}\n");
+    rc = 0;
+out_tok:
+    free(tok);
+out:
+    free(r.logits);
+    free(r.tables);
+    batch_free(&r.b);
+    qwen3_free(&r.q);
+    kv_store_free(&r.kv);
+    backend_free(&r.be);
+    model_free(&r.m);
+    return rc;
+}

@@ -1,0 +1,126 @@
+/* AVX-512 BF16 GEMM (compute bf16): activations and weights both bf16.  Every output
+ * element accumulates in one 16-lane register through VDPBF16PS (lane l takes the
+ * pair k = 32s + 2l, 32s + 2l + 1 of each 32-wide step, in s order; the instruction's
+ * own rounding, with denormal inputs read as zero), the k tail with zero-masked
+ * loads, then the fixed tree of gemm_avx512.c.  Tiles interleave independent
+ * elements only, so every tile shape gives the bits of a lone dot product. */
+#include <immintrin.h>
+
+#include "kernels/cpu/variant_impl.h"
+
+#define BB_MR 6
+
+static inline __m128 bb_reduce4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+    __m512 s2 = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+    __m512 s3 = _mm512_add_ps(s2, _mm512_shuffle_ps(s2, s2, _MM_SHUFFLE(1, 0, 3, 2)));
+    __m512 s4 = _mm512_add_ps(s3, _mm512_shuffle_ps(s3, s3, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                                         0, 0),
+                                                        s4));
+}
+
+static inline void bb_store4(float *y, __m128 v, int nst)
+{
+    if (nst >= 4)
+        _mm_storeu_ps(y, v);
+    else if (nst > 0)
+        _mm_mask_storeu_ps(y, (__mmask8)((1u << nst) - 1u), v);
+}
+
+static inline __m512bh bb_load(const uint16_t *p) { return (__m512bh)_mm512_loadu_si512((const void *)p); }
+static inline __m512bh bb_load_m(const uint16_t *p, __mmask32 m)
+{
+    return (__m512bh)_mm512_maskz_loadu_epi16(m, (const void *)p);
+}
+
+static inline __attribute__((always_inline)) void bb_tile(float *y, int64_t ldy, const uint16_t *x, int64_t ldx,
+                                                          const uint16_t *const *wr, int k, const int mr,
+                                                          const int nr, int nst, uintptr_t pf)
+{
+    __m512 acc[BB_MR][8];
+    _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < nr; j++) acc[i][j] = _mm512_setzero_ps();
+    int kk = 0;
+    for (; kk + 32 <= k; kk += 32) {
+        __m512bh wv[8];
+        if (pf) {
+            /* the next tile, in address order, at the pace this one is read */
+            uintptr_t a = pf + (uintptr_t)kk * nr * 2;
+            _Pragma("GCC unroll 8") for (int q = 0; q < nr * 64; q += 64)
+                _mm_prefetch((const char *)(a + q), _MM_HINT_T1);
+        }
+        _Pragma("GCC unroll 8") for (int j = 0; j < nr; j++) wv[j] = bb_load(wr[j] + kk);
+        _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++)
+        {
+            __m512bh xv = bb_load(x + i * ldx + kk);
+            _Pragma("GCC unroll 8") for (int j = 0; j < nr; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
+        }
+    }
+    if (kk < k) {
+        __mmask32 msk = (__mmask32)((1ull << (k - kk)) - 1ull);
+        __m512bh wv[8];
+        _Pragma("GCC unroll 8") for (int j = 0; j < nr; j++) wv[j] = bb_load_m(wr[j] + kk, msk);
+        _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++)
+        {
+            __m512bh xv = bb_load_m(x + i * ldx + kk, msk);
+            _Pragma("GCC unroll 8") for (int j = 0; j < nr; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++)
+        _Pragma("GCC unroll 2") for (int j = 0; j < nr; j += 4)
+            bb_store4(y + i * ldy + j, bb_reduce4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]), nst - j);
+}
+
+void cpu_avx512bf16_gemm_bb(float *y, int64_t ldy, const uint16_t *x, int64_t ldx, const uint16_t *w, int64_t ldw,
+                            int m, int n, int k)
+{
+    if (m <= 2) {
+        for (int j = 0; j < n; j += 8) {
+            const uint16_t *wr[8];
+            for (int jj = 0; jj < 8; jj++)
+                wr[jj] = w + (int64_t)(j + jj < n ? j + jj : n - 1) * ldw;
+            int nst = n - j < 8 ? n - j : 8;
+            uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 8) * (uintptr_t)ldw * 2 : 0;
+            if (m == 2)
+                bb_tile(y + j, ldy, x, ldx, wr, k, 2, 8, nst, pf);
+            else
+                bb_tile(y + j, ldy, x, ldx, wr, k, 1, 8, nst, pf);
+        }
+        return;
+    }
+    for (int j = 0; j < n; j += 4) {
+        const uint16_t *wr[4];
+        for (int jj = 0; jj < 4; jj++)
+            wr[jj] = w + (int64_t)(j + jj < n ? j + jj : n - 1) * ldw;
+        int nst = n - j < 4 ? n - j : 4;
+        uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 4) * (uintptr_t)ldw * 2 : 0;
+        for (int i = 0; i < m; i += BB_MR, pf = 0) {
+            float *yt = y + (int64_t)i * ldy + j;
+            const uint16_t *xt = x + (int64_t)i * ldx;
+            switch (m - i) {
+            case 1: bb_tile(yt, ldy, xt, ldx, wr, k, 1, 4, nst, pf); break;
+            case 2: bb_tile(yt, ldy, xt, ldx, wr, k, 2, 4, nst, pf); break;
+            case 3: bb_tile(yt, ldy, xt, ldx, wr, k, 3, 4, nst, pf); break;
+            case 4: bb_tile(yt, ldy, xt, ldx, wr, k, 4, 4, nst, pf); break;
+            case 5: bb_tile(yt, ldy, xt, ldx, wr, k, 5, 4, nst, pf); break;
+            default: bb_tile(yt, ldy, xt, ldx, wr, k, 6, 4, nst, pf); break;
+            }
+        }
+    }
+}
+
+/* Round to nearest even (VCVTNEPS2BF16). */
+void cpu_avx512bf16_to_bf16(uint16_t *dst, const float *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        __m256i v = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i));
+        _mm256_mask_storeu_epi16(dst + i, m, v);
+    }
+}

@@ -1,0 +1,48 @@
+/* The variant tables: which routine defines each result under each variant. */
+#include "kernels/cpu/variant.h"
+
+#include "kernels/cpu/variant_impl.h"
+
+const struct cpu_variant cpu_variant_scalar = {
+    .name = "scalar",
+    .gemm_f32 = cpu_scalar_gemm_f32,
+    .gemm_bf16 = cpu_scalar_gemm_bf16,
+    .gemm_f16 = cpu_scalar_gemm_f16,
+    .swiglu = cpu_scalar_swiglu,
+    .attn_update = cpu_scalar_attn_update,
+    .exp = cpu_scalar_exp,
+};
+
+const struct cpu_variant cpu_variant_avx2 = {
+    .name = "avx2",
+    .gemm_f32 = cpu_avx2_gemm_f32,
+    .gemm_bf16 = cpu_avx2_gemm_bf16,
+    .gemm_f16 = cpu_avx2_gemm_f16,
+    .swiglu = cpu_avx2_swiglu,
+    .attn_update = cpu_avx2_attn_update,
+    .exp = cpu_avx2_exp,
+};
+
+const struct cpu_variant cpu_variant_avx512 = {
+    .name = "avx512",
+    .gemm_f32 = cpu_avx512_gemm_f32,
+    .gemm_bf16 = cpu_avx512_gemm_bf16,
+    .gemm_f16 = cpu_avx512_gemm_f16,
+    .swiglu = cpu_avx512_swiglu,
+    .attn_update = cpu_avx512_attn_update,
+    .exp = cpu_avx512_exp,
+};
+
+/* AVX-512 with bf16 compute: matmuls over bf16 weights round the activations to
+ * bf16 and use VDPBF16PS; everything else is the avx512 variant's. */
+const struct cpu_variant cpu_variant_avx512bf16 = {
+    .name = "avx512bf16",
+    .gemm_f32 = cpu_avx512_gemm_f32,
+    .gemm_bf16 = cpu_avx512_gemm_bf16,
+    .gemm_f16 = cpu_avx512_gemm_f16,
+    .gemm_bb = cpu_avx512bf16_gemm_bb,
+    .to_bf16 = cpu_avx512bf16_to_bf16,
+    .swiglu = cpu_avx512_swiglu,
+    .attn_update = cpu_avx512_attn_update,
+    .exp = cpu_avx512_exp,
+};

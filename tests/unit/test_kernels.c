@@ -1,0 +1,424 @@
+/* The CPU kernels one by one, under every variant this CPU supports:
+ * - GEMM: every tile shape and every split gives the bits of a lone dot product
+ *   (memcmp), for f32/bf16/f16 weights and the bf16 x bf16 routine, k tails included;
+ *   values agree with a float64 reference;
+ * - exp: within a few ulp of libm's double exp, exact at 0, the right limits;
+ * - SwiGLU and the attention tile update against float64 references;
+ * - the backend's matmul family: fused forms equal the plain ones bitwise, a row's
+ *   result does not depend on the other rows or the thread count;
+ * - the thread pool runs every task exactly once, with valid thread indices. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "base/threadpool.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/variant.h"
+#include "model/dtype.h"
+#include "test.h"
+
+static uint64_t rng = 0x853c49e6748fea9bull;
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static const struct cpu_variant *variant_by_name(const char *name)
+{
+    const struct cpu_variant *all[] = {&cpu_variant_avx512bf16, &cpu_variant_avx512, &cpu_variant_avx2,
+                                       &cpu_variant_scalar};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(all[i]->name, name))
+            return all[i];
+    return NULL;
+}
+
+static int n_variants(const struct cpu_variant **out)
+{
+    const char *names[8];
+    int n = backend_cpu_variants(names, 8);
+    for (int i = 0; i < n; i++)
+        out[i] = variant_by_name(names[i]);
+    return n;
+}
+
+enum wkind { W_F32, W_BF16, W_F16, W_BB };
+
+/* y = x w^T with the variant's routine for kind (x is rounded to bf16 first for W_BB). */
+static void gemm(const struct cpu_variant *v, enum wkind kind, float *y, int64_t ldy, const float *x,
+                 const uint16_t *xb, int64_t ldx, const void *w, int64_t ldw, int m, int n, int k)
+{
+    switch (kind) {
+    case W_F32: v->gemm_f32(y, ldy, x, ldx, w, ldw, m, n, k); break;
+    case W_BF16: v->gemm_bf16(y, ldy, x, ldx, w, ldw, m, n, k); break;
+    case W_F16: v->gemm_f16(y, ldy, x, ldx, w, ldw, m, n, k); break;
+    case W_BB: v->gemm_bb(y, ldy, xb, ldx, w, ldw, m, n, k); break;
+    }
+}
+
+static double wval(enum wkind kind, const void *w, int64_t i)
+{
+    if (kind == W_F32)
+        return ((const float *)w)[i];
+    if (kind == W_F16)
+        return dtype_f16_to_f32(((const uint16_t *)w)[i]);
+    return dtype_bf16_to_f32(((const uint16_t *)w)[i]);
+}
+
+/* Every (m, n, k) in a grid: the block result equals element-by-element lone dot
+ * products bitwise, and a float64 reference within a bound relative to sum |x w|. */
+static void check_gemm_kind(const struct cpu_variant *v, enum wkind kind)
+{
+    static const int ks[] = {1, 5, 15, 16, 17, 31, 32, 33, 64, 100, 128, 257};
+    static const int ms[] = {1, 2, 3, 5, 6, 7, 8, 13};
+    static const int ns[] = {1, 3, 4, 5, 8, 9, 17};
+    int bad_bits = 0, bad_vals = 0;
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        int k = ks[ki], ld = k + 3; /* strided rows: ld > k */
+        float *x = malloc(sizeof(float) * 13 * ld);
+        uint16_t *xb = malloc(sizeof(uint16_t) * 13 * ld);
+        void *w = malloc(4 * 17 * (size_t)ld);
+        for (int i = 0; i < 13 * ld; i++)
+            x[i] = frand();
+        if (kind == W_BB)
+            v->to_bf16(xb, x, 13 * ld);
+        for (int i = 0; i < 17 * ld; i++) {
+            float f = frand();
+            if (kind == W_F32)
+                ((float *)w)[i] = f;
+            else if (kind == W_F16)
+                ((uint16_t *)w)[i] = dtype_f32_to_f16(f);
+            else
+                ((uint16_t *)w)[i] = dtype_f32_to_bf16(f);
+        }
+        size_t es = kind == W_F32 ? 4 : 2;
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                int m = ms[mi], n = ns[ni];
+                float y[13 * 17], y1;
+                gemm(v, kind, y, n, x, xb, ld, w, ld, m, n, k);
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < n; j++) {
+                        gemm(v, kind, &y1, 1, x + i * ld, xb + i * ld, ld, (const char *)w + es * j * ld, ld, 1, 1,
+                             k);
+                        if (memcmp(&y1, &y[i * n + j], sizeof y1) != 0)
+                            bad_bits++;
+                        double ref = 0, mag = 0;
+                        for (int kk = 0; kk < k; kk++) {
+                            double xv = kind == W_BB ? dtype_bf16_to_f32(xb[i * ld + kk]) : x[i * ld + kk];
+                            double p = xv * wval(kind, w, (int64_t)j * ld + kk);
+                            ref += p;
+                            mag += fabs(p);
+                        }
+                        if (!(fabs(y[i * n + j] - ref) <= 1e-6 * mag + 1e-30))
+                            bad_vals++;
+                    }
+            }
+        free(x);
+        free(xb);
+        free(w);
+    }
+    CHECK_MSG(bad_bits == 0, "%s kind %d: %d elements differ from a lone dot product", v->name, kind, bad_bits);
+    CHECK_MSG(bad_vals == 0, "%s kind %d: %d elements off the float64 reference", v->name, kind, bad_vals);
+}
+
+static void test_gemm_invariant(void)
+{
+    const struct cpu_variant *vs[8];
+    int nv = n_variants(vs);
+    for (int i = 0; i < nv; i++) {
+        check_gemm_kind(vs[i], W_F32);
+        check_gemm_kind(vs[i], W_BF16);
+        check_gemm_kind(vs[i], W_F16);
+        if (vs[i]->gemm_bb)
+            check_gemm_kind(vs[i], W_BB);
+    }
+}
+
+/* The bf16 rounding of the compute-bf16 variant: nearest even, like dtype_f32_to_bf16
+ * for normal numbers. */
+static void test_to_bf16(void)
+{
+    const struct cpu_variant *vs[8];
+    int nv = n_variants(vs);
+    for (int i = 0; i < nv; i++) {
+        if (!vs[i]->to_bf16)
+            continue;
+        float x[1000];
+        uint16_t got[1000];
+        for (int j = 0; j < 1000; j++)
+            x[j] = frand() * 100.0f;
+        x[0] = 1.0f + 1.0f / 256; /* a tie: rounds to even (1.0) */
+        x[1] = 1.0f + 3.0f / 256; /* a tie: rounds to even (1 + 4/256) */
+        vs[i]->to_bf16(got, x, 999);
+        int bad = 0;
+        for (int j = 0; j < 999; j++)
+            bad += got[j] != dtype_f32_to_bf16(x[j]);
+        CHECK_MSG(bad == 0, "%s: %d values rounded differently", vs[i]->name, bad);
+        CHECK(got[0] == 0x3f80 && got[1] == 0x3f82);
+    }
+}
+
+static double ulp_err(float got, double want)
+{
+    int e;
+    frexp(want, &e);
+    double ulp = ldexp(1.0, e - 24);
+    return fabs((double)got - want) / ulp;
+}
+
+static void test_exp(void)
+{
+    const struct cpu_variant *vs[8];
+    int nv = n_variants(vs);
+    enum { N = 20000 };
+    static float x[N], y[N], y1[N];
+    for (int i = 0; i < N; i++)
+        x[i] = -86.9f + 174.8f * (float)i / N + 0.001f * frand(); /* inside the range */
+    for (int i = 0; i < nv; i++) {
+        const struct cpu_variant *v = vs[i];
+        v->exp(y, x, N);
+        double worst = 0;
+        for (int j = 0; j < N; j++) {
+            double e = ulp_err(y[j], exp((double)x[j]));
+            worst = e > worst ? e : worst;
+        }
+        CHECK_MSG(worst <= 2.0, "%s: exp off by %.2f ulp", v->name, worst);
+        /* elementwise: the bits do not depend on the call's length or alignment */
+        for (int j = 0; j < 37; j++)
+            v->exp(y1 + j, x + j, 1);
+        v->exp(y1 + 37, x + 37, N - 37);
+        CHECK_MSG(!memcmp(y, y1, sizeof y), "%s: exp depends on the call", v->name);
+        float sp[6] = {0.0f, -INFINITY, INFINITY, NAN, -100.0f, 100.0f}, r[6];
+        v->exp(r, sp, 6);
+        CHECK(r[0] == 1.0f && r[1] == 0.0f && isinf(r[2]) && r[2] > 0 && isnan(r[3]) && r[4] == 0.0f &&
+              isinf(r[5]));
+    }
+}
+
+static void test_swiglu(void)
+{
+    const struct cpu_variant *vs[8];
+    int nv = n_variants(vs);
+    enum { N = 1001 };
+    float g[N], u[N], o[N], o1[N];
+    for (int j = 0; j < N; j++) {
+        g[j] = 12.0f * frand();
+        u[j] = frand();
+    }
+    g[0] = -95.0f; /* exp(95) overflows: silu -> -0 */
+    for (int i = 0; i < nv; i++) {
+        vs[i]->swiglu(o, g, u, N);
+        int bad = 0;
+        for (int j = 0; j < N; j++) {
+            double ref = (double)g[j] / (1.0 + exp(-(double)g[j])) * u[j];
+            bad += !(fabs(o[j] - ref) <= 1e-6 * fabs(ref) + 1e-30);
+        }
+        CHECK_MSG(bad == 0, "%s: %d SwiGLU values off", vs[i]->name, bad);
+        vs[i]->swiglu(o1, g, u, 7);
+        vs[i]->swiglu(o1 + 7, g + 7, u + 7, N - 7);
+        CHECK(!memcmp(o, o1, sizeof o));
+    }
+}
+
+/* Online softmax over several tiles against float64 softmax(s * scale) · V. */
+static void test_attn_update(void)
+{
+    const struct cpu_variant *vs[8];
+    int nv = n_variants(vs);
+    enum { HD = 80, NP = 45 }; /* head_dim not a multiple of 16; a partial last tile */
+    float s[NP], v[NP * HD];
+    for (int j = 0; j < NP; j++)
+        s[j] = 6.0f * frand();
+    for (int j = 0; j < NP * HD; j++)
+        v[j] = frand();
+    float scale = 0.7f;
+    double mx = -INFINITY, den = 0, ref[HD] = {0};
+    for (int j = 0; j < NP; j++)
+        mx = fmax(mx, (double)s[j] * scale);
+    for (int j = 0; j < NP; j++) {
+        double p = exp((double)s[j] * scale - mx);
+        den += p;
+        for (int d = 0; d < HD; d++)
+            ref[d] += p * v[j * HD + d];
+    }
+    for (int i = 0; i < nv; i++) {
+        float m = -INFINITY, l = 0, acc[HD] = {0}, st[CPU_ATTN_TILE];
+        for (int p0 = 0; p0 < NP; p0 += CPU_ATTN_TILE) {
+            int n = NP - p0 < CPU_ATTN_TILE ? NP - p0 : CPU_ATTN_TILE;
+            memcpy(st, s + p0, (size_t)n * sizeof(float));
+            vs[i]->attn_update(&m, &l, acc, st, n, scale, v + p0 * HD, HD);
+        }
+        int bad = 0;
+        for (int d = 0; d < HD; d++)
+            bad += !(fabs(acc[d] / l - ref[d] / den) <= 1e-5);
+        CHECK_MSG(bad == 0, "%s: %d attention outputs off", vs[i]->name, bad);
+    }
+}
+
+/* ------------------------------------------------------------------ backend */
+
+struct mats {
+    struct weights_mat a, b;  /* [n, k] bf16 */
+    struct weights_mat c;     /* [k2, n] f32 (a second shape and dtype) */
+    uint16_t *ad, *bd;
+    float *cd;
+};
+
+static void mats_init(struct mats *mt, int n, int k)
+{
+    mt->ad = malloc((size_t)n * k * 2);
+    mt->bd = malloc((size_t)n * k * 2);
+    mt->cd = malloc((size_t)n * k * 4);
+    for (int64_t i = 0; i < (int64_t)n * k; i++) {
+        mt->ad[i] = dtype_f32_to_bf16(0.1f * frand());
+        mt->bd[i] = dtype_f32_to_bf16(0.1f * frand());
+        mt->cd[i] = 0.1f * frand();
+    }
+    mt->a = (struct weights_mat){.dtype = SAFETENSORS_DTYPE_BF16, .rows = n, .cols = k, .data = mt->ad};
+    mt->b = (struct weights_mat){.dtype = SAFETENSORS_DTYPE_BF16, .rows = n, .cols = k, .data = mt->bd};
+    mt->c = (struct weights_mat){.dtype = SAFETENSORS_DTYPE_F32, .rows = k, .cols = n, .data = mt->cd};
+}
+
+static void mats_free(struct mats *mt)
+{
+    free(mt->ad);
+    free(mt->bd);
+    free(mt->cd);
+}
+
+static void test_backend_matmuls(void)
+{
+    const char *names[8];
+    int nv = backend_cpu_variants(names, 8);
+    enum { N = 300, K = 200, M = 100 };
+    struct mats mt;
+    mats_init(&mt, N, K);
+    float *x = malloc(sizeof(float) * M * K), *xn = malloc(sizeof(float) * M * N);
+    for (int i = 0; i < M * K; i++)
+        x[i] = frand();
+    for (int i = 0; i < M * N; i++)
+        xn[i] = frand();
+    float *y = malloc(sizeof(float) * M * N), *y2 = malloc(sizeof(float) * M * N), *u = malloc(sizeof(float) * M * N),
+          *z = malloc(sizeof(float) * M * N), *yc = malloc(sizeof(float) * M * K),
+          *yc2 = malloc(sizeof(float) * M * K);
+    char err[HR_ERRLEN];
+    for (int vi = 0; vi < nv; vi++) {
+        struct backend be1, be3;
+        CHECK_OK(backend_cpu_init(&be1, 1, names[vi], err, sizeof err), err);
+        CHECK_OK(backend_cpu_init(&be3, 3, names[vi], err, sizeof err), err);
+        CHECK_OK(be1.ops->reserve(&be1, M, K > N ? K : N, err, sizeof err), err);
+        CHECK_OK(be3.ops->reserve(&be3, M, K > N ? K : N, err, sizeof err), err);
+        /* rows alone and rows together, 1 and 3 threads */
+        be1.ops->matmul(&be1, y, x, M, &mt.a);
+        int bad = 0;
+        for (int i = 0; i < M; i += 7) {
+            be3.ops->matmul(&be3, y2, x + i * K, 1, &mt.a);
+            bad += memcmp(y2, y + i * N, sizeof(float) * N) != 0;
+        }
+        be3.ops->matmul(&be3, y2, x, M, &mt.a);
+        bad += memcmp(y, y2, sizeof(float) * M * N) != 0;
+        be3.ops->matmul(&be3, y2, x + 3 * K, 70, &mt.a); /* another row count: small-m and large-m splits */
+        bad += memcmp(y + 3 * N, y2, sizeof(float) * 70 * N) != 0;
+        CHECK_MSG(bad == 0, "%s: matmul rows depend on the batch or threads", names[vi]);
+        /* matmul_multi = separate matmuls */
+        float *ys[2] = {y2, u};
+        const struct weights_mat *ws[2] = {&mt.a, &mt.b};
+        be3.ops->matmul_multi(&be3, 2, ys, x, M, ws);
+        be1.ops->matmul(&be1, z, x, M, &mt.b);
+        CHECK(!memcmp(y2, y, sizeof(float) * M * N) && !memcmp(u, z, sizeof(float) * M * N));
+        /* matmul_add = matmul then add */
+        memcpy(y2, xn, sizeof(float) * M * N);
+        be3.ops->matmul_add(&be3, y2, x, M, &mt.a);
+        bad = 0;
+        for (int i = 0; i < M * N; i++) {
+            float want = xn[i] + y[i];
+            bad += memcmp(&want, &y2[i], sizeof want) != 0;
+        }
+        CHECK_MSG(bad == 0, "%s: matmul_add differs from matmul + add", names[vi]);
+        /* matmul_swiglu = silu(matmul gate) * matmul up, with the variant's swiglu */
+        be3.ops->matmul_swiglu(&be3, y2, x, M, &mt.a, &mt.b);
+        be1.ops->silu_mul(&be1, u, y, z, (int64_t)M * N);
+        CHECK_MSG(!memcmp(u, y2, sizeof(float) * M * N), "%s: matmul_swiglu differs", names[vi]);
+        /* f32 weights, another k; and matmul_f32 equals the f32 variant's matmul */
+        be1.ops->matmul(&be1, yc, xn, M, &mt.c);
+        be3.ops->matmul(&be3, yc2, xn, M, &mt.c);
+        CHECK(!memcmp(yc, yc2, sizeof(float) * M * K));
+        be3.ops->matmul_f32(&be3, y2, x, M, &mt.a);
+        struct backend bef;
+        const char *f32_name = !strcmp(names[vi], "avx512bf16") ? "avx512" : names[vi];
+        CHECK_OK(backend_cpu_init(&bef, 2, f32_name, err, sizeof err), err);
+        bef.ops->matmul(&bef, u, x, M, &mt.a);
+        CHECK_MSG(!memcmp(u, y2, sizeof(float) * M * N), "%s: matmul_f32 is not the f32 matmul", names[vi]);
+        backend_free(&bef);
+        backend_free(&be1);
+        backend_free(&be3);
+    }
+    free(x);
+    free(xn);
+    free(y);
+    free(y2);
+    free(u);
+    free(z);
+    free(yc);
+    free(yc2);
+    mats_free(&mt);
+}
+
+/* ------------------------------------------------------------------ thread pool */
+
+struct tp_ctx {
+    _Atomic int *hits; /* [n_tasks] */
+    _Atomic int bad_thread;
+    int n_threads;
+};
+
+static void tp_task(void *ctx, int t, int thread)
+{
+    struct tp_ctx *c = ctx;
+    atomic_fetch_add(&c->hits[t], 1);
+    if (thread < 0 || thread >= c->n_threads)
+        atomic_fetch_add(&c->bad_thread, 1);
+}
+
+static void test_threadpool(void)
+{
+    char err[HR_ERRLEN];
+    enum { MAXT = 257 };
+    static _Atomic int hits[MAXT];
+    for (int nt = 1; nt <= 4; nt++) {
+        struct threadpool tp;
+        CHECK_OK(threadpool_init(&tp, nt, err, sizeof err), err);
+        int bad = 0;
+        struct tp_ctx c = {.hits = hits, .n_threads = nt};
+        atomic_init(&c.bad_thread, 0);
+        for (int round = 0; round < 3000; round++) {
+            int n = round % 7 == 0 ? 0 : round % 5 == 0 ? 1 : 1 + round % MAXT;
+            for (int i = 0; i < MAXT; i++)
+                atomic_store(&hits[i], 0);
+            threadpool_run(&tp, tp_task, &c, n);
+            for (int i = 0; i < MAXT; i++)
+                bad += atomic_load(&hits[i]) != (i < n);
+        }
+        CHECK_MSG(bad == 0 && atomic_load(&c.bad_thread) == 0, "threads %d: %d tasks ran other than once", nt, bad);
+        threadpool_free(&tp);
+        threadpool_free(&tp); /* a second free is a no-op */
+    }
+    struct threadpool tp;
+    CHECK(threadpool_init(&tp, 0, err, sizeof err) == HR_ERR_INVALID);
+}
+
+int main(void)
+{
+    TEST_RUN(test_gemm_invariant);
+    TEST_RUN(test_to_bf16);
+    TEST_RUN(test_exp);
+    TEST_RUN(test_swiglu);
+    TEST_RUN(test_attn_update);
+    TEST_RUN(test_backend_matmuls);
+    TEST_RUN(test_threadpool);
+    TEST_END();
+}
