@@ -100,7 +100,8 @@ expect() { # NAME WANT_STATUS PARAM METHOD PATH [curl args]
   if [ "$code" = "$want" ] && envelope "$param"; then ok "$name ($want)"; else fail "$name: status $code, want $want: $(head -c 300 "$tmp/body")"; fi
 }
 
-start_server on --api-key "$key" --api-key sk-second --max-body-bytes 65536 --max-n 4 --reasoning-parser qwen3
+start_server on --api-key "$key" --api-key sk-second --salt-per-key --max-body-bytes 65536 --max-n 4 \
+  --reasoning-parser qwen3
 start_server off --api-key "$key" --prefix-cache off --max-num-seqs 2 --max-waiting 1
 base="http://127.0.0.1:$port_on"
 auth=(-H "Authorization: Bearer $key")
@@ -179,6 +180,21 @@ check "reload" [ "$code" = 200 -a "$(jget status)" = ok ]
 req POST "$base/v1/completions" "${auth[@]}" "${json[@]}" -d '{"model":"tiny","prompt":"After reload","max_tokens":2}'
 check "serving after reload" [ "$code" = 200 ]
 
+# ---- --salt-per-key: each key its own prefix-cache namespace, whatever cache_salt says
+prefix=$(printf 'a shared prefix for the salt test %.0s' $(seq 1 30))
+salted() { # KEY EXTRA_JSON: prints cached_tokens of one request
+  req POST "$base/v1/completions" -H "Authorization: Bearer $1" "${json[@]}" \
+    -d "{\"model\":\"tiny\",\"prompt\":\"$prefix $3\",\"max_tokens\":1$2}"
+  jget usage.prompt_tokens_details.cached_tokens
+}
+salted "$key" "" one >/dev/null
+c_same=$(salted "$key" "" two)
+c_other=$(salted sk-second "" three)
+c_salt=$(salted "$key" ',"cache_salt":"sk-second"' four)
+check "salt per key: the same key reuses its prefix ($c_same)" [ "$c_same" -gt 0 ]
+check "salt per key: another key does not see it ($c_other)" [ "$c_other" = 0 ]
+check "salt per key: a client cache_salt cannot cross keys ($c_salt)" [ "$c_salt" -gt 0 ]
+
 # ---- --max-waiting: 503 with Retry-After once the queue is full
 offb="http://127.0.0.1:$port_off"
 for i in $(seq 1 8); do
@@ -212,6 +228,23 @@ if [ -n "$line" ]; then
   passed=$((passed + $(sed -E 's/.*passed=([0-9]+).*/\1/' <<<"$line")))
   failed=$((failed + $(sed -E 's/.*failed=([0-9]+).*/\1/' <<<"$line")))
 else fail "load test crashed"; fi
+
+# ---- a client that hangs up: its request is cancelled (not streamed, and streamed mid-prefill)
+idle_soon() { # the engine has nothing running within 3 s
+  for _ in $(seq 1 30); do
+    req GET "$base/v1/stats" "${auth[@]}"
+    [ "$(jget running)" = 0 ] && [ "$(jget waiting)" = 0 ] && [ "$(jget active_requests)" = 0 ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+curl -s -m 0.5 -o /dev/null "${auth[@]}" "${json[@]}" "$base/v1/completions" \
+  -d '{"model":"tiny","prompt":"hang up","max_tokens":3000,"ignore_eos":true}'
+check "hang-up during a non-streamed request cancels it" idle_soon
+long=$(printf 'word %.0s' $(seq 1 3000))
+curl -s -m 0.05 -o /dev/null "${auth[@]}" "${json[@]}" "$base/v1/completions" \
+  -d "{\"model\":\"tiny\",\"prompt\":\"$long\",\"max_tokens\":3000,\"ignore_eos\":true,\"stream\":true}"
+check "hang-up during a streamed request's prefill cancels it" idle_soon
 
 # ---- SIGTERM: a stream in flight finishes, then the server exits 0
 curl -sN -m 60 "${auth[@]}" "${json[@]}" -d '{"model":"tiny","prompt":"last words","max_tokens":64,"ignore_eos":true,"stream":true}' \
