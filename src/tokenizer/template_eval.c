@@ -38,6 +38,28 @@ bool template_fail(struct template_render *r, const struct template_node *at, en
     return false;
 }
 
+bool template_limit(struct template_render *r, const struct template_node *at, const char *fmt, ...)
+{
+    if (r->status == HR_OK)
+        r->limit_hit = true;
+    va_list ap;
+    va_start(ap, fmt);
+    template_failv(r, at, HR_ERR_INVALID, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+bool template_check_pending(struct template_render *r, const struct template_value *v)
+{
+    if (v->type != TEMPLATE_T_LIST || !v->u.list.pending)
+        return true;
+    if (r->status == HR_OK) {
+        r->status = HR_ERR_INVALID;
+        hr_err(r->err, r->errlen, HR_ERR_INVALID, "%s", v->u.list.pending);
+    }
+    return false;
+}
+
 bool template_mem(struct template_render *r, ptrdiff_t bytes)
 {
     if (!r)
@@ -48,7 +70,7 @@ bool template_mem(struct template_render *r, ptrdiff_t bytes)
         return true;
     }
     if (r->lim && r->mem + (size_t)bytes > r->lim->max_memory)
-        return template_fail(r, NULL, HR_ERR_INVALID, "template rendering needs more than %zu bytes of memory",
+        return template_limit(r, NULL, "template rendering needs more than %zu bytes of memory",
                              r->lim->max_memory);
     r->mem += (size_t)bytes;
     return true;
@@ -58,7 +80,7 @@ bool template_charge(struct template_render *r, size_t bytes)
 {
     r->steps += bytes / 256;
     if (r->lim && r->steps > r->lim->max_steps)
-        return template_fail(r, NULL, HR_ERR_INVALID, "template rendering exceeds %llu steps",
+        return template_limit(r, NULL, "template rendering exceeds %llu steps",
                              (unsigned long long)r->lim->max_steps);
     return true;
 }
@@ -67,10 +89,10 @@ static bool enter(struct template_render *r, const struct template_node *n)
 {
     r->at = n;
     if (++r->depth > r->lim->max_depth)
-        return template_fail(r, n, HR_ERR_INVALID, "template evaluation nested more than %u levels deep",
+        return template_limit(r, n, "template evaluation nested more than %u levels deep",
                              r->lim->max_depth);
     if (++r->steps > r->lim->max_steps)
-        return template_fail(r, n, HR_ERR_INVALID, "template rendering exceeds %llu steps",
+        return template_limit(r, n, "template rendering exceeds %llu steps",
                              (unsigned long long)r->lim->max_steps);
     return true;
 }
@@ -83,7 +105,7 @@ static void leave(struct template_render *r)
 static bool count_iteration(struct template_render *r, const struct template_node *n)
 {
     if (++r->iterations > r->lim->max_loop_iterations)
-        return template_fail(r, n, HR_ERR_INVALID,
+        return template_limit(r, n,
                              "more than %llu loop iterations and macro calls (a runaway loop?)",
                              (unsigned long long)r->lim->max_loop_iterations);
     return true;
@@ -473,7 +495,8 @@ struct template_value *template_getitem(struct template_render *r, const struct 
         }
         return &template_undefined;
     case TEMPLATE_T_LIST:
-        if (index_of(key, (int64_t)obj->u.list.n, &i))
+        /* views and generators are not subscriptable: Jinja turns that TypeError into undefined */
+        if (!obj->u.list.view && index_of(key, (int64_t)obj->u.list.n, &i))
             return template_ref(obj->u.list.items[i]);
         break;
     case TEMPLATE_T_STR:
@@ -501,7 +524,7 @@ struct template_value *template_iterate(struct template_render *r, const struct 
 {
     switch (v->type) {
     case TEMPLATE_T_LIST:
-        return template_ref(v);
+        return template_check_pending(r, v) ? template_ref(v) : NULL;
     case TEMPLATE_T_UNDEFINED:
         return template_list(r, 0);
     case TEMPLATE_T_DICT: {
@@ -534,7 +557,8 @@ struct template_value *template_iterate(struct template_render *r, const struct 
     }
 }
 
-/* Python slice of a list or string. */
+/* Python slice of a list or string; like Jinja's getitem, what cannot be sliced (a number, a
+ * view, non-integer bounds) gives undefined, and only a zero step is an error. */
 static struct template_value *slice(struct template_render *r, const struct template_node *at,
                                     struct template_value *obj, struct template_value *vs[3])
 {
@@ -543,11 +567,8 @@ static struct template_value *slice(struct template_render *r, const struct temp
     for (int k = 0; k < 3; k++) {
         if (!vs[k] || vs[k]->type == TEMPLATE_T_NONE || vs[k]->type == TEMPLATE_T_UNDEFINED)
             continue;
-        if (vs[k]->type != TEMPLATE_T_INT && vs[k]->type != TEMPLATE_T_BOOL) {
-            template_fail(r, at, HR_ERR_INVALID, "slice indices must be integers or None, not %s",
-                          template_type_name(vs[k]));
-            return NULL;
-        }
+        if (vs[k]->type != TEMPLATE_T_INT && vs[k]->type != TEMPLATE_T_BOOL)
+            return &template_undefined;
         vals[k] = vs[k]->type == TEMPLATE_T_BOOL ? vs[k]->u.b : vs[k]->u.i;
         given[k] = true;
     }
@@ -559,12 +580,8 @@ static struct template_value *slice(struct template_render *r, const struct temp
     if (step == INT64_MIN)
         step = -INT64_MAX;
     bool is_str = obj->type == TEMPLATE_T_STR;
-    if (!is_str && obj->type != TEMPLATE_T_LIST) {
-        if (obj->type == TEMPLATE_T_UNDEFINED)
-            return &template_undefined;
-        template_fail(r, at, HR_ERR_INVALID, "'%s' object is not subscriptable", template_type_name(obj));
-        return NULL;
-    }
+    if (!is_str && (obj->type != TEMPLATE_T_LIST || obj->u.list.view))
+        return &template_undefined;
     size_t *offs = NULL; /* code point offsets of a string, [n + 1] */
     int64_t n;
     if (is_str) {
@@ -694,7 +711,7 @@ static struct template_value *repeat(struct template_render *r, const struct tem
         times = 0;
     if (seq->type == TEMPLATE_T_STR) {
         if (seq->u.str.len && (uint64_t)times > r->lim->max_output / seq->u.str.len) {
-            template_fail(r, at, HR_ERR_INVALID, "string repetition exceeds the limit of %zu bytes",
+            template_limit(r, at, "string repetition exceeds the limit of %zu bytes",
                           r->lim->max_output);
             return NULL;
         }
@@ -711,7 +728,7 @@ static struct template_value *repeat(struct template_render *r, const struct tem
         return template_str_take(r, &b);
     }
     if (seq->u.list.n && (uint64_t)times > r->lim->max_memory / 8 / seq->u.list.n) {
-        template_fail(r, at, HR_ERR_INVALID, "list repetition too large");
+        template_limit(r, at, "list repetition too large");
         return NULL;
     }
     struct template_value *l = template_list(r, 0);
@@ -770,7 +787,7 @@ static struct template_value *percent_format(struct template_render *r, const st
             digits = pd > digits ? pd : digits;
         }
         if (digits > 4) {
-            template_fail(r, at, HR_ERR_INVALID, "format width or precision too large");
+            template_limit(r, at, "format width or precision too large");
             goto fail;
         }
         if (j >= n) {
@@ -830,7 +847,11 @@ static struct template_value *percent_format(struct template_render *r, const st
         if (!ok)
             goto fail;
     }
-    if (next < nitems && args->type == TEMPLATE_T_LIST && args->u.list.is_tuple) {
+    /* Python treats an argument with __getitem__ (list, dict, Undefined) as a mapping: leftovers
+     * are an error only for the others */
+    bool mapping_like = args->type == TEMPLATE_T_DICT || args->type == TEMPLATE_T_UNDEFINED ||
+                        (args->type == TEMPLATE_T_LIST && !args->u.list.is_tuple && !template_is_iterator(args));
+    if (next < nitems && !mapping_like) {
         template_fail(r, at, HR_ERR_INVALID, "not all arguments converted during string formatting");
         goto fail;
     }
@@ -929,7 +950,7 @@ static struct template_value *arith(struct template_render *r, const struct temp
     }
     if (op == TEMPLATE_OP_ADD && a->type == TEMPLATE_T_STR && b->type == TEMPLATE_T_STR) {
         if (a->u.str.len + b->u.str.len > r->lim->max_output) {
-            template_fail(r, at, HR_ERR_INVALID, "string exceeds the limit of %zu bytes", r->lim->max_output);
+            template_limit(r, at, "string exceeds the limit of %zu bytes", r->lim->max_output);
             return NULL;
         }
         struct template_buf buf = {.r = r};
@@ -941,7 +962,7 @@ static struct template_value *arith(struct template_render *r, const struct temp
         return template_str_take(r, &buf);
     }
     if (op == TEMPLATE_OP_ADD && a->type == TEMPLATE_T_LIST && b->type == TEMPLATE_T_LIST &&
-        a->u.list.is_tuple == b->u.list.is_tuple) {
+        a->u.list.is_tuple == b->u.list.is_tuple && !a->u.list.view && !b->u.list.view) {
         struct template_value *l = template_list(r, a->u.list.n + b->u.list.n);
         if (!l)
             return NULL;
@@ -957,7 +978,8 @@ static struct template_value *arith(struct template_render *r, const struct temp
         template_unref(r, l);
         return NULL;
     }
-    if (op == TEMPLATE_OP_MUL) {
+    if (op == TEMPLATE_OP_MUL && !(a->type == TEMPLATE_T_LIST && a->u.list.view) &&
+        !(b->type == TEMPLATE_T_LIST && b->u.list.view)) {
         if ((a->type == TEMPLATE_T_STR || a->type == TEMPLATE_T_LIST) &&
             (b->type == TEMPLATE_T_INT || b->type == TEMPLATE_T_BOOL))
             return repeat(r, at, a, num_i(b));
@@ -991,6 +1013,8 @@ static bool contains(struct template_render *r, const struct template_node *at, 
                memmem(hay->u.str.s, hay->u.str.len, needle->u.str.s, needle->u.str.len) != NULL;
         return true;
     case TEMPLATE_T_LIST:
+        if (!template_check_pending(r, hay))
+            return false;
         *res = false;
         for (size_t i = 0; i < hay->u.list.n && !*res; i++)
             *res = template_equal(needle, hay->u.list.items[i]);

@@ -101,8 +101,8 @@ static bool merge_sort(struct template_render *r, const struct template_node *at
         return false;
     size_t i = 0, j = h, k = 0;
     while (i < h && j < n) {
-        int c;
-        if (!template_compare(r, at, keys[j], keys[i], false, &c))
+        int c = 0;
+        if (!template_equal(keys[j], keys[i]) && !template_compare(r, at, keys[j], keys[i], false, &c))
             return false;
         if (reverse)
             c = -c;
@@ -171,6 +171,14 @@ static struct template_value *sorted(struct template_render *r, const struct tem
     free(t1);
     free(t2);
     return res;
+}
+
+static struct template_value *empty_generator(struct template_render *r)
+{
+    struct template_value *g = template_list(r, 0);
+    if (g)
+        g->u.list.view = TEMPLATE_VIEW_GENERATOR;
+    return g;
 }
 
 /* d.items() as a list of (key, value) tuples. */
@@ -266,6 +274,7 @@ static struct template_value *f_batch(struct template_render *r, const struct te
         template_unref(r, res);
         return NULL;
     }
+    res->u.list.view = TEMPLATE_VIEW_GENERATOR;
     return res;
 }
 
@@ -294,7 +303,7 @@ static struct template_value *f_center(struct template_render *r, const struct t
         return s;
     if ((uint64_t)width > r->lim->max_output) {
         template_unref(r, s);
-        template_fail(r, at, HR_ERR_INVALID, "center() width too large");
+        template_limit(r, at, "center() width too large");
         return NULL;
     }
     int64_t marg = width - len, left = marg / 2 + (marg & width & 1);
@@ -381,6 +390,10 @@ static struct template_value *f_first_last(struct template_render *r, const stru
 {
     BIND(last ? "last" : "first", "x");
     (void)arg;
+    if (last && template_is_iterator(v)) {
+        template_fail(r, at, HR_ERR_INVALID, "'%s' object is not reversible", template_type_name(v));
+        return NULL;
+    }
     struct template_value *items = template_iterate(r, at, v);
     if (!items)
         return NULL;
@@ -538,7 +551,7 @@ static struct template_value *f_indent(struct template_render *r, const struct t
         if (arg[0] && !want_int(r, at, "width", arg[0], &w))
             return NULL;
         if (w > 4096) {
-            template_fail(r, at, HR_ERR_INVALID, "indent() width too large");
+            template_limit(r, at, "indent() width too large");
             return NULL;
         }
         for (int64_t i = 0; i < w; i++)
@@ -547,11 +560,12 @@ static struct template_value *f_indent(struct template_render *r, const struct t
                 return NULL;
             }
     }
-    struct template_value *s = as_str(r, v);
-    if (!s) {
+    if (v->type != TEMPLATE_T_STR) { /* Python: s += "\n" fails for anything else */
         template_buf_free(&ind);
+        template_fail(r, at, HR_ERR_INVALID, "indent() needs a string, not %s", template_type_name(v));
         return NULL;
     }
+    struct template_value *s = template_ref(v);
     bool first = is_true(arg[1]), blank = is_true(arg[2]);
     /* Jinja splits s + "\n" with splitlines(): the lines of s, an empty last one included when s
      * ends with a newline */
@@ -591,13 +605,16 @@ static struct template_value *f_items(struct template_render *r, const struct te
     BIND("items", "x");
     (void)arg;
     if (v->type == TEMPLATE_T_UNDEFINED)
-        return template_list(r, 0);
+        return empty_generator(r);
     if (v->type != TEMPLATE_T_DICT) {
         template_fail(r, at, HR_ERR_INVALID, "can only get item pairs from a mapping, not %s",
                       template_type_name(v));
         return NULL;
     }
-    return dict_items(r, v);
+    struct template_value *l = dict_items(r, v);
+    if (l)
+        l->u.list.view = TEMPLATE_VIEW_GENERATOR;
+    return l;
 }
 
 static struct template_value *f_join(struct template_render *r, const struct template_node *at,
@@ -639,13 +656,17 @@ static struct template_value *f_length(struct template_render *r, const struct t
         if (!template_charge(r, v->u.str.len))
             return NULL;
         return template_int(r, (int64_t)template_utf8_count(v->u.str.s, v->u.str.len));
-    case TEMPLATE_T_LIST: return template_int(r, (int64_t)v->u.list.n);
+    case TEMPLATE_T_LIST:
+        if (template_is_iterator(v))
+            break;
+        return template_int(r, (int64_t)v->u.list.n);
     case TEMPLATE_T_DICT: return template_int(r, (int64_t)v->u.dict.n);
     case TEMPLATE_T_UNDEFINED: return template_int(r, 0);
     default:
-        template_fail(r, at, HR_ERR_INVALID, "object of type '%s' has no len()", template_type_name(v));
-        return NULL;
+        break;
     }
+    template_fail(r, at, HR_ERR_INVALID, "object of type '%s' has no len()", template_type_name(v));
+    return NULL;
 }
 
 static struct template_value *f_list(struct template_render *r, const struct template_node *at,
@@ -654,7 +675,7 @@ static struct template_value *f_list(struct template_render *r, const struct tem
     BIND("list", "x");
     (void)arg;
     struct template_value *items = template_iterate(r, at, v);
-    if (!items || !items->u.list.is_tuple)
+    if (!items || !(items->u.list.is_tuple || items->u.list.view))
         return items;
     struct template_value *l = template_list(r, items->u.list.n);
     for (size_t i = 0; l && i < items->u.list.n; i++)
@@ -733,6 +754,8 @@ static struct template_value *apply_named(struct template_render *r, const struc
 static struct template_value *f_map(struct template_render *r, const struct template_node *at,
                                     struct template_value *v, const struct template_callargs *a)
 {
+    if (!template_truthy(v)) /* Jinja looks at nothing, not even the arguments, for a false input */
+        return empty_generator(r);
     const struct template_value *attr = NULL, *def = NULL;
     for (size_t k = 0; k < a->nkw; k++) {
         if (a->kw[k].len == 9 && !memcmp(a->kw[k].name, "attribute", 9))
@@ -770,6 +793,8 @@ static struct template_value *f_map(struct template_render *r, const struct temp
         }
     }
     template_unref(r, items);
+    if (res)
+        res->u.list.view = TEMPLATE_VIEW_GENERATOR;
     return res;
 }
 
@@ -827,6 +852,8 @@ static struct template_value *select_common(struct template_render *r, const str
                                             struct template_value *v, const struct template_callargs *a,
                                             bool keep_when, bool by_attr)
 {
+    if (!template_truthy(v)) /* as Jinja: a false input yields nothing, whatever the arguments */
+        return empty_generator(r);
     size_t first = by_attr ? 1 : 0;
     if (by_attr && (!a->npos || (a->pos[0]->type != TEMPLATE_T_STR && a->pos[0]->type != TEMPLATE_T_INT))) {
         template_fail(r, at, HR_ERR_INVALID, "%s() needs an attribute name", keep_when ? "selectattr" : "rejectattr");
@@ -862,6 +889,8 @@ static struct template_value *select_common(struct template_render *r, const str
         }
     }
     template_unref(r, items);
+    if (res)
+        res->u.list.view = TEMPLATE_VIEW_GENERATOR;
     return res;
 }
 
@@ -931,6 +960,9 @@ static struct template_value *f_reverse(struct template_render *r, const struct 
                 template_unref(r, res);
                 res = NULL;
             }
+        /* reversed(list), reversed(dict) are iterators; a generator is reversed into a list */
+        if (res && !template_is_iterator(items))
+            res->u.list.view = v->type == TEMPLATE_T_DICT ? TEMPLATE_VIEW_REVERSED_KEYS : TEMPLATE_VIEW_REVERSED;
     }
     template_unref(r, items);
     return res;
@@ -979,7 +1011,7 @@ static struct template_value *f_safe(struct template_render *r, const struct tem
 {
     BIND("safe", "x");
     (void)arg;
-    return template_ref(v);
+    return as_str(r, v); /* Markup(value): a string */
 }
 
 static struct template_value *f_sort(struct template_render *r, const struct template_node *at,
@@ -1133,6 +1165,7 @@ static struct template_value *f_unique(struct template_render *r, const struct t
         template_unref(r, res);
         return NULL;
     }
+    res->u.list.view = TEMPLATE_VIEW_GENERATOR;
     return res;
 }
 
@@ -1219,6 +1252,13 @@ bool template_filter_exists(const char *name, size_t len)
     return find_filter(name, len) != NULL;
 }
 
+/* Jinja's generator filters: their errors surface only when the result is consumed. */
+static bool is_generator_filter(filter_fn fn)
+{
+    return fn == f_map || fn == f_select || fn == f_reject || fn == f_selectattr || fn == f_rejectattr ||
+           fn == f_unique || fn == f_batch || fn == f_items;
+}
+
 struct template_value *template_apply_filter(struct template_render *r, const struct template_node *at,
                                              const char *name, size_t len, struct template_value *v,
                                              const struct template_callargs *a)
@@ -1228,7 +1268,25 @@ struct template_value *template_apply_filter(struct template_render *r, const st
         template_fail(r, at, HR_ERR_INVALID, "no filter named '%.*s'", (int)(len > 64 ? 64 : len), name);
         return NULL;
     }
-    return fn(r, at, v, a);
+    if (!is_generator_filter(fn) || r->status != HR_OK)
+        return fn(r, at, v, a);
+    struct template_value *res = fn(r, at, v, a);
+    if (res || r->status != HR_ERR_INVALID || r->limit_hit)
+        return res;
+    /* a type error inside the generator: Python raises it only if the generator is consumed */
+    const char *msg = r->err && r->errlen ? r->err : "error in a generator filter";
+    char *copy = strdup(msg);
+    r->status = HR_OK;
+    struct template_value *g = copy ? template_list(r, 0) : NULL;
+    if (!g) {
+        free(copy);
+        if (r->status == HR_OK)
+            template_fail(r, at, HR_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    g->u.list.view = TEMPLATE_VIEW_GENERATOR;
+    g->u.list.pending = copy;
+    return g;
 }
 
 /* =========================================================================== tests */
@@ -1349,10 +1407,11 @@ bool template_apply_test(struct template_render *r, const struct template_node *
         *res = t == TEMPLATE_T_STR || t == TEMPLATE_T_LIST || t == TEMPLATE_T_DICT || t == TEMPLATE_T_UNDEFINED;
         return true;
     case T_SEQUENCE:
-        *res = t == TEMPLATE_T_STR || t == TEMPLATE_T_LIST || t == TEMPLATE_T_DICT || t == TEMPLATE_T_UNDEFINED;
+        *res = t == TEMPLATE_T_STR || (t == TEMPLATE_T_LIST && !v->u.list.view) || t == TEMPLATE_T_DICT ||
+               t == TEMPLATE_T_UNDEFINED;
         return true;
-    case T_CALLABLE:
-        *res = t == TEMPLATE_T_MACRO || t == TEMPLATE_T_BUILTIN || t == TEMPLATE_T_METHOD;
+    case T_CALLABLE: /* Undefined has __call__ (it raises when called) */
+        *res = t == TEMPLATE_T_MACRO || t == TEMPLATE_T_BUILTIN || t == TEMPLATE_T_METHOD || t == TEMPLATE_T_UNDEFINED;
         return true;
     case T_ODD:
     case T_EVEN: {
@@ -1389,6 +1448,8 @@ bool template_apply_test(struct template_render *r, const struct template_node *
             *res = v->u.str.len == 0 || memmem(x->u.str.s, x->u.str.len, v->u.str.s, v->u.str.len);
             return true;
         case TEMPLATE_T_LIST:
+            if (!template_check_pending(r, x))
+                return false;
             *res = false;
             for (size_t i = 0; i < x->u.list.n && !*res; i++)
                 *res = template_equal(v, x->u.list.items[i]);

@@ -256,7 +256,7 @@ enum template_type {
     TEMPLATE_T_INT,
     TEMPLATE_T_FLOAT,
     TEMPLATE_T_STR,
-    TEMPLATE_T_LIST,      /* list or tuple (is_tuple) */
+    TEMPLATE_T_LIST,      /* list or tuple (is_tuple), or a Python iterator / dict view (view) */
     TEMPLATE_T_DICT,      /* string keys, insertion-ordered */
     TEMPLATE_T_NAMESPACE, /* namespace(): the only mutable value */
     TEMPLATE_T_MACRO,
@@ -272,6 +272,19 @@ enum template_builtin {
     TEMPLATE_BUILTIN_RAISE_EXCEPTION,
     TEMPLATE_BUILTIN_STRFTIME_NOW,
     TEMPLATE_BUILTIN_COUNT_,
+};
+
+/* What a list stands for when it is not a plain list: Jinja filters such as map and select
+ * return generators (always true, no len, not subscriptable), reverse an iterator, and
+ * dict.keys() / values() / items() views; they print and test the way Python's do. */
+enum template_view {
+    TEMPLATE_VIEW_NONE,
+    TEMPLATE_VIEW_GENERATOR,
+    TEMPLATE_VIEW_REVERSED,
+    TEMPLATE_VIEW_REVERSED_KEYS,
+    TEMPLATE_VIEW_KEYS,
+    TEMPLATE_VIEW_VALUES,
+    TEMPLATE_VIEW_ITEMS,
 };
 
 #define TEMPLATE_REFS_IMMORTAL UINT32_MAX
@@ -300,6 +313,8 @@ struct template_value {
             struct template_value **items; /* [n] */
             size_t n, cap;
             bool is_tuple;
+            uint8_t view;  /* enum template_view */
+            char *pending; /* a generator's deferred error: raised when it is consumed */
         } list;
         struct {
             struct template_entry *e; /* [n] DICT and NAMESPACE */
@@ -353,6 +368,8 @@ struct template_value *template_from_json(struct template_render *r, const json_
 
 const char *template_type_name(const struct template_value *v); /* Python type names */
 bool template_truthy(const struct template_value *v);
+/* A generator or iterator: no len(), no indexing (dict views have a len). */
+bool template_is_iterator(const struct template_value *v);
 /* Python ==; recursion bounded (cycles through namespaces compare unequal). */
 bool template_equal(const struct template_value *a, const struct template_value *b);
 /* Python ordering: sets *cmp to -1/0/1; false (error recorded, at names the node) when the
@@ -385,6 +402,7 @@ enum template_flow { TEMPLATE_FLOW_NONE, TEMPLATE_FLOW_BREAK, TEMPLATE_FLOW_CONT
 struct template_render {
     const struct chat_template_limits *lim;
     enum hr_status status;        /* HR_OK until the first error */
+    bool limit_hit;               /* the error is a limit (never deferred into a generator) */
     char *err;
     size_t errlen;
     const struct template_node *at; /* the node being evaluated (for error lines) */
@@ -405,6 +423,11 @@ bool template_fail(struct template_render *r, const struct template_node *at, en
                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 bool template_failv(struct template_render *r, const struct template_node *at, enum hr_status st,
                     const char *fmt, va_list ap);
+/* A limit of the render was exceeded (HR_ERR_INVALID): as template_fail, never deferred. */
+bool template_limit(struct template_render *r, const struct template_node *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Fails with a generator's deferred error when v carries one. */
+bool template_check_pending(struct template_render *r, const struct template_value *v);
 /* Accounts bytes of memory (negative: released); false when over the limit. */
 bool template_mem(struct template_render *r, ptrdiff_t bytes);
 /* Charges string work (bytes touched) to the step budget. */

@@ -360,7 +360,7 @@ static struct template_value *pad(struct template_render *r, const struct templa
     if (width <= len)
         return template_str(r, s->u.str.s, s->u.str.len);
     if ((uint64_t)width > r->lim->max_output) {
-        template_fail(r, at, HR_ERR_INVALID, "width too large");
+        template_limit(r, at, "width too large");
         return NULL;
     }
     const char *f = " ";
@@ -883,6 +883,9 @@ static struct template_value *dict_method(struct template_render *r, const struc
     if (!strcmp(m, "copy"))
         return template_ref(d);
     struct template_value *l = template_list(r, d->u.dict.n);
+    if (l)
+        l->u.list.view = !strcmp(m, "keys") ? TEMPLATE_VIEW_KEYS : !strcmp(m, "values") ? TEMPLATE_VIEW_VALUES
+                                                                                         : TEMPLATE_VIEW_ITEMS;
     for (size_t i = 0; l && i < d->u.dict.n; i++) {
         struct template_value *x;
         if (!strcmp(m, "keys")) {
@@ -914,6 +917,10 @@ static struct template_value *list_method(struct template_render *r, const struc
     if (!strcmp(m, "copy"))
         return template_ref(l);
     static const char *const p[] = {"value"};
+    if (l->u.list.view) {
+        template_fail(r, at, HR_ERR_INVALID, "'%s' object has no attribute '%s'", template_type_name(l), m);
+        return NULL;
+    }
     struct template_value *arg[1];
     if (!template_bind(r, at, m, a, p, 1, 1, arg))
         return NULL;

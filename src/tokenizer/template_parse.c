@@ -361,7 +361,7 @@ static struct template_node *parse_test(struct parser *p, struct template_node *
             return NULL;
     } else if ((ty == TEMPLATE_TOK_NAME || ty == TEMPLATE_TOK_STRING || ty == TEMPLATE_TOK_INT ||
                 ty == TEMPLATE_TOK_FLOAT || ty == TEMPLATE_TOK_LBRACKET || ty == TEMPLATE_TOK_LBRACE) &&
-               !is_name(p, "else") && !is_name(p, "or") && !is_name(p, "and") && !is_name(p, "if")) {
+               !is_name(p, "else") && !is_name(p, "or") && !is_name(p, "and")) {
         if (is_name(p, "is")) {
             fail_at(p, cur(p), "you cannot chain multiple tests with 'is'");
             return NULL;
@@ -472,11 +472,7 @@ static struct template_node *parse_subscript(struct parser *p, struct template_n
     }
     if (!expect(p, TEMPLATE_TOK_RBRACKET))
         return NULL;
-    if (args.n == 0) {
-        fail_at(p, op, "expected a subscript expression");
-        return NULL;
-    }
-    struct template_node *n = new_node(p, TEMPLATE_N_GETITEM, op);
+    struct template_node *n = new_node(p, TEMPLATE_N_GETITEM, op); /* x[] subscripts with () */
     if (!n)
         return NULL;
     n->a = node;

@@ -12,7 +12,7 @@
 static bool buf_grow(struct template_buf *b, size_t need)
 {
     if (b->r && b->r->lim && need > b->r->lim->max_output + 1)
-        return template_fail(b->r, NULL, HR_ERR_INVALID, "rendered text exceeds the limit of %zu bytes",
+        return template_limit(b->r, NULL, "rendered text exceeds the limit of %zu bytes",
                              b->r->lim->max_output);
     if (need <= b->cap)
         return true;

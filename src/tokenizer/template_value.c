@@ -53,6 +53,7 @@ void template_unref(struct template_render *r, struct template_value *v)
         for (size_t i = 0; i < v->u.list.n; i++)
             template_unref(r, v->u.list.items[i]);
         free(v->u.list.items);
+        free(v->u.list.pending);
         break;
     case TEMPLATE_T_DICT:
     case TEMPLATE_T_NAMESPACE:
@@ -116,7 +117,7 @@ struct template_value *template_bool(bool b)
 struct template_value *template_str(struct template_render *r, const char *s, size_t n)
 {
     if (r->lim && n > r->lim->max_output) {
-        template_fail(r, NULL, HR_ERR_INVALID, "string exceeds the limit of %zu bytes", r->lim->max_output);
+        template_limit(r, NULL, "string exceeds the limit of %zu bytes", r->lim->max_output);
         return NULL;
     }
     struct template_value *v = alloc_value(r, TEMPLATE_T_STR, n + 1);
@@ -186,7 +187,7 @@ static bool deepen(struct template_render *r, struct template_value *container, 
 {
     uint32_t d = child->depth + 1;
     if (d > VALUE_MAX_DEPTH)
-        return template_fail(r, NULL, HR_ERR_INVALID, "values nested more than %d levels deep", VALUE_MAX_DEPTH);
+        return template_limit(r, NULL, "values nested more than %d levels deep", VALUE_MAX_DEPTH);
     if (d > container->depth)
         container->depth = d;
     return true;
@@ -342,7 +343,7 @@ struct template_value *template_const_num(struct template_pool *p, bool is_float
 struct template_value *template_from_json(struct template_render *r, const json_t *j, uint32_t depth)
 {
     if (depth > VALUE_MAX_DEPTH) {
-        template_fail(r, NULL, HR_ERR_INVALID, "context JSON nested more than %d levels deep", VALUE_MAX_DEPTH);
+        template_limit(r, NULL, "context JSON nested more than %d levels deep", VALUE_MAX_DEPTH);
         return NULL;
     }
     switch (json_typeof(j)) {
@@ -403,7 +404,16 @@ const char *template_type_name(const struct template_value *v)
     case TEMPLATE_T_INT: return "int";
     case TEMPLATE_T_FLOAT: return "float";
     case TEMPLATE_T_STR: return "str";
-    case TEMPLATE_T_LIST: return v->u.list.is_tuple ? "tuple" : "list";
+    case TEMPLATE_T_LIST:
+        switch (v->u.list.view) {
+        case TEMPLATE_VIEW_GENERATOR: return "generator";
+        case TEMPLATE_VIEW_REVERSED: return "list_reverseiterator";
+        case TEMPLATE_VIEW_REVERSED_KEYS: return "dict_reversekeyiterator";
+        case TEMPLATE_VIEW_KEYS: return "dict_keys";
+        case TEMPLATE_VIEW_VALUES: return "dict_values";
+        case TEMPLATE_VIEW_ITEMS: return "dict_items";
+        default: return v->u.list.is_tuple ? "tuple" : "list";
+        }
     case TEMPLATE_T_DICT: return "dict";
     case TEMPLATE_T_NAMESPACE: return "Namespace";
     case TEMPLATE_T_MACRO: return "Macro";
@@ -423,10 +433,17 @@ bool template_truthy(const struct template_value *v)
     case TEMPLATE_T_INT: return v->u.i != 0;
     case TEMPLATE_T_FLOAT: return v->u.f != 0.0;
     case TEMPLATE_T_STR: return v->u.str.len > 0;
-    case TEMPLATE_T_LIST: return v->u.list.n > 0;
+    case TEMPLATE_T_LIST: return template_is_iterator(v) || v->u.list.n > 0;
     case TEMPLATE_T_DICT: return v->u.dict.n > 0;
     default: return true;
     }
+}
+
+bool template_is_iterator(const struct template_value *v)
+{
+    return v->type == TEMPLATE_T_LIST &&
+           (v->u.list.view == TEMPLATE_VIEW_GENERATOR || v->u.list.view == TEMPLATE_VIEW_REVERSED ||
+            v->u.list.view == TEMPLATE_VIEW_REVERSED_KEYS);
 }
 
 static bool is_number(const struct template_value *v)
@@ -464,7 +481,8 @@ static bool equal_depth(const struct template_value *a, const struct template_va
     case TEMPLATE_T_STR:
         return a->u.str.len == b->u.str.len && memcmp(a->u.str.s, b->u.str.s, a->u.str.len) == 0;
     case TEMPLATE_T_LIST:
-        if (a->u.list.is_tuple != b->u.list.is_tuple || a->u.list.n != b->u.list.n)
+        if (a->u.list.is_tuple != b->u.list.is_tuple || a->u.list.view != b->u.list.view ||
+            template_is_iterator(a) || a->u.list.n != b->u.list.n)
             return false;
         for (size_t i = 0; i < a->u.list.n; i++)
             if (!equal_depth(a->u.list.items[i], b->u.list.items[i], depth + 1))
@@ -528,7 +546,8 @@ static bool compare_depth(struct template_render *r, const struct template_node 
                   : cmp_bytes(a->u.str.s, a->u.str.len, b->u.str.s, b->u.str.len);
         return true;
     }
-    if (a->type == TEMPLATE_T_LIST && b->type == TEMPLATE_T_LIST && a->u.list.is_tuple == b->u.list.is_tuple) {
+    if (a->type == TEMPLATE_T_LIST && b->type == TEMPLATE_T_LIST && a->u.list.is_tuple == b->u.list.is_tuple &&
+        !a->u.list.view && !b->u.list.view) {
         size_t n = a->u.list.n < b->u.list.n ? a->u.list.n : b->u.list.n;
         for (size_t i = 0; i < n; i++) {
             if (equal_depth(a->u.list.items[i], b->u.list.items[i], depth + 1))
@@ -576,6 +595,11 @@ static bool fmt_value(struct template_render *r, struct template_buf *b, const s
         return template_buf_put(b, v->u.str.s, v->u.str.len);
     case TEMPLATE_T_LIST: {
         bool tuple = v->u.list.is_tuple;
+        static const char *const prefix[] = {"", "", "", "", "dict_keys(", "dict_values(", "dict_items("};
+        if (template_is_iterator(v))
+            return template_buf_printf(b, "<%s object>", template_type_name(v));
+        if (v->u.list.view && !template_buf_puts(b, prefix[v->u.list.view]))
+            return false;
         if (!template_buf_putc(b, tuple ? '(' : '['))
             return false;
         for (size_t i = 0; i < v->u.list.n; i++) {
@@ -586,7 +610,9 @@ static bool fmt_value(struct template_render *r, struct template_buf *b, const s
         }
         if (tuple && v->u.list.n == 1 && !template_buf_putc(b, ','))
             return false;
-        return template_buf_putc(b, tuple ? ')' : ']');
+        if (!template_buf_putc(b, tuple ? ')' : ']'))
+            return false;
+        return v->u.list.view ? template_buf_putc(b, ')') : true;
     }
     case TEMPLATE_T_DICT:
     case TEMPLATE_T_NAMESPACE: {
@@ -684,6 +710,9 @@ static bool json_value(struct template_render *r, struct template_buf *b, const 
     case TEMPLATE_T_STR:
         return template_charge(r, v->u.str.len) && template_json_str(b, v->u.str.s, v->u.str.len, o->ensure_ascii);
     case TEMPLATE_T_LIST:
+        if (v->u.list.view)
+            return template_fail(r, NULL, HR_ERR_INVALID, "object of type '%s' is not JSON serializable",
+                                 template_type_name(v));
         if (v->u.list.n == 0)
             return template_buf_puts(b, "[]");
         if (!template_buf_putc(b, '['))

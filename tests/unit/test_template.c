@@ -292,6 +292,32 @@ static void test_tojson(void)
     EXPECT("{{ {'a': 1}|tojson(indent='\\t') }}", NULL, "{\n\t\"a\": 1\n}");
 }
 
+/* Jinja's map/select/... return generators and dict.keys() views: they print, test and fail
+ * the way Python's do (expected strings checked against Python Jinja2 3.1). */
+static void test_generators_and_views(void)
+{
+    EXPECT("{% if [] | select('odd') %}Y{% else %}N{% endif %}|{% if [] | select('odd') | list %}Y{% else %}N{% endif %}",
+           NULL, "Y|N");
+    EXPECT("{{ d.keys() }}|{{ d.values() }}|{{ d.items() }}|{{ d.keys() | length }}|[{{ d.keys()[0] }}]",
+           "{\"d\": {\"b\": 1, \"a\": 2}}",
+           "dict_keys(['b', 'a'])|dict_values([1, 2])|dict_items([('b', 1), ('a', 2)])|2|[]");
+    /* tools may be None: a false input gives an empty generator, and errors wait until it is used */
+    EXPECT("{% if none | selectattr('x') %}Y{% endif %}|{{ tools | selectattr('type', 'eq', 'function') | list }}|"
+           "{{ none | map('upper') | list }}",
+           "{\"tools\": null}", "Y|[]|[]");
+    EXPECT("{{ (5 | batch(2)) is defined }}|{{ [3, 1] | reverse | list }}|{{ 1 | safe ~ '!' }}|{{ 'abc' % [1] }}|"
+           "{{ nothing is callable }}",
+           NULL, "True|[1, 3]|1!|abc|True");
+    EXPECT("{{ [1, 2] | select('odd') | first }}|{{ {'a': 1} | reverse | list }}|{{ [1] | unique | list }}|"
+           "[{{ 5[1:] }}]|[{{ 'abc'['x':] }}]",
+           NULL, "1|['a']|[1]|[]|[]");
+    EXPECT_ERR("{{ [1, 2] | select('odd') | length }}", NULL, HR_ERR_INVALID, "object of type 'generator' has no len()",
+               NULL);
+    EXPECT_ERR("{{ 5 | batch(2) | list }}", NULL, HR_ERR_INVALID, "'int' object is not iterable", NULL);
+    EXPECT_ERR("{{ 'abc' % 1 }}", NULL, HR_ERR_INVALID, "not all arguments converted", NULL);
+    EXPECT_ERR("{{ [1] | map('upper') | tojson }}", NULL, HR_ERR_INVALID, "not JSON serializable", NULL);
+}
+
 static void test_tests(void)
 {
     EXPECT("{{ x is defined }}|{{ y is defined }}|{{ y is undefined }}|{{ x is not none }}|{{ n is none }}", "{\"x\": 1, \"n\": null}",
@@ -833,6 +859,7 @@ int main(void)
     TEST_RUN(test_dict_list_methods);
     TEST_RUN(test_filters);
     TEST_RUN(test_tojson);
+    TEST_RUN(test_generators_and_views);
     TEST_RUN(test_tests);
     TEST_RUN(test_loops);
     TEST_RUN(test_set_and_scoping);
