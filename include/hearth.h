@@ -199,6 +199,13 @@ enum hr_status hearth_tokenize(struct hearth_engine *e, const char *text, size_t
 enum hr_status hearth_detokenize(struct hearth_engine *e, const int32_t *ids, int n, bool skip_special_tokens,
                                  char **text, size_t *len, char *err, size_t errlen);
 
+/* The raw bytes of one token (with a byte-level tokenizer, possibly part of a UTF-8
+ * character): *bytes points into the engine's tokenizer, valid until
+ * hearth_engine_free.  HR_ERR_INVALID for an id outside the vocabulary or a model
+ * without a tokenizer. */
+enum hr_status hearth_token_bytes(struct hearth_engine *e, int32_t id, const char **bytes, size_t *len, char *err,
+                                  size_t errlen);
+
 /* ------------------------------------------------------------------ control */
 
 /* Re-reads the model directory and bumps the prefix-cache epoch.  Requests in flight

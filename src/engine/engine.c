@@ -367,6 +367,18 @@ enum hr_status hearth_detokenize(struct hearth_engine *e, const int32_t *ids, in
     return tokenizer_decode(&e->tk, ids, (size_t)n, skip_special_tokens, text, len, err, errlen);
 }
 
+enum hr_status hearth_token_bytes(struct hearth_engine *e, int32_t id, const char **bytes, size_t *len, char *err,
+                                  size_t errlen)
+{
+    *bytes = NULL;
+    *len = 0;
+    if (!e->has_tk)
+        return hr_err(err, errlen, HR_ERR_INVALID, "this model has no tokenizer.json");
+    if (id < 0 || id >= e->m.cfg.vocab_size || !(*bytes = tokenizer_token_bytes(&e->tk, id, len)))
+        return hr_err(err, errlen, HR_ERR_INVALID, "token id %d names no token", id);
+    return HR_OK;
+}
+
 /* ------------------------------------------------------------------ the step */
 
 static void engine_intake(struct hearth_engine *e)

@@ -23,6 +23,13 @@ static enum hr_status job_token_text(void *ctx, int32_t token, char **text, size
     return hearth_detokenize(j->engine, &token, 1, false, text, len, err, sizeof err);
 }
 
+static enum hr_status job_token_bytes(void *ctx, int32_t token, const char **bytes, size_t *len)
+{
+    struct job *j = ctx;
+    char err[HR_ERRLEN];
+    return hearth_token_bytes(j->engine, token, bytes, len, err, sizeof err);
+}
+
 /* ---------------------------------------------------------------- preparation */
 
 /* A prompt's token ids: borrowed from the request, or owned (tokenized here). */
@@ -178,6 +185,7 @@ enum hr_status job_start(struct job *j, struct server *s, struct openai_request 
             .reasoning = chat && s->cfg.reasoning_qwen3,
             .reasoning_opened = opened,
             .token_text = job_token_text,
+            .token_bytes = job_token_bytes,
             .token_ctx = j,
         };
         st = response_init(&j->resp, &rc, err, errlen);

@@ -77,8 +77,14 @@ static int64_t response_code_points(const char *s, size_t n)
     return k;
 }
 
-static json_t *response_bytes_json(const char *s, size_t n)
+static json_t *response_bytes_json(const struct response *r, int32_t token, const char *s, size_t n)
 {
+    const char *raw;
+    size_t rn;
+    if (r->cfg.token_bytes && r->cfg.token_bytes(r->cfg.token_ctx, token, &raw, &rn) == HR_OK) {
+        s = raw;
+        n = rn;
+    }
     json_t *a = json_array();
     for (size_t i = 0; a && i < n; i++)
         json_array_append_new(a, json_integer((unsigned char)s[i]));
@@ -154,7 +160,7 @@ static enum hr_status response_logprob(struct response *r, struct response_choic
         json_t *top = json_array();
         json_object_set_new(e, "token", openai_json_string(tok, tok_len));
         json_object_set_new(e, "logprob", openai_json_logprob(ev->logprob));
-        json_object_set_new(e, "bytes", response_bytes_json(tok, tok_len));
+        json_object_set_new(e, "bytes", response_bytes_json(r, ev->token, tok, tok_len));
         for (int k = 0; k < n_top && st == HR_OK; k++) {
             char *t = NULL;
             size_t tl = 0;
@@ -165,7 +171,7 @@ static enum hr_status response_logprob(struct response *r, struct response_choic
             json_t *te = json_object();
             json_object_set_new(te, "token", openai_json_string(t, tl));
             json_object_set_new(te, "logprob", openai_json_logprob(ev->top[k].logprob));
-            json_object_set_new(te, "bytes", response_bytes_json(t, tl));
+            json_object_set_new(te, "bytes", response_bytes_json(r, ev->top[k].token, t, tl));
             json_array_append_new(top, te);
             free(t);
         }

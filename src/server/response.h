@@ -20,6 +20,8 @@
 /* The text of one token on its own, malloc'd into *text (*len bytes).  Bytes that are
  * part of a UTF-8 character may come back as U+FFFD. */
 typedef enum hr_status (*response_token_text_fn)(void *ctx, int32_t token, char **text, size_t *len);
+/* The raw bytes of one token (borrowed), for the chat shape's "bytes". */
+typedef enum hr_status (*response_token_bytes_fn)(void *ctx, int32_t token, const char **bytes, size_t *len);
 
 struct response_config {
     enum openai_endpoint endpoint;
@@ -35,6 +37,7 @@ struct response_config {
     bool reasoning;             /* split <think>...</think> into reasoning_content (chat) */
     bool reasoning_opened;      /* the prompt ends inside <think> */
     response_token_text_fn token_text;
+    response_token_bytes_fn token_bytes; /* NULL: the bytes of token_text's string */
     void *token_ctx;
 };
 
