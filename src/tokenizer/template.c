@@ -7,7 +7,7 @@ void chat_template_limits_default(struct chat_template_limits *lim)
 {
     lim->max_output = (size_t)64 << 20;
     lim->max_memory = (size_t)1 << 30;
-    lim->max_steps = 200000000;
+    lim->max_steps = 50000000;
     lim->max_loop_iterations = 1000000;
     lim->max_depth = 400;
 }

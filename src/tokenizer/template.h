@@ -21,12 +21,12 @@
 struct chat_template_limits {
     size_t max_output;             /* bytes of the output and of any string built on the way */
     size_t max_memory;             /* bytes of values alive at once */
-    uint64_t max_steps;            /* expression evaluations plus string work (bytes / 256) */
+    uint64_t max_steps;            /* expressions evaluated, values made, string work (bytes / 256) */
     uint64_t max_loop_iterations;  /* for-loop iterations and macro calls, all loops together */
     uint32_t max_depth;            /* nesting of evaluation, macro recursion included */
 };
 
-/* Defaults: 64 MiB output, 1 GiB memory, 200M steps, 1M iterations, depth 400. */
+/* Defaults: 64 MiB output, 1 GiB memory, 50M steps, 1M iterations, depth 400. */
 void chat_template_limits_default(struct chat_template_limits *lim);
 
 struct template_program; /* the parsed AST (template_internal.h) */

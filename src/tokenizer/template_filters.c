@@ -1331,15 +1331,19 @@ bool template_test_exists(const char *name, size_t len)
     return find_test(name, len) >= 0;
 }
 
-/* x % m for the odd/even/divisibleby tests. */
+/* Python's x % m as a double (exact for the integers the tests see), for odd (== 1), even and
+ * divisibleby (== 0). */
 static bool modulo(struct template_render *r, const struct template_node *at, const struct template_value *x,
-                   const struct template_value *m, bool *zero)
+                   const struct template_value *m, double *rem)
 {
     if ((x->type == TEMPLATE_T_INT || x->type == TEMPLATE_T_BOOL) && (m->type == TEMPLATE_T_INT || m->type == TEMPLATE_T_BOOL)) {
         int64_t a = x->type == TEMPLATE_T_BOOL ? x->u.b : x->u.i, b = m->type == TEMPLATE_T_BOOL ? m->u.b : m->u.i;
         if (b == 0)
             return template_fail(r, at, HR_ERR_INVALID, "division by zero");
-        *zero = b == -1 || a % b == 0;
+        int64_t z = b == -1 ? 0 : a % b;
+        if (z != 0 && ((z < 0) != (b < 0)))
+            z += b;
+        *rem = (double)z;
         return true;
     }
     if ((x->type == TEMPLATE_T_FLOAT || x->type == TEMPLATE_T_INT || x->type == TEMPLATE_T_BOOL) &&
@@ -1348,7 +1352,10 @@ static bool modulo(struct template_render *r, const struct template_node *at, co
         double b = m->type == TEMPLATE_T_FLOAT ? m->u.f : m->type == TEMPLATE_T_BOOL ? m->u.b : (double)m->u.i;
         if (b == 0)
             return template_fail(r, at, HR_ERR_INVALID, "division by zero");
-        *zero = fmod(a, b) == 0;
+        double z = fmod(a, b);
+        if (z != 0 && ((z < 0) != (b < 0)))
+            z += b;
+        *rem = z;
         return true;
     }
     return template_fail(r, at, HR_ERR_INVALID, "unsupported operand type(s) for %%: '%s' and '%s'",
@@ -1390,7 +1397,7 @@ bool template_apply_test(struct template_render *r, const struct template_node *
                              nargs == 1 ? "" : "s");
     const struct template_value *x = nargs ? a->pos[0] : NULL;
     enum template_type t = v->type;
-    bool zero;
+    double rem;
     switch (TESTS[idx].id) {
     case T_DEFINED: *res = t != TEMPLATE_T_UNDEFINED; return true;
     case T_UNDEFINED: *res = t == TEMPLATE_T_UNDEFINED; return true;
@@ -1416,15 +1423,15 @@ bool template_apply_test(struct template_render *r, const struct template_node *
     case T_ODD:
     case T_EVEN: {
         struct template_value two = {.type = TEMPLATE_T_INT, .refs = TEMPLATE_REFS_IMMORTAL, .u.i = 2};
-        if (!modulo(r, at, v, &two, &zero))
+        if (!modulo(r, at, v, &two, &rem))
             return false;
-        *res = TESTS[idx].id == T_EVEN ? zero : !zero;
+        *res = rem == (TESTS[idx].id == T_EVEN ? 0.0 : 1.0);
         return true;
     }
     case T_DIVISIBLEBY:
-        if (!modulo(r, at, v, x, &zero))
+        if (!modulo(r, at, v, x, &rem))
             return false;
-        *res = zero;
+        *res = rem == 0.0;
         return true;
     case T_EQ: *res = template_equal(v, x); return true;
     case T_NE: *res = !template_equal(v, x); return true;

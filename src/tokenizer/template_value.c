@@ -78,6 +78,11 @@ void template_unref(struct template_render *r, struct template_value *v)
 
 static struct template_value *alloc_value(struct template_render *r, enum template_type type, size_t extra)
 {
+    /* every value made is a step: building big lists over and over is work, too */
+    if (r->lim && ++r->steps > r->lim->max_steps) {
+        template_limit(r, NULL, "template rendering exceeds %llu steps", (unsigned long long)r->lim->max_steps);
+        return NULL;
+    }
     size_t acct = sizeof(struct template_value) + extra;
     if (!template_mem(r, (ptrdiff_t)acct))
         return NULL;

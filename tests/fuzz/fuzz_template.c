@@ -41,7 +41,7 @@ enum hr_status fuzz_template_run(const uint8_t *data, size_t size)
     }
     ct.limits.max_output = 1 << 20;
     ct.limits.max_memory = 64 << 20;
-    ct.limits.max_steps = 2000000;
+    ct.limits.max_steps = 500000;
     ct.limits.max_loop_iterations = 20000;
     json_t *ctx = NULL;
     if (nul) {

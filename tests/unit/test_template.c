@@ -329,8 +329,9 @@ static void test_tests(void)
            "{{ 1.0 is float }}|{{ true is boolean }}|{{ 1 is boolean }}",
            NULL, "True|True|True|True|False|True|True|False");
     EXPECT("{{ true is true }}|{{ 1 is true }}|{{ false is false }}|{{ 0 is false }}", NULL, "True|False|True|False");
-    EXPECT("{{ 3 is odd }}|{{ 3 is even }}|{{ 9 is divisibleby 3 }}|{{ 9 is divisibleby(4) }}", NULL,
-           "True|False|True|False");
+    EXPECT("{{ 3 is odd }}|{{ 3 is even }}|{{ 9 is divisibleby 3 }}|{{ 9 is divisibleby(4) }}|{{ -3 is odd }}|"
+           "{{ 2.5 is odd }}|{{ 2.5 is even }}|{{ 3.0 is odd }}",
+           NULL, "True|False|True|False|True|False|False|True");
     EXPECT("{{ 2 is eq 2 }}|{{ 2 is equalto(3) }}|{{ 'x' if 2 is eq 3 else 'y' }}", NULL, "True|False|y");
     EXPECT("{{ 2 is in [1, 2] }}|{{ 'ab' is lower }}|{{ 'Ab' is upper }}|{{ range is callable }}|{{ 1 is ne 2 }}", NULL,
            "True|True|False|True|True");
