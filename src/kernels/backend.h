@@ -42,6 +42,13 @@ struct backend_ops {
     void (*rope)(struct backend *be, float *x, int n_tok, int n_heads, int head_dim, const float *cos_sin);
     /* out[n_tok, hidden] = rows tokens[i] of the embedding, widened to f32. */
     void (*embed)(struct backend *be, float *out, const struct weights_mat *emb, const int32_t *tokens, int n_tok);
+    /* The attention inputs of one layer, fused (one pass per token): every head row of
+     * q[n_tok, n_heads, head_dim] and k[n_tok, n_kv_heads, head_dim] becomes
+     * rope(rmsnorm(row) * norm) (q_norm / k_norm, the same operations as rmsnorm then
+     * rope), then k and v are stored at the batch's slots as kv_write does. */
+    void (*attn_prep)(struct backend *be, float *q, float *k, const float *v, const float *q_norm,
+                      const float *k_norm, float eps, const float *cos_sin, int n_heads, struct kv_store *kv,
+                      int layer, const struct batch *b);
     /* Stores k, v [n_tok, n_kv_heads, head_dim] of one layer at the batch's slots. */
     void (*kv_write)(struct backend *be, struct kv_store *kv, int layer, const struct batch *b, const float *k,
                      const float *v);

@@ -154,11 +154,8 @@ static void qwen3_attention_block(struct qwen3 *q, const struct weights_layer *L
     float *const qkv_out[3] = {bu->q, bu->k, bu->v};
     const struct weights_mat *const qkv_w[3] = {&L->q, &L->k, &L->v};
     be->ops->matmul_multi(be, 3, qkv_out, bu->xn, n, qkv_w);
-    be->ops->rmsnorm(be, bu->q, bu->q, L->q_norm, n * c->n_heads, c->head_dim, eps);
-    be->ops->rmsnorm(be, bu->k, bu->k, L->k_norm, n * c->n_kv_heads, c->head_dim, eps);
-    be->ops->rope(be, bu->q, n, c->n_heads, c->head_dim, bu->cos_sin);
-    be->ops->rope(be, bu->k, n, c->n_kv_heads, c->head_dim, bu->cos_sin);
-    be->ops->kv_write(be, kv, layer, b, bu->k, bu->v);
+    /* q_norm / k_norm, RoPE, and the new K/V into the store, in one pass */
+    be->ops->attn_prep(be, bu->q, bu->k, bu->v, L->q_norm, L->k_norm, eps, bu->cos_sin, c->n_heads, kv, layer, b);
     be->ops->attention(be, bu->attn, bu->q, b, kv, layer, c->n_heads, (float)(1.0 / sqrt((double)c->head_dim)));
     be->ops->matmul_add(be, bu->h, bu->attn, n, &L->o); /* o_proj and the residual */
 }

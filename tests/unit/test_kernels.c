@@ -138,13 +138,24 @@ static void test_gemm_invariant(void)
     }
 }
 
-/* The bf16 rounding of the compute-bf16 variant: nearest even, like dtype_f32_to_bf16
- * for normal numbers. */
+/* bf16 widening is exact; the bf16 rounding of the compute-bf16 variant is nearest
+ * even, like dtype_f32_to_bf16 for normal numbers. */
 static void test_to_bf16(void)
 {
     const struct cpu_variant *vs[8];
     int nv = n_variants(vs);
     for (int i = 0; i < nv; i++) {
+        uint16_t h[777];
+        float wide[777];
+        for (int j = 0; j < 777; j++)
+            h[j] = (uint16_t)(j * 84 + 3);
+        vs[i]->widen_bf16(wide, h, 777);
+        int badw = 0;
+        for (int j = 0; j < 777; j++) {
+            float want = dtype_bf16_to_f32(h[j]);
+            badw += memcmp(&want, &wide[j], 4) != 0;
+        }
+        CHECK_MSG(badw == 0, "%s: %d values widened wrongly", vs[i]->name, badw);
         if (!vs[i]->to_bf16)
             continue;
         float x[1000];
@@ -256,6 +267,31 @@ static void test_attn_update(void)
         for (int d = 0; d < HD; d++)
             bad += !(fabs(acc[d] / l - ref[d] / den) <= 1e-5);
         CHECK_MSG(bad == 0, "%s: %d attention outputs off", vs[i]->name, bad);
+        if (!vs[i]->attn_update_rows)
+            continue;
+        /* rows together = row by row, with different lengths and a head_dim tail */
+        enum { R = 7, HD2 = 144 };
+        static float m1[R], l1[R], a1[R * HD2], m2[R], l2[R], a2[R * HD2], ss[R * CPU_ATTN_TILE],
+            vv[CPU_ATTN_TILE * HD2];
+        int nn[R] = {16, 3, 16, 1, 9, 16, 5};
+        for (int r = 0; r < R; r++) {
+            m1[r] = m2[r] = r % 3 ? 0.5f * frand() : -INFINITY;
+            l1[r] = l2[r] = r % 3 ? 1.0f + frand() : 0.0f;
+        }
+        for (int j = 0; j < R * HD2; j++)
+            a1[j] = a2[j] = frand();
+        for (int j = 0; j < CPU_ATTN_TILE * HD2; j++)
+            vv[j] = frand();
+        for (int j = 0; j < R * CPU_ATTN_TILE; j++)
+            ss[j] = 3 * frand();
+        for (int r = 0; r < R; r++) {
+            float st1[CPU_ATTN_TILE];
+            memcpy(st1, ss + r * CPU_ATTN_TILE, sizeof st1);
+            vs[i]->attn_update(&m1[r], &l1[r], a1 + r * HD2, st1, nn[r], scale, vv, HD2);
+        }
+        vs[i]->attn_update_rows(m2, l2, a2, ss, nn, R, scale, vv, HD2);
+        CHECK_MSG(!memcmp(m1, m2, sizeof m1) && !memcmp(l1, l2, sizeof l1) && !memcmp(a1, a2, sizeof a1),
+                  "%s: attn_update_rows differs from row by row", vs[i]->name);
     }
 }
 
@@ -368,6 +404,62 @@ static void test_backend_matmuls(void)
     mats_free(&mt);
 }
 
+/* attn_prep = rmsnorm (q_norm, k_norm) + rope + kv_write, bitwise. */
+static void test_attn_prep_fused(void)
+{
+    const char *names[8];
+    int nv = backend_cpu_variants(names, 8);
+    enum { T = 5, H = 4, KVH = 2, HD = 64 };
+    struct model_config cfg = {.n_layers = 2, .n_heads = H, .n_kv_heads = KVH, .head_dim = HD};
+    char err[HR_ERRLEN];
+    float q0[T * H * HD], k0[T * KVH * HD], v0[T * KVH * HD], cs[T * HD], qn[HD], kn[HD];
+    float q1[T * H * HD], k1[T * KVH * HD], q2[T * H * HD], k2[T * KVH * HD];
+    for (int i = 0; i < T * H * HD; i++)
+        q0[i] = frand();
+    for (int i = 0; i < T * KVH * HD; i++) {
+        k0[i] = frand();
+        v0[i] = frand();
+    }
+    for (int i = 0; i < T * HD; i++)
+        cs[i] = frand();
+    for (int i = 0; i < HD; i++) {
+        qn[i] = 1 + 0.1f * frand();
+        kn[i] = 1 + 0.1f * frand();
+    }
+    int32_t table[2] = {1, 0}, tok[T] = {1, 2, 3, 4, 5};
+    for (int vi = 0; vi < nv; vi++) {
+        for (int dt = 0; dt < 2; dt++) {
+            struct backend be;
+            struct kv_store a, b2;
+            struct batch b;
+            enum kv_dtype kd = dt ? KV_DTYPE_F32 : KV_DTYPE_BF16;
+            CHECK_OK(backend_cpu_init(&be, 2, names[vi], err, sizeof err), err);
+            CHECK_OK(kv_store_init(&a, &cfg, kd, 4, 2 * 4 * kv_store_bytes_per_token(&cfg, kd), err, sizeof err), err);
+            CHECK_OK(kv_store_init(&b2, &cfg, kd, 4, 2 * 4 * kv_store_bytes_per_token(&cfg, kd), err, sizeof err), err);
+            CHECK_OK(batch_init(&b, 4, 1, T, err, sizeof err), err);
+            CHECK_OK(batch_add_row(&b, 0, tok, T, 2, table, 2, BATCH_LOGITS_NONE, err, sizeof err), err);
+            CHECK_OK(batch_build(&b, 2, err, sizeof err), err);
+            memcpy(q1, q0, sizeof q0);
+            memcpy(k1, k0, sizeof k0);
+            memcpy(q2, q0, sizeof q0);
+            memcpy(k2, k0, sizeof k0);
+            be.ops->rmsnorm(&be, q1, q1, qn, T * H, HD, 1e-6f);
+            be.ops->rmsnorm(&be, k1, k1, kn, T * KVH, HD, 1e-6f);
+            be.ops->rope(&be, q1, T, H, HD, cs);
+            be.ops->rope(&be, k1, T, KVH, HD, cs);
+            be.ops->kv_write(&be, &a, 1, &b, k1, v0);
+            be.ops->attn_prep(&be, q2, k2, v0, qn, kn, 1e-6f, cs, H, &b2, 1, &b);
+            CHECK_MSG(!memcmp(q1, q2, sizeof q1) && !memcmp(k1, k2, sizeof k1), "%s: fused q/k differ", names[vi]);
+            CHECK_MSG(!memcmp(a.slab, b2.slab, (size_t)a.n_blocks * a.block_bytes), "%s: fused KV write differs",
+                      names[vi]);
+            batch_free(&b);
+            kv_store_free(&a);
+            kv_store_free(&b2);
+            backend_free(&be);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ thread pool */
 
 struct tp_ctx {
@@ -419,6 +511,7 @@ int main(void)
     TEST_RUN(test_swiglu);
     TEST_RUN(test_attn_update);
     TEST_RUN(test_backend_matmuls);
+    TEST_RUN(test_attn_prep_fused);
     TEST_RUN(test_threadpool);
     TEST_END();
 }

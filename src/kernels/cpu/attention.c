@@ -7,9 +7,9 @@
  * is decoded alone, prefilled in a chunk of any size, or batched with anything.
  *
  * A task takes one KV head and a block of consecutive tokens of one row, with all
- * the query heads that share that KV head: their scores against a tile come from one
- * GEMM over the tile's K rows (every element is a lone dot product of head_dim), and
- * the tile's V rows are widened once for all of them.  Tokens whose position lies
+ * the query heads that share that KV head: the tile's K and V rows are widened to
+ * f32 once for all of them, their scores come from one GEMM (every element is a lone
+ * dot product of head_dim), and the softmax/V update takes the rows together.  Tokens whose position lies
  * before the tile simply sit it out; how the tokens are grouped changes nothing. */
 #include <math.h>
 #include <string.h>
@@ -28,10 +28,10 @@ struct attn_task {
     float scale;
 };
 
-/* Scores s[i * CPU_ATTN_TILE + j] = q_i · K[p0 + j] for rows i < rows, j < n; the
- * positions may cross block boundaries (one GEMM per run inside a block). */
-static void attn_scores(const struct attn_task *c, const struct batch_row *r, int kvh, const float *q, int rows,
-                        int p0, int n, float *s)
+/* dst[j, :] = K (sel 0) or V (sel 1) of position p0 + j widened to f32, j < n; the
+ * positions may cross block boundaries. */
+static void attn_gather(const struct attn_task *c, const struct batch_row *r, int kvh, int sel, int p0, int n,
+                        float *dst)
 {
     const struct kv_store *kv = c->kv;
     int bs = kv->block_size, hd = kv->head_dim;
@@ -39,29 +39,11 @@ static void attn_scores(const struct attn_task *c, const struct batch_row *r, in
         int pos = p0 + j;
         int blk = r->block_table[pos / bs], off = pos % bs;
         int run = bs - off < n - j ? bs - off : n - j;
-        const void *k = kv_store_head(kv, blk, c->layer, 0, kvh);
+        const void *h = kv_store_head(kv, blk, c->layer, sel, kvh);
         if (kv->dtype == KV_DTYPE_F32)
-            c->v->gemm_f32(s + j, CPU_ATTN_TILE, q, hd, (const float *)k + (int64_t)off * hd, hd, rows, run, hd);
+            memcpy(dst + (int64_t)j * hd, (const float *)h + (int64_t)off * hd, (size_t)run * hd * sizeof(float));
         else
-            c->v->gemm_bf16(s + j, CPU_ATTN_TILE, q, hd, (const uint16_t *)k + (int64_t)off * hd, hd, rows, run, hd);
-        j += run;
-    }
-}
-
-/* v[j, :] = V[p0 + j] widened to f32, j < n. */
-static void attn_values(const struct attn_task *c, const struct batch_row *r, int kvh, int p0, int n, float *v)
-{
-    const struct kv_store *kv = c->kv;
-    int bs = kv->block_size, hd = kv->head_dim;
-    for (int j = 0; j < n;) {
-        int pos = p0 + j;
-        int blk = r->block_table[pos / bs], off = pos % bs;
-        int run = bs - off < n - j ? bs - off : n - j;
-        const void *vh = kv_store_head(kv, blk, c->layer, 1, kvh);
-        if (kv->dtype == KV_DTYPE_F32)
-            memcpy(v + (int64_t)j * hd, (const float *)vh + (int64_t)off * hd, (size_t)run * hd * sizeof(float));
-        else
-            dtype_bf16_to_f32_n(v + (int64_t)j * hd, (const uint16_t *)vh + (int64_t)off * hd, (size_t)run * hd);
+            c->v->widen_bf16(dst + (int64_t)j * hd, (const uint16_t *)h + (int64_t)off * hd, (int64_t)run * hd);
         j += run;
     }
 }
@@ -99,13 +81,22 @@ static void attn_run(void *ctx, int task, int thread)
         int n = pos_last + 1 - p0 < CPU_ATTN_TILE ? pos_last + 1 - p0 : CPU_ATTN_TILE;
         /* tokens before this tile have finished: rows from i0 on take part */
         int i0 = p0 > pos_first ? (p0 - pos_first) * G : 0;
-        attn_scores(c, r, kvh, sc->q + (int64_t)i0 * hd, rows - i0, p0, n, sc->s + (int64_t)i0 * CPU_ATTN_TILE);
-        attn_values(c, r, kvh, p0, n, sc->v);
+        /* K and V of the tile widened once for every row; scores by the f32 GEMM */
+        attn_gather(c, r, kvh, 0, p0, n, sc->k);
+        attn_gather(c, r, kvh, 1, p0, n, sc->v);
+        c->v->gemm_f32(sc->s + (int64_t)i0 * CPU_ATTN_TILE, CPU_ATTN_TILE, sc->q + (int64_t)i0 * hd, hd, sc->k, hd,
+                       rows - i0, n, hd);
         for (int i = i0; i < rows; i++) {
             int pos = pos_first + i / G;
-            int valid = pos + 1 - p0 < n ? pos + 1 - p0 : n;
-            c->v->attn_update(&sc->m[i], &sc->l[i], sc->acc + (int64_t)i * hd, sc->s + (int64_t)i * CPU_ATTN_TILE,
-                              valid, c->scale, sc->v, hd);
+            sc->n[i] = pos + 1 - p0 < n ? pos + 1 - p0 : n;
+        }
+        if (c->v->attn_update_rows) {
+            c->v->attn_update_rows(sc->m + i0, sc->l + i0, sc->acc + (int64_t)i0 * hd,
+                                   sc->s + (int64_t)i0 * CPU_ATTN_TILE, sc->n + i0, rows - i0, c->scale, sc->v, hd);
+        } else {
+            for (int i = i0; i < rows; i++)
+                c->v->attn_update(&sc->m[i], &sc->l[i], sc->acc + (int64_t)i * hd,
+                                  sc->s + (int64_t)i * CPU_ATTN_TILE, sc->n[i], c->scale, sc->v, hd);
         }
     }
     for (int i = 0; i < rows; i++) {
@@ -135,6 +126,23 @@ void cpu_attention(struct backend *be, float *out, const float *q, const struct 
 
 /* ------------------------------------------------------------------ KV write */
 
+/* One token's K and V rows, all KV heads, into its slot. */
+static void kvw_token(struct kv_store *kv, int layer, int64_t slot, const float *k, const float *v)
+{
+    int hd = kv->head_dim, bs = kv->block_size;
+    int blk = (int)(slot / bs), off = (int)(slot % bs);
+    for (int h = 0; h < kv->n_kv_heads; h++) {
+        for (int sel = 0; sel < 2; sel++) {
+            const float *src = (sel ? v : k) + (int64_t)h * hd;
+            void *dst = kv_store_head(kv, blk, layer, sel, h);
+            if (kv->dtype == KV_DTYPE_F32)
+                memcpy((float *)dst + (int64_t)off * hd, src, (size_t)hd * sizeof(float));
+            else
+                dtype_f32_to_bf16_n((uint16_t *)dst + (int64_t)off * hd, src, (size_t)hd);
+        }
+    }
+}
+
 struct kvw_task {
     struct kv_store *kv;
     const struct batch *b;
@@ -146,20 +154,8 @@ static void kvw_run(void *ctx, int t, int thread)
 {
     (void)thread;
     const struct kvw_task *c = ctx;
-    struct kv_store *kv = c->kv;
-    int hd = kv->head_dim, bs = kv->block_size;
-    int64_t slot = c->b->slots[t];
-    int blk = (int)(slot / bs), off = (int)(slot % bs);
-    for (int h = 0; h < kv->n_kv_heads; h++) {
-        for (int sel = 0; sel < 2; sel++) {
-            const float *src = (sel ? c->v : c->k) + ((int64_t)t * kv->n_kv_heads + h) * hd;
-            void *dst = kv_store_head(kv, blk, c->layer, sel, h);
-            if (kv->dtype == KV_DTYPE_F32)
-                memcpy((float *)dst + (int64_t)off * hd, src, (size_t)hd * sizeof(float));
-            else
-                dtype_f32_to_bf16_n((uint16_t *)dst + (int64_t)off * hd, src, (size_t)hd);
-        }
-    }
+    int64_t row = (int64_t)c->kv->n_kv_heads * c->kv->head_dim;
+    kvw_token(c->kv, c->layer, c->b->slots[t], c->k + t * row, c->v + t * row);
 }
 
 void cpu_kv_write(struct backend *be, struct kv_store *kv, int layer, const struct batch *b, const float *k,
@@ -168,4 +164,62 @@ void cpu_kv_write(struct backend *be, struct kv_store *kv, int layer, const stru
     struct cpu_backend *cb = be->impl;
     struct kvw_task c = {.kv = kv, .b = b, .k = k, .v = v, .layer = layer};
     threadpool_run(&cb->pool, kvw_run, &c, b->n_tok);
+}
+
+/* ------------------------------------------------------------------ q/k norm, RoPE, KV write */
+
+struct prep_task {
+    const struct cpu_variant *v;
+    float *q, *k;
+    const float *vv, *q_norm, *k_norm, *cs;
+    float eps;
+    int n_heads, per_task;
+    struct kv_store *kv;
+    const struct batch *b;
+    int layer;
+};
+
+/* x = rope(rmsnorm(x) * w): the operations of cpu_rmsnorm then cpu_rope, fused. */
+static void prep_row(const struct cpu_variant *v, float *x, const float *w, float eps, const float *cs, int hd)
+{
+    float ss = cpu_dot_f32(v, x, x, hd);
+    float inv = 1.0f / sqrtf(ss / (float)hd + eps);
+    for (int i = 0; i < hd; i++)
+        x[i] = w[i] * (x[i] * inv);
+    int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        float x1 = x[i], x2 = x[i + half], co = cs[2 * i], si = cs[2 * i + 1];
+        x[i] = x1 * co - x2 * si;
+        x[i + half] = x2 * co + x1 * si;
+    }
+}
+
+static void prep_run(void *ctx, int task, int thread)
+{
+    (void)thread;
+    const struct prep_task *c = ctx;
+    int hd = c->kv->head_dim, nkv = c->kv->n_kv_heads;
+    int t1 = (task + 1) * c->per_task < c->b->n_tok ? (task + 1) * c->per_task : c->b->n_tok;
+    for (int t = task * c->per_task; t < t1; t++) {
+        const float *cs = c->cs + (int64_t)t * hd;
+        for (int h = 0; h < c->n_heads; h++)
+            prep_row(c->v, c->q + ((int64_t)t * c->n_heads + h) * hd, c->q_norm, c->eps, cs, hd);
+        for (int h = 0; h < nkv; h++)
+            prep_row(c->v, c->k + ((int64_t)t * nkv + h) * hd, c->k_norm, c->eps, cs, hd);
+        kvw_token(c->kv, c->layer, c->b->slots[t], c->k + (int64_t)t * nkv * hd, c->vv + (int64_t)t * nkv * hd);
+    }
+}
+
+void cpu_attn_prep(struct backend *be, float *q, float *k, const float *v, const float *q_norm, const float *k_norm,
+                   float eps, const float *cos_sin, int n_heads, struct kv_store *kv, int layer, const struct batch *b)
+{
+    struct cpu_backend *cb = be->impl;
+    struct prep_task c = {.v = cb->v, .q = q, .k = k, .vv = v, .q_norm = q_norm, .k_norm = k_norm, .cs = cos_sin,
+                          .eps = eps, .n_heads = n_heads, .kv = kv, .b = b, .layer = layer};
+    /* a few tokens per task: one is about 4K elements */
+    int even = (b->n_tok + be->n_threads - 1) / be->n_threads;
+    c.per_task = even < 4 ? even : 4;
+    if (c.per_task < 1)
+        c.per_task = 1;
+    threadpool_run(&cb->pool, prep_run, &c, (b->n_tok + c.per_task - 1) / c.per_task);
 }

@@ -17,7 +17,9 @@ struct cpu_attn_scratch {
     float s[CPU_ATTN_MAX_ROWS * CPU_ATTN_TILE];           /* [rows, tile] */
     float m[CPU_ATTN_MAX_ROWS];                           /* [rows] running max */
     float l[CPU_ATTN_MAX_ROWS];                           /* [rows] running sum */
+    float k[CPU_ATTN_TILE * CPU_ATTN_MAX_HEAD_DIM];       /* [tile, head_dim] */
     float v[CPU_ATTN_TILE * CPU_ATTN_MAX_HEAD_DIM];       /* [tile, head_dim] */
+    int n[CPU_ATTN_MAX_ROWS];                             /* [rows] positions of the tile each row takes */
 };
 
 struct cpu_backend {
@@ -40,6 +42,8 @@ static inline float cpu_dot_f32(const struct cpu_variant *v, const float *a, con
 
 void cpu_attention(struct backend *be, float *out, const float *q, const struct batch *b, const struct kv_store *kv,
                    int layer, int n_heads, float scale);
+void cpu_attn_prep(struct backend *be, float *q, float *k, const float *v, const float *q_norm, const float *k_norm,
+                   float eps, const float *cos_sin, int n_heads, struct kv_store *kv, int layer, const struct batch *b);
 void cpu_kv_write(struct backend *be, struct kv_store *kv, int layer, const struct batch *b, const float *k,
                   const float *v);
 

@@ -394,6 +394,7 @@ static const struct backend_ops cpu_ops = {
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .embed = cpu_embed,
+    .attn_prep = cpu_attn_prep,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,
     .silu_mul = cpu_silu_mul,

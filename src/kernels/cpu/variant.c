@@ -11,6 +11,7 @@ const struct cpu_variant cpu_variant_scalar = {
     .swiglu = cpu_scalar_swiglu,
     .attn_update = cpu_scalar_attn_update,
     .exp = cpu_scalar_exp,
+    .widen_bf16 = cpu_scalar_widen_bf16,
 };
 
 const struct cpu_variant cpu_variant_avx2 = {
@@ -21,6 +22,7 @@ const struct cpu_variant cpu_variant_avx2 = {
     .swiglu = cpu_avx2_swiglu,
     .attn_update = cpu_avx2_attn_update,
     .exp = cpu_avx2_exp,
+    .widen_bf16 = cpu_avx2_widen_bf16,
 };
 
 const struct cpu_variant cpu_variant_avx512 = {
@@ -30,7 +32,9 @@ const struct cpu_variant cpu_variant_avx512 = {
     .gemm_f16 = cpu_avx512_gemm_f16,
     .swiglu = cpu_avx512_swiglu,
     .attn_update = cpu_avx512_attn_update,
+    .attn_update_rows = cpu_avx512_attn_update_rows,
     .exp = cpu_avx512_exp,
+    .widen_bf16 = cpu_avx512_widen_bf16,
 };
 
 /* AVX-512 with bf16 compute: matmuls over bf16 weights round the activations to
@@ -44,5 +48,7 @@ const struct cpu_variant cpu_variant_avx512bf16 = {
     .to_bf16 = cpu_avx512bf16_to_bf16,
     .swiglu = cpu_avx512_swiglu,
     .attn_update = cpu_avx512_attn_update,
+    .attn_update_rows = cpu_avx512_attn_update_rows,
     .exp = cpu_avx512_exp,
+    .widen_bf16 = cpu_avx512_widen_bf16,
 };

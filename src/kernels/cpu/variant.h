@@ -34,6 +34,12 @@ struct cpu_variant {
      *   *m = mn.
      * v: [n, hd] f32 (the tile's V, widened); acc: [hd].  n <= CPU_ATTN_TILE. */
     void (*attn_update)(float *m, float *l, float *acc, float *s, int n, float scale, const float *v, int hd);
+    /* attn_update of rows consecutive rows (m[r], l[r], acc + r * hd, s + r * CPU_ATTN_TILE,
+     * n[r]) sharing one V tile: the bits of attn_update row by row.  NULL: row by row. */
+    void (*attn_update_rows)(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
+                             const float *v, int hd);
+    /* dst[i] = src[i] widened from bf16 (exact: any implementation gives these bits). */
+    void (*widen_bf16)(float *dst, const uint16_t *src, int64_t n);
     /* y[i] = exp(x[i]) with the variant's exp (tests measure it). */
     void (*exp)(float *y, const float *x, int64_t n);
 };

@@ -13,6 +13,7 @@ void cpu_scalar_gemm_bf16(float *y, int64_t ldy, const float *x, int64_t ldx, co
 void cpu_scalar_gemm_f16(float *y, int64_t ldy, const float *x, int64_t ldx, const uint16_t *w, int64_t ldw,
                          int m, int n, int k);
 void cpu_scalar_exp(float *y, const float *x, int64_t n);
+void cpu_scalar_widen_bf16(float *dst, const uint16_t *src, int64_t n);
 void cpu_scalar_swiglu(float *out, const float *g, const float *u, int64_t n);
 void cpu_scalar_attn_update(float *m, float *l, float *acc, float *s, int n, float scale, const float *v, int hd);
 
@@ -24,6 +25,7 @@ void cpu_avx2_gemm_bf16(float *y, int64_t ldy, const float *x, int64_t ldx, cons
 void cpu_avx2_gemm_f16(float *y, int64_t ldy, const float *x, int64_t ldx, const uint16_t *w, int64_t ldw, int m,
                        int n, int k);
 void cpu_avx2_exp(float *y, const float *x, int64_t n);
+void cpu_avx2_widen_bf16(float *dst, const uint16_t *src, int64_t n);
 void cpu_avx2_swiglu(float *out, const float *g, const float *u, int64_t n);
 void cpu_avx2_attn_update(float *m, float *l, float *acc, float *s, int n, float scale, const float *v, int hd);
 
@@ -35,8 +37,11 @@ void cpu_avx512_gemm_bf16(float *y, int64_t ldy, const float *x, int64_t ldx, co
 void cpu_avx512_gemm_f16(float *y, int64_t ldy, const float *x, int64_t ldx, const uint16_t *w, int64_t ldw,
                          int m, int n, int k);
 void cpu_avx512_exp(float *y, const float *x, int64_t n);
+void cpu_avx512_widen_bf16(float *dst, const uint16_t *src, int64_t n);
 void cpu_avx512_swiglu(float *out, const float *g, const float *u, int64_t n);
 void cpu_avx512_attn_update(float *m, float *l, float *acc, float *s, int n, float scale, const float *v, int hd);
+void cpu_avx512_attn_update_rows(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
+                                 const float *v, int hd);
 
 /* gemm_bf16dot_avx512.c (AVX512_BF16) */
 void cpu_avx512bf16_gemm_bb(float *y, int64_t ldy, const uint16_t *x, int64_t ldx, const uint16_t *w, int64_t ldw,

@@ -43,6 +43,19 @@ void cpu_avx2_exp(float *y, const float *x, int64_t n)
     }
 }
 
+void cpu_avx2_widen_bf16(float *dst, const uint16_t *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    }
+    for (; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(dst + i, &u, sizeof u);
+    }
+}
+
 static inline __m256 avx2_swiglu(__m256 g, __m256 u)
 {
     __m256 e = avx2_exp(_mm256_sub_ps(_mm256_setzero_ps(), g));
@@ -97,15 +110,15 @@ void cpu_avx2_attn_update(float *m, float *l, float *acc, float *s, int n, float
     int d = 0;
     for (; d + 64 <= hd; d += 64) {
         __m256 a[8];
-        for (int q = 0; q < 8; q++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
             a[q] = _mm256_mul_ps(_mm256_loadu_ps(acc + d + 8 * q), cv);
         for (int j = 0; j < n; j++) {
             __m256 pj = _mm256_set1_ps(p[j]);
             const float *vr = v + (int64_t)j * hd + d;
-            for (int q = 0; q < 8; q++)
+            _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
                 a[q] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * q), a[q]);
         }
-        for (int q = 0; q < 8; q++)
+        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
             _mm256_storeu_ps(acc + d + 8 * q, a[q]);
     }
     for (; d < hd; d++) {

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "kernels/cpu/variant.h"
 #include "kernels/cpu/variant_impl.h"
 #include "kernels/cpu/vmath.h"
 
@@ -41,6 +42,20 @@ void cpu_avx512_exp(float *y, const float *x, int64_t n)
     }
 }
 
+void cpu_avx512_widen_bf16(float *dst, const uint16_t *src, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+        _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+    }
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + i));
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+    }
+}
+
 static inline __m512 a512_swiglu(__m512 g, __m512 u)
 {
     __m512 e = a512_exp(_mm512_sub_ps(_mm512_setzero_ps(), g));
@@ -68,7 +83,9 @@ static inline float a512_sum16(__m512 v)
     return _mm_cvtss_f32(d);
 }
 
-void cpu_avx512_attn_update(float *m, float *l, float *acc, float *s, int n, float scale, const float *v, int hd)
+/* The softmax half of a tile update: scales s, moves the running max and sum, and
+ * returns the weights p[16] (zero past n) and the correction of the old terms. */
+static inline float a512_softmax_tile(float *m, float *l, const float *s, int n, float scale, float *p)
 {
     __mmask16 msk = (__mmask16)((1u << n) - 1u);
     __m512 sv = _mm512_mul_ps(_mm512_maskz_loadu_ps(msk, s), _mm512_set1_ps(scale));
@@ -78,29 +95,101 @@ void cpu_avx512_attn_update(float *m, float *l, float *acc, float *s, int n, flo
     float corr = _mm512_cvtss_f32(a512_exp(_mm512_set1_ps(*m - mn)));
     *l = *l * corr + a512_sum16(pv);
     *m = mn;
-    float p[16];
     _mm512_storeu_ps(p, pv);
+    return corr;
+}
+
+/* acc[d] = acc[d] * corr, then acc[d] += p[j] * v[j, d] for j < n in order, for d in
+ * [d0, hd) sixteen at a time. */
+static inline void a512_pv_tail(float *acc, const float *p, int n, float corr, const float *v, int hd, int d0)
+{
     __m512 cv = _mm512_set1_ps(corr);
-    int d = 0;
-    /* 128 dims at a time: the accumulators stay in registers across the tile */
-    for (; d + 128 <= hd; d += 128) {
-        __m512 a[8];
-        for (int q = 0; q < 8; q++)
-            a[q] = _mm512_mul_ps(_mm512_loadu_ps(acc + d + 16 * q), cv);
-        for (int j = 0; j < n; j++) {
-            __m512 pj = _mm512_set1_ps(p[j]);
-            const float *vr = v + (int64_t)j * hd + d;
-            for (int q = 0; q < 8; q++)
-                a[q] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 16 * q), a[q]);
-        }
-        for (int q = 0; q < 8; q++)
-            _mm512_storeu_ps(acc + d + 16 * q, a[q]);
-    }
-    for (; d < hd; d += 16) {
+    for (int d = d0; d < hd; d += 16) {
         __mmask16 dm = hd - d >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - d)) - 1u);
         __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(dm, acc + d), cv);
         for (int j = 0; j < n; j++)
             a = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_maskz_loadu_ps(dm, v + (int64_t)j * hd + d), a);
         _mm512_mask_storeu_ps(acc + d, dm, a);
     }
+}
+
+/* One row: the definition every grouping of rows reproduces. */
+static void a512_update_row(float *m, float *l, float *acc, const float *s, int n, float scale, const float *v, int hd)
+{
+    float p[16];
+    float corr = a512_softmax_tile(m, l, s, n, scale, p);
+    __m512 cv = _mm512_set1_ps(corr);
+    int d = 0;
+    /* 128 dims at a time: the accumulators stay in registers across the tile */
+    for (; d + 128 <= hd; d += 128) {
+        __m512 a[8];
+        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
+            a[q] = _mm512_mul_ps(_mm512_loadu_ps(acc + d + 16 * q), cv);
+        for (int j = 0; j < n; j++) {
+            __m512 pj = _mm512_set1_ps(p[j]);
+            const float *vr = v + (int64_t)j * hd + d;
+            _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
+                a[q] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 16 * q), a[q]);
+        }
+        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
+            _mm512_storeu_ps(acc + d + 16 * q, a[q]);
+    }
+    a512_pv_tail(acc, p, n, corr, v, hd, d);
+}
+
+void cpu_avx512_attn_update(float *m, float *l, float *acc, float *s, int n, float scale, const float *v, int hd)
+{
+    a512_update_row(m, l, acc, s, n, scale, v, hd);
+}
+
+/* Rows in pairs: each V row is loaded once for both; every row still performs the
+ * operations of a512_update_row, in the same order. */
+void cpu_avx512_attn_update_rows(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
+                                 const float *v, int hd)
+{
+    int r = 0;
+    for (; r + 2 <= rows; r += 2) {
+        float p0[16], p1[16];
+        int n0 = n[r], n1 = n[r + 1], nmin = n0 < n1 ? n0 : n1;
+        float c0 = a512_softmax_tile(&m[r], &l[r], s + (int64_t)r * CPU_ATTN_TILE, n0, scale, p0);
+        float c1 = a512_softmax_tile(&m[r + 1], &l[r + 1], s + (int64_t)(r + 1) * CPU_ATTN_TILE, n1, scale, p1);
+        float *acc0 = acc + (int64_t)r * hd, *acc1 = acc0 + hd;
+        __m512 cv0 = _mm512_set1_ps(c0), cv1 = _mm512_set1_ps(c1);
+        int d = 0;
+        for (; d + 128 <= hd; d += 128) {
+            __m512 a[8], b[8];
+            _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) {
+                a[q] = _mm512_mul_ps(_mm512_loadu_ps(acc0 + d + 16 * q), cv0);
+                b[q] = _mm512_mul_ps(_mm512_loadu_ps(acc1 + d + 16 * q), cv1);
+            }
+            int j = 0;
+            for (; j < nmin; j++) {
+                __m512 pa = _mm512_set1_ps(p0[j]), pb = _mm512_set1_ps(p1[j]);
+                const float *vr = v + (int64_t)j * hd + d;
+                _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) {
+                    __m512 vq = _mm512_loadu_ps(vr + 16 * q);
+                    a[q] = _mm512_fmadd_ps(pa, vq, a[q]);
+                    b[q] = _mm512_fmadd_ps(pb, vq, b[q]);
+                }
+            }
+            for (int jj = j; jj < n0; jj++) {
+                __m512 pa = _mm512_set1_ps(p0[jj]);
+                _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
+                    a[q] = _mm512_fmadd_ps(pa, _mm512_loadu_ps(v + (int64_t)jj * hd + d + 16 * q), a[q]);
+            }
+            for (int jj = j; jj < n1; jj++) {
+                __m512 pb = _mm512_set1_ps(p1[jj]);
+                _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
+                    b[q] = _mm512_fmadd_ps(pb, _mm512_loadu_ps(v + (int64_t)jj * hd + d + 16 * q), b[q]);
+            }
+            _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) {
+                _mm512_storeu_ps(acc0 + d + 16 * q, a[q]);
+                _mm512_storeu_ps(acc1 + d + 16 * q, b[q]);
+            }
+        }
+        a512_pv_tail(acc0, p0, n0, c0, v, hd, d);
+        a512_pv_tail(acc1, p1, n1, c1, v, hd, d);
+    }
+    if (r < rows)
+        a512_update_row(&m[r], &l[r], acc + (int64_t)r * hd, s + (int64_t)r * CPU_ATTN_TILE, n[r], scale, v, hd);
 }

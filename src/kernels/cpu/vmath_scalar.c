@@ -7,6 +7,7 @@
 #include "kernels/cpu/variant.h"
 #include "kernels/cpu/variant_impl.h"
 #include "kernels/cpu/vmath.h"
+#include "model/dtype.h"
 
 static inline float scalar_exp1(float x)
 {
@@ -38,6 +39,12 @@ void cpu_scalar_exp(float *y, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] = scalar_exp1(x[i]);
+}
+
+void cpu_scalar_widen_bf16(float *dst, const uint16_t *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = dtype_bf16_to_f32(src[i]);
 }
 
 void cpu_scalar_swiglu(float *out, const float *g, const float *u, int64_t n)
