@@ -28,13 +28,19 @@ struct backend_ops {
     /* y[m, n] += x[m, k] · w[n, k]^T (the residual add: each element is the plain
      * matmul's value added to y). */
     void (*matmul_add)(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w);
-    /* ys[i][m, n_i] = x[m, k] · ws[i]^T for i < n_mats (<= 4): several matrices that
-     * read the same x (q/k/v) in one launch. */
+    /* ys[i][m, n_i] = x[m, k] · ws[i]^T for i < n_mats: several matrices that read the
+     * same x (q/k/v) in one launch. */
     void (*matmul_multi)(struct backend *be, int n_mats, float *const *ys, const float *x, int m,
                          const struct weights_mat *const *ws);
     /* out[m, n] = silu(x · gate^T) * (x · up^T): the SwiGLU MLP's first half. */
     void (*matmul_swiglu)(struct backend *be, float *out, const float *x, int m, const struct weights_mat *gate,
                           const struct weights_mat *up);
+    /* Grouped matmul (MoE experts, in one launch): group g takes rows [row0[g],
+     * row0[g + 1]) of x[rows, k] and writes the same rows of y[rows, n] with its own
+     * matrix: y = x · w[g]^T, or with up non-NULL y = silu(x · w[g]^T) * (x · up[g]^T).
+     * Every group's matrices have the same shape. */
+    void (*matmul_grouped)(struct backend *be, float *y, const float *x, int n_groups, const int *row0,
+                           const struct weights_mat *const *w, const struct weights_mat *const *up);
     /* y[r] = x[r] / rms(x[r]) * w, for rows r < rows of length dim (y may be x). */
     void (*rmsnorm)(struct backend *be, float *y, const float *x, const float *w, int rows, int dim, float eps);
     /* Rotates x[n_tok, n_heads, head_dim] in place by the half-split rotation;

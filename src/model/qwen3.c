@@ -21,46 +21,59 @@ struct qwen3_bufs {
     float *v;        /* [n_tok, n_kv_heads, head_dim] */
     float *attn;     /* [n_tok, n_heads, head_dim] */
     float *proj;     /* [n_tok, hidden] output of o_proj / down_proj */
-    float *gate;     /* [n_tok, max(inter, moe_inter)] */
-    float *up;       /* [n_tok, max(inter, moe_inter)] */
+    float *gate;     /* [n_tok, max(inter, top_k * moe_inter)] SwiGLU activations */
     float *cos_sin;  /* [n_tok, head_dim / 2, 2] */
     float *lx;       /* [n_logits, hidden] rows that produce logits */
     /* MoE */
     float *router;   /* [n_tok, n_experts] */
     int32_t *top_e;  /* [n_tok, top_k] expert of each rank */
     float *top_w;    /* [n_tok, top_k] weight of each rank */
-    int32_t *sel;    /* [n_tok] tokens routed to the current expert */
-    int32_t *sel_r;  /* [n_tok] their rank */
-    float *ex;       /* [n_tok, hidden] gathered inputs of one expert */
-    float *eo;       /* [n_tok, top_k, hidden] expert output per (token, rank) */
+    int32_t *row_of;  /* [n_tok, top_k] grouped row of each (token, rank) */
+    int32_t *row0;    /* [n_experts + 1] first grouped row of each active expert */
+    int32_t *ecount;  /* [2 * (n_experts + 1)] per expert: rows, then its group; per group: next row */
+    const struct weights_mat **gw, **uw, **dw; /* [n_experts] matrices of the active experts */
+    float *ex;        /* [n_tok * top_k, hidden] inputs grouped per expert */
+    float *eo;        /* [n_tok * top_k, hidden] expert outputs, same rows */
 };
+
+/* Sizes of the scratch buffers, in the order qwen3_bufs_take takes them. */
+static void qwen3_sizes(const struct model_config *c, int n, int n_logits, size_t *sz)
+{
+    size_t f = sizeof(float), p = sizeof(void *);
+    size_t K = (size_t)c->n_experts_per_tok, E = (size_t)c->n_experts;
+    size_t inter = (size_t)c->intermediate_size, moe = K * (size_t)c->moe_intermediate_size;
+    size_t i = 0;
+    sz[i++] = (size_t)n * c->hidden_size * f;                /* h */
+    sz[i++] = (size_t)n * c->hidden_size * f;                /* xn */
+    sz[i++] = (size_t)n * c->n_heads * c->head_dim * f;      /* q */
+    sz[i++] = (size_t)n * c->n_kv_heads * c->head_dim * f;   /* k */
+    sz[i++] = (size_t)n * c->n_kv_heads * c->head_dim * f;   /* v */
+    sz[i++] = (size_t)n * c->n_heads * c->head_dim * f;      /* attn */
+    sz[i++] = (size_t)n * c->hidden_size * f;                /* proj */
+    sz[i++] = (size_t)n * (inter > moe ? inter : moe) * f;   /* gate */
+    sz[i++] = (size_t)n * c->head_dim * f;                   /* cos_sin */
+    sz[i++] = (size_t)n_logits * c->hidden_size * f;         /* lx */
+    sz[i++] = (size_t)n * (E + 1) * f;                       /* router */
+    sz[i++] = (size_t)n * (K + 1) * 4;                       /* top_e */
+    sz[i++] = (size_t)n * (K + 1) * f;                       /* top_w */
+    sz[i++] = (size_t)n * (K + 1) * 4;                       /* row_of */
+    sz[i++] = (E + 1) * 4;                                   /* row0 */
+    sz[i++] = 2 * (E + 1) * 4;                               /* ecount */
+    sz[i++] = (E + 1) * p;                                   /* gw */
+    sz[i++] = (E + 1) * p;                                   /* uw */
+    sz[i++] = (E + 1) * p;                                   /* dw */
+    sz[i++] = (size_t)n * K * c->hidden_size * f;            /* ex */
+    sz[i++] = (size_t)n * K * c->hidden_size * f;            /* eo */
+}
+
+#define QWEN3_N_BUFS 21
 
 static size_t qwen3_scratch_bytes(const struct model_config *c, int n)
 {
-    size_t f = sizeof(float), tot = 0;
-    int inter = c->intermediate_size > c->moe_intermediate_size ? c->intermediate_size : c->moe_intermediate_size;
-    size_t sizes[] = {
-        (size_t)n * c->hidden_size * f,
-        (size_t)n * c->hidden_size * f,
-        (size_t)n * c->n_heads * c->head_dim * f,
-        (size_t)n * c->n_kv_heads * c->head_dim * f,
-        (size_t)n * c->n_kv_heads * c->head_dim * f,
-        (size_t)n * c->n_heads * c->head_dim * f,
-        (size_t)n * c->hidden_size * f,
-        (size_t)n * inter * f,
-        (size_t)n * inter * f,
-        (size_t)n * c->head_dim * f,
-        (size_t)n * c->hidden_size * f,
-        (size_t)n * (c->n_experts + 1) * f,
-        (size_t)n * (c->n_experts_per_tok + 1) * 4,
-        (size_t)n * (c->n_experts_per_tok + 1) * f,
-        (size_t)n * 4,
-        (size_t)n * 4,
-        (size_t)n * c->hidden_size * f,
-        (size_t)n * (c->n_experts_per_tok + 1) * c->hidden_size * f,
-    };
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        tot += sizes[i] + QWEN3_ALIGN;
+    size_t sz[QWEN3_N_BUFS], tot = 0;
+    qwen3_sizes(c, n, n, sz);
+    for (int i = 0; i < QWEN3_N_BUFS; i++)
+        tot += sz[i] + QWEN3_ALIGN;
     return tot;
 }
 
@@ -73,29 +86,33 @@ static void *qwen3_take(struct arena *a, size_t bytes)
 
 static void qwen3_bufs_take(struct qwen3 *q, int n, int n_logits, struct qwen3_bufs *bu)
 {
-    const struct model_config *c = &q->m->cfg;
+    size_t sz[QWEN3_N_BUFS];
+    qwen3_sizes(&q->m->cfg, n, n_logits, sz);
     struct arena *a = &q->scratch;
-    size_t f = sizeof(float);
-    int inter = c->intermediate_size > c->moe_intermediate_size ? c->intermediate_size : c->moe_intermediate_size;
     arena_reset(a);
-    bu->h = qwen3_take(a, (size_t)n * c->hidden_size * f);
-    bu->xn = qwen3_take(a, (size_t)n * c->hidden_size * f);
-    bu->q = qwen3_take(a, (size_t)n * c->n_heads * c->head_dim * f);
-    bu->k = qwen3_take(a, (size_t)n * c->n_kv_heads * c->head_dim * f);
-    bu->v = qwen3_take(a, (size_t)n * c->n_kv_heads * c->head_dim * f);
-    bu->attn = qwen3_take(a, (size_t)n * c->n_heads * c->head_dim * f);
-    bu->proj = qwen3_take(a, (size_t)n * c->hidden_size * f);
-    bu->gate = qwen3_take(a, (size_t)n * inter * f);
-    bu->up = qwen3_take(a, (size_t)n * inter * f);
-    bu->cos_sin = qwen3_take(a, (size_t)n * c->head_dim * f);
-    bu->lx = qwen3_take(a, (size_t)n_logits * c->hidden_size * f);
-    bu->router = qwen3_take(a, (size_t)n * (c->n_experts + 1) * f);
-    bu->top_e = qwen3_take(a, (size_t)n * (c->n_experts_per_tok + 1) * 4);
-    bu->top_w = qwen3_take(a, (size_t)n * (c->n_experts_per_tok + 1) * f);
-    bu->sel = qwen3_take(a, (size_t)n * 4);
-    bu->sel_r = qwen3_take(a, (size_t)n * 4);
-    bu->ex = qwen3_take(a, (size_t)n * c->hidden_size * f);
-    bu->eo = qwen3_take(a, (size_t)n * (c->n_experts_per_tok + 1) * c->hidden_size * f);
+    int i = 0;
+    bu->h = qwen3_take(a, sz[i++]);
+    bu->xn = qwen3_take(a, sz[i++]);
+    bu->q = qwen3_take(a, sz[i++]);
+    bu->k = qwen3_take(a, sz[i++]);
+    bu->v = qwen3_take(a, sz[i++]);
+    bu->attn = qwen3_take(a, sz[i++]);
+    bu->proj = qwen3_take(a, sz[i++]);
+    bu->gate = qwen3_take(a, sz[i++]);
+    bu->cos_sin = qwen3_take(a, sz[i++]);
+    bu->lx = qwen3_take(a, sz[i++]);
+    bu->router = qwen3_take(a, sz[i++]);
+    bu->top_e = qwen3_take(a, sz[i++]);
+    bu->top_w = qwen3_take(a, sz[i++]);
+    bu->row_of = qwen3_take(a, sz[i++]);
+    bu->row0 = qwen3_take(a, sz[i++]);
+    bu->ecount = qwen3_take(a, sz[i++]);
+    bu->gw = qwen3_take(a, sz[i++]);
+    bu->uw = qwen3_take(a, sz[i++]);
+    bu->dw = qwen3_take(a, sz[i++]);
+    bu->ex = qwen3_take(a, sz[i++]);
+    bu->eo = qwen3_take(a, sz[i++]);
+    HR_ASSERT(i == QWEN3_N_BUFS);
 }
 
 enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend *be, int max_tok, char *err,
@@ -112,7 +129,9 @@ enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend
     int dims[] = {c->n_heads * c->head_dim, c->intermediate_size, c->moe_intermediate_size};
     for (int i = 0; i < 3; i++)
         max_k = dims[i] > max_k ? dims[i] : max_k;
-    enum hr_status st = be->ops->reserve(be, max_tok, max_k, err, errlen);
+    /* MoE: the grouped expert rows number top_k per token */
+    int max_rows = max_tok * (c->n_experts_per_tok > 1 ? c->n_experts_per_tok : 1);
+    enum hr_status st = be->ops->reserve(be, max_rows, max_k, err, errlen);
     if (st != HR_OK)
         return st;
     return arena_init(&q->scratch, qwen3_scratch_bytes(c, max_tok), err, errlen);
@@ -218,26 +237,36 @@ static void qwen3_moe_block(struct qwen3 *q, const struct weights_layer *L, int 
         qwen3_route(c, bu->router + (int64_t)t * E, bu->top_e + (int64_t)t * K, bu->top_w + (int64_t)t * K);
     if (q->route_trace)
         memcpy(q->route_trace + (int64_t)layer * q->max_tok * K, bu->top_e, (size_t)n * K * sizeof(int32_t));
-    /* Tokens grouped per expert; each (token, rank) output lands in its own slot,
-     * so the grouping never changes a bit. */
+    /* Tokens grouped per expert: the active experts' rows back to back (each
+     * (token, rank) once), every expert's weights streamed once for all its tokens,
+     * all experts in two launches.  Each element is the invariant GEMM's, so the
+     * grouping never changes a bit. */
+    int32_t *count = bu->ecount, *next = bu->ecount + E + 1;
+    memset(count, 0, (size_t)E * sizeof *count);
+    for (int i = 0; i < n * K; i++)
+        count[bu->top_e[i]]++;
+    int g = 0, rows = 0;
     for (int e = 0; e < E; e++) {
-        int m = 0;
-        for (int t = 0; t < n; t++)
-            for (int r = 0; r < K; r++)
-                if (bu->top_e[(int64_t)t * K + r] == e) {
-                    bu->sel[m] = t;
-                    bu->sel_r[m] = r;
-                    memcpy(bu->ex + (int64_t)m * H, bu->xn + (int64_t)t * H, (size_t)H * sizeof(float));
-                    m++;
-                }
-        if (!m)
+        if (!count[e])
             continue;
-        const struct weights_expert *ex = &L->experts[e];
-        qwen3_mlp(be, bu->proj, bu->ex, m, &ex->gate, &ex->up, &ex->down, bu->gate, 0);
-        for (int i = 0; i < m; i++)
-            memcpy(bu->eo + ((int64_t)bu->sel[i] * K + bu->sel_r[i]) * H, bu->proj + (int64_t)i * H,
-                   (size_t)H * sizeof(float));
+        bu->row0[g] = rows;
+        bu->gw[g] = &L->experts[e].gate;
+        bu->uw[g] = &L->experts[e].up;
+        bu->dw[g] = &L->experts[e].down;
+        rows += count[e];
+        count[e] = g++; /* the expert's group from now on */
     }
+    bu->row0[g] = rows;
+    for (int i = 0; i < g; i++)
+        next[i] = bu->row0[i];
+    for (int t = 0; t < n; t++)
+        for (int r = 0; r < K; r++) {
+            int row = next[count[bu->top_e[(int64_t)t * K + r]]]++;
+            bu->row_of[(int64_t)t * K + r] = row;
+            memcpy(bu->ex + (int64_t)row * H, bu->xn + (int64_t)t * H, (size_t)H * sizeof(float));
+        }
+    be->ops->matmul_grouped(be, bu->gate, bu->ex, g, bu->row0, bu->gw, bu->uw);
+    be->ops->matmul_grouped(be, bu->eo, bu->gate, g, bu->row0, bu->dw, NULL);
     /* Weighted sum in rank order, then the residual. */
     for (int t = 0; t < n; t++) {
         float *h = bu->h + (int64_t)t * H;
@@ -246,7 +275,7 @@ static void qwen3_moe_block(struct qwen3 *q, const struct weights_layer *L, int 
             y[d] = 0.0f;
         for (int r = 0; r < K; r++) {
             float w = bu->top_w[(int64_t)t * K + r];
-            const float *o = bu->eo + ((int64_t)t * K + r) * H;
+            const float *o = bu->eo + (int64_t)bu->row_of[(int64_t)t * K + r] * H;
             for (int d = 0; d < H; d++)
                 y[d] = y[d] + w * o[d];
         }

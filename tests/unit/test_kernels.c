@@ -390,6 +390,22 @@ static void test_backend_matmuls(void)
         bef.ops->matmul(&bef, u, x, M, &mt.a);
         CHECK_MSG(!memcmp(u, y2, sizeof(float) * M * N), "%s: matmul_f32 is not the f32 matmul", names[vi]);
         backend_free(&bef);
+        /* matmul_grouped = a matmul per group of rows (with an empty group), SwiGLU too */
+        int row0[5] = {0, 13, 13, 77, M};
+        const struct weights_mat *gw[4] = {&mt.a, &mt.b, &mt.b, &mt.a}, *uw[4] = {&mt.b, &mt.a, &mt.a, &mt.b};
+        be3.ops->matmul_grouped(&be3, y2, x, 4, row0, gw, NULL);
+        be3.ops->matmul_grouped(&be3, u, x, 4, row0, gw, uw);
+        bad = 0;
+        for (int gi = 0; gi < 4; gi++) {
+            int m = row0[gi + 1] - row0[gi];
+            if (!m)
+                continue;
+            be1.ops->matmul(&be1, z, x + row0[gi] * K, m, gw[gi]);
+            bad += memcmp(z, y2 + row0[gi] * N, sizeof(float) * m * N) != 0;
+            be1.ops->matmul_swiglu(&be1, z, x + row0[gi] * K, m, gw[gi], uw[gi]);
+            bad += memcmp(z, u + row0[gi] * N, sizeof(float) * m * N) != 0;
+        }
+        CHECK_MSG(bad == 0, "%s: matmul_grouped differs from per-group matmuls", names[vi]);
         backend_free(&be1);
         backend_free(&be3);
     }

@@ -21,7 +21,6 @@ static struct cpu_backend *cpu_of(struct backend *be) { return be->impl; }
 #define MM_MB 48
 #define MM_NB 64
 #define MM_NB_MAX 512
-#define MM_MAX_MATS 4
 #define MM_CHUNK 64 /* columns per epilogue chunk */
 
 enum mm_epilogue {
@@ -30,25 +29,39 @@ enum mm_epilogue {
     MM_SWIGLU, /* y = silu(x gate^T) * (x up^T) */
 };
 
-struct mm_mat {
-    float *y;                     /* [m, n] */
-    const struct weights_mat *w;  /* [n, k] (gate for MM_SWIGLU) */
-    const struct weights_mat *w2; /* [n, k] up (MM_SWIGLU) */
-    int n;
-    int n_cb;                     /* column blocks */
-    int first_task;
-};
-
+/* One launch: segments, each a matrix applied to some rows of x.  Either n_seg
+ * matrices over the same m rows (row0 == NULL; outputs ys[s]), or groups of rows
+ * [row0[s], row0[s + 1]) each with its own matrix (outputs: the same rows of y). */
 struct mm_plan {
     const struct cpu_variant *v;
-    const float *x;               /* [m, k] */
-    const uint16_t *xb;           /* [m, k] x rounded to bf16, or NULL */
-    int f32_only;                 /* compute f32 even in a compute-bf16 variant */
-    int m, k, mb, nb, n_rb;
+    const float *x;                       /* [rows, k] */
+    const uint16_t *xb;                   /* [rows, k] x rounded to bf16, or NULL */
+    int f32_only;                         /* compute f32 even in a compute-bf16 variant */
+    int k, nb;
     enum mm_epilogue epi;
-    int n_mats;
-    struct mm_mat mat[MM_MAX_MATS];
+    int n_seg;
+    int m;                                /* rows of every segment (row0 == NULL) */
+    const int *row0;                      /* [n_seg + 1] or NULL */
+    float *const *ys;                     /* [n_seg] (row0 == NULL) */
+    float *y;                             /* [rows, n] (row0 != NULL) */
+    const struct weights_mat *const *w;   /* [n_seg] (the gate for MM_SWIGLU) */
+    const struct weights_mat *const *w2;  /* [n_seg] up (MM_SWIGLU) */
 };
+
+struct mm_seg {
+    int r0, m, mb, tasks;
+};
+
+static struct mm_seg mm_segment(const struct mm_plan *p, int s)
+{
+    struct mm_seg g;
+    g.r0 = p->row0 ? p->row0[s] : 0;
+    g.m = p->row0 ? p->row0[s + 1] - p->row0[s] : p->m;
+    g.mb = g.m <= MM_SMALL_M ? g.m : MM_MB;
+    int n = (int)p->w[s]->rows;
+    g.tasks = g.m > 0 ? (g.m + g.mb - 1) / g.mb * ((n + p->nb - 1) / p->nb) : 0;
+    return g;
+}
 
 /* y[mr, nc] (row stride ldy) = rows i0.. of x times columns j0.. of w. */
 static void mm_gemm(const struct mm_plan *p, const struct weights_mat *w, float *y, int64_t ldy, int i0, int mr,
@@ -78,18 +91,21 @@ static void mm_run(void *ctx, int t, int thread)
 {
     (void)thread;
     const struct mm_plan *p = ctx;
-    int mi = 0;
-    while (mi + 1 < p->n_mats && t >= p->mat[mi + 1].first_task)
-        mi++;
-    const struct mm_mat *mt = &p->mat[mi];
-    t -= mt->first_task;
-    int i0 = (t / mt->n_cb) * p->mb, j0 = (t % mt->n_cb) * p->nb;
-    int mr = p->m - i0 < p->mb ? p->m - i0 : p->mb;
-    int nc = mt->n - j0 < p->nb ? mt->n - j0 : p->nb;
-    int64_t ldy = mt->n;
-    float *y = mt->y + i0 * ldy + j0;
+    int s = 0;
+    struct mm_seg g = mm_segment(p, 0);
+    while (t >= g.tasks) {
+        t -= g.tasks;
+        g = mm_segment(p, ++s);
+    }
+    const struct weights_mat *w = p->w[s];
+    int n = (int)w->rows, n_cb = (n + p->nb - 1) / p->nb;
+    int i0 = g.r0 + (t / n_cb) * g.mb, j0 = (t % n_cb) * p->nb;
+    int mr = g.r0 + g.m - i0 < g.mb ? g.r0 + g.m - i0 : g.mb;
+    int nc = n - j0 < p->nb ? n - j0 : p->nb;
+    int64_t ldy = n;
+    float *y = p->row0 ? p->y + i0 * ldy + j0 : p->ys[s] + (i0 - g.r0) * ldy + j0;
     if (p->epi == MM_STORE) {
-        mm_gemm(p, mt->w, y, ldy, i0, mr, j0, nc);
+        mm_gemm(p, w, y, ldy, i0, mr, j0, nc);
         return;
     }
     /* The epilogues work on chunks small enough for the stack and L1. */
@@ -98,9 +114,9 @@ static void mm_run(void *ctx, int t, int thread)
         int cc = nc - c0 < MM_CHUNK ? nc - c0 : MM_CHUNK;
         for (int r0 = 0; r0 < mr; r0 += MM_SMALL_M) {
             int rr = mr - r0 < MM_SMALL_M ? mr - r0 : MM_SMALL_M;
-            mm_gemm(p, mt->w, a, cc, i0 + r0, rr, j0 + c0, cc);
+            mm_gemm(p, w, a, cc, i0 + r0, rr, j0 + c0, cc);
             if (p->epi == MM_SWIGLU)
-                mm_gemm(p, mt->w2, b, cc, i0 + r0, rr, j0 + c0, cc);
+                mm_gemm(p, p->w2[s], b, cc, i0 + r0, rr, j0 + c0, cc);
             for (int i = 0; i < rr; i++) {
                 float *yr = y + (r0 + i) * ldy + c0;
                 if (p->epi == MM_ADD) {
@@ -149,84 +165,87 @@ static enum hr_status cpu_reserve(struct backend *be, int max_rows, int max_k, c
 static void mm_launch(struct backend *be, struct mm_plan *p)
 {
     struct cpu_backend *c = cpu_of(be);
-    int m = p->m, k = p->k;
+    int k = p->k, rows = p->row0 ? p->row0[p->n_seg] : p->m;
     p->v = c->v;
     p->xb = NULL;
-    int any_bf16 = 0;
-    for (int i = 0; i < p->n_mats; i++)
-        any_bf16 |= p->mat[i].w->dtype == SAFETENSORS_DTYPE_BF16;
+    int any_bf16 = 0, max_m = 0;
+    int64_t cols = 0;
+    for (int s = 0; s < p->n_seg; s++) {
+        const struct weights_mat *w = p->w[s];
+        HR_ASSERT(w->cols == k && (!p->w2 || (p->w2[s]->rows == w->rows && p->w2[s]->cols == k)));
+        any_bf16 |= w->dtype == SAFETENSORS_DTYPE_BF16;
+        int m = p->row0 ? p->row0[s + 1] - p->row0[s] : p->m;
+        max_m = m > max_m ? m : max_m;
+        cols += w->rows;
+    }
+    if (rows < 1)
+        return;
     if (c->v->gemm_bb && any_bf16 && !p->f32_only) {
         /* compute bf16: round x once for every matrix of the launch */
         char err[HR_ERRLEN];
-        enum hr_status st = cpu_reserve(be, m, k, err, sizeof err);
+        enum hr_status st = cpu_reserve(be, rows, k, err, sizeof err);
         HR_ASSERT(st == HR_OK); /* sized at start-up by reserve */
-        struct mm_cvt cv = {.v = c->v, .dst = c->xb, .src = p->x, .n = (int64_t)m * k, .chunk = 1 << 16};
+        struct mm_cvt cv = {.v = c->v, .dst = c->xb, .src = p->x, .n = (int64_t)rows * k, .chunk = 1 << 16};
         threadpool_run(&c->pool, mm_cvt_run, &cv, (int)((cv.n + cv.chunk - 1) / cv.chunk));
         p->xb = c->xb;
     }
-    int nt = c->pool.n_threads;
-    if (m <= MM_SMALL_M) {
-        p->mb = m;
-        int64_t cols = 0;
-        for (int i = 0; i < p->n_mats; i++)
-            cols += p->mat[i].n;
+    if (max_m <= MM_SMALL_M) {
         /* about eight blocks per thread, in whole 8-column tiles */
+        int nt = c->pool.n_threads;
         int64_t nb = (cols + 8 * nt - 1) / (8 * nt);
         nb = (nb + 7) / 8 * 8;
         p->nb = (int)(nb < 32 ? 32 : nb > MM_NB_MAX ? MM_NB_MAX : nb);
     } else {
-        p->mb = MM_MB;
         p->nb = MM_NB;
     }
-    p->n_rb = (m + p->mb - 1) / p->mb;
     int tasks = 0;
-    for (int i = 0; i < p->n_mats; i++) {
-        struct mm_mat *mt = &p->mat[i];
-        HR_ASSERT(mt->w->cols == k && (!mt->w2 || (mt->w2->rows == mt->w->rows && mt->w2->cols == k)));
-        mt->n = (int)mt->w->rows;
-        mt->n_cb = (mt->n + p->nb - 1) / p->nb;
-        mt->first_task = tasks;
-        tasks += mt->n_cb * p->n_rb;
-    }
+    for (int s = 0; s < p->n_seg; s++)
+        tasks += mm_segment(p, s).tasks;
     threadpool_run(&c->pool, mm_run, p, tasks);
 }
 
 static void cpu_matmul(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w)
 {
-    struct mm_plan p = {.x = x, .m = m, .k = (int)w->cols, .epi = MM_STORE, .n_mats = 1};
-    p.mat[0] = (struct mm_mat){.y = y, .w = w};
+    struct mm_plan p = {.x = x, .m = m, .k = (int)w->cols, .epi = MM_STORE, .n_seg = 1, .ys = &y, .w = &w};
     mm_launch(be, &p);
 }
 
 static void cpu_matmul_f32(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w)
 {
-    struct mm_plan p = {.x = x, .m = m, .k = (int)w->cols, .epi = MM_STORE, .n_mats = 1, .f32_only = 1};
-    p.mat[0] = (struct mm_mat){.y = y, .w = w};
+    struct mm_plan p = {.x = x, .m = m, .k = (int)w->cols, .epi = MM_STORE, .n_seg = 1, .ys = &y, .w = &w,
+                        .f32_only = 1};
     mm_launch(be, &p);
 }
 
 static void cpu_matmul_add(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w)
 {
-    struct mm_plan p = {.x = x, .m = m, .k = (int)w->cols, .epi = MM_ADD, .n_mats = 1};
-    p.mat[0] = (struct mm_mat){.y = y, .w = w};
+    struct mm_plan p = {.x = x, .m = m, .k = (int)w->cols, .epi = MM_ADD, .n_seg = 1, .ys = &y, .w = &w};
     mm_launch(be, &p);
 }
 
 static void cpu_matmul_multi(struct backend *be, int n_mats, float *const *ys, const float *x, int m,
                              const struct weights_mat *const *ws)
 {
-    HR_ASSERT(n_mats >= 1 && n_mats <= MM_MAX_MATS);
-    struct mm_plan p = {.x = x, .m = m, .k = (int)ws[0]->cols, .epi = MM_STORE, .n_mats = n_mats};
-    for (int i = 0; i < n_mats; i++)
-        p.mat[i] = (struct mm_mat){.y = ys[i], .w = ws[i]};
+    HR_ASSERT(n_mats >= 1);
+    struct mm_plan p = {.x = x, .m = m, .k = (int)ws[0]->cols, .epi = MM_STORE, .n_seg = n_mats, .ys = ys, .w = ws};
     mm_launch(be, &p);
 }
 
 static void cpu_matmul_swiglu(struct backend *be, float *out, const float *x, int m, const struct weights_mat *gate,
                               const struct weights_mat *up)
 {
-    struct mm_plan p = {.x = x, .m = m, .k = (int)gate->cols, .epi = MM_SWIGLU, .n_mats = 1};
-    p.mat[0] = (struct mm_mat){.y = out, .w = gate, .w2 = up};
+    struct mm_plan p = {.x = x, .m = m, .k = (int)gate->cols, .epi = MM_SWIGLU, .n_seg = 1, .ys = &out,
+                        .w = &gate, .w2 = &up};
+    mm_launch(be, &p);
+}
+
+static void cpu_matmul_grouped(struct backend *be, float *y, const float *x, int n_groups, const int *row0,
+                               const struct weights_mat *const *w, const struct weights_mat *const *up)
+{
+    if (n_groups < 1)
+        return;
+    struct mm_plan p = {.x = x, .k = (int)w[0]->cols, .epi = up ? MM_SWIGLU : MM_STORE, .n_seg = n_groups,
+                        .row0 = row0, .y = y, .w = w, .w2 = up};
     mm_launch(be, &p);
 }
 
@@ -391,6 +410,7 @@ static const struct backend_ops cpu_ops = {
     .matmul_add = cpu_matmul_add,
     .matmul_multi = cpu_matmul_multi,
     .matmul_swiglu = cpu_matmul_swiglu,
+    .matmul_grouped = cpu_matmul_grouped,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .embed = cpu_embed,
