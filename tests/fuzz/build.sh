@@ -3,6 +3,7 @@
 #   fuzz_safetensors  the safetensors header parser
 #   fuzz_config       config.json / generation_config.json parsing
 #   fuzz_openai       OpenAI request parsing and validation (/v1/completions, /v1/chat/completions)
+#   fuzz_template     the Jinja chat-template parser and renderer
 # With FUZZ_SECONDS=N (or `build.sh N`) also runs each for N seconds over its corpus;
 # new inputs go to build-fuzz/corpus-<target>/ (copy crashers into tests/fuzz/corpus/<target>/).
 set -euo pipefail
@@ -15,12 +16,15 @@ base="src/base/status.c src/base/log.c src/base/fileio.c"
 $cc $flags -o "$out/fuzz_safetensors" tests/fuzz/fuzz_safetensors.c src/model/safetensors.c $base -ljansson
 $cc $flags -o "$out/fuzz_config" tests/fuzz/fuzz_config.c src/model/config.c $base -ljansson -lm
 $cc $flags -o "$out/fuzz_openai" tests/fuzz/fuzz_openai.c src/server/openai.c $base -ljansson -lm
-echo "built $out/fuzz_safetensors $out/fuzz_config $out/fuzz_openai"
+$cc $flags -o "$out/fuzz_template" tests/fuzz/fuzz_template.c src/tokenizer/template*.c $base -ljansson -lm
+echo "built $out/fuzz_safetensors $out/fuzz_config $out/fuzz_openai $out/fuzz_template"
 secs=${1:-${FUZZ_SECONDS:-0}}
 if [ "$secs" -gt 0 ]; then
-  for t in safetensors config openai; do
+  for t in safetensors config openai template; do
+    dict=tests/fuzz/json.dict
+    [ $t = template ] && dict=tests/fuzz/template.dict
     mkdir -p "$out/corpus-$t"
-    "$out/fuzz_$t" -max_total_time="$secs" -dict=tests/fuzz/json.dict -artifact_prefix="$out/crash-$t-" \
+    "$out/fuzz_$t" -max_total_time="$secs" -dict=$dict -artifact_prefix="$out/crash-$t-" \
       "$out/corpus-$t" "tests/fuzz/corpus/$t"
   done
 fi
