@@ -48,6 +48,26 @@ static void attn_gather(const struct attn_task *c, const struct batch_row *r, in
     }
 }
 
+/* Asks for K and V of positions [p0, p0 + n) ahead of use: tiles of a row live in
+ * blocks anywhere in the pool, which no hardware prefetcher can guess. */
+static void attn_prefetch(const struct attn_task *c, const struct batch_row *r, int kvh, int p0, int n)
+{
+    const struct kv_store *kv = c->kv;
+    int bs = kv->block_size;
+    size_t row = (size_t)kv->head_dim * kv->elem_size;
+    for (int j = 0; j < n;) {
+        int pos = p0 + j;
+        int blk = r->block_table[pos / bs], off = pos % bs;
+        int run = bs - off < n - j ? bs - off : n - j;
+        for (int sel = 0; sel < 2; sel++) {
+            const char *h = (const char *)kv_store_head(kv, blk, c->layer, sel, kvh) + (size_t)off * row;
+            for (size_t b = 0; b < (size_t)run * row; b += 64)
+                __builtin_prefetch(h + b, 0, 3);
+        }
+        j += run;
+    }
+}
+
 static void attn_run(void *ctx, int task, int thread)
 {
     const struct attn_task *c = ctx;
@@ -77,10 +97,15 @@ static void attn_run(void *ctx, int task, int thread)
     memset(sc->acc, 0, (size_t)rows * hd * sizeof(float));
 
     int pos_first = b->positions[t0], pos_last = b->positions[t0 + nq - 1];
+    attn_prefetch(c, r, kvh, 0, pos_last + 1 < CPU_ATTN_TILE ? pos_last + 1 : CPU_ATTN_TILE);
     for (int p0 = 0; p0 <= pos_last; p0 += CPU_ATTN_TILE) {
         int n = pos_last + 1 - p0 < CPU_ATTN_TILE ? pos_last + 1 - p0 : CPU_ATTN_TILE;
         /* tokens before this tile have finished: rows from i0 on take part */
         int i0 = p0 > pos_first ? (p0 - pos_first) * G : 0;
+        if (p0 + CPU_ATTN_TILE <= pos_last) {
+            int nn = pos_last + 1 - (p0 + CPU_ATTN_TILE);
+            attn_prefetch(c, r, kvh, p0 + CPU_ATTN_TILE, nn < CPU_ATTN_TILE ? nn : CPU_ATTN_TILE);
+        }
         /* K and V of the tile widened once for every row; scores by the f32 GEMM */
         attn_gather(c, r, kvh, 0, p0, n, sc->k);
         attn_gather(c, r, kvh, 1, p0, n, sc->v);
