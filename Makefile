@@ -81,4 +81,4 @@ fuzz:
 clean:
 	rm -rf build build-asan build-fuzz
 
--include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_BINS:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d)
+-include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(HELPER_OBJS:.o=.d) $(TEST_BINS:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d)

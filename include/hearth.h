@@ -113,6 +113,9 @@ struct hearth_request_params {
                                    reproduce one sample of an n > 1 request alone (default 0) */
     bool logprobs;              /* report the sampled token's logprob */
     int top_logprobs;           /* 0..20 alternatives per token */
+    bool prompt_logprobs;       /* also score every prompt token after the first (PROMPT_LOGPROB
+                                   events, with top_logprobs alternatives); such a request
+                                   computes its whole prompt (no prefix-cache hit) */
     bool ignore_eos;
 
     /* Stopping. */
@@ -141,6 +144,7 @@ void hearth_request_cancel(struct hearth_request *r);
 void hearth_request_free(struct hearth_request *r);
 
 enum hearth_event_type {
+    HEARTH_EVENT_PROMPT_LOGPROB, /* prompt token at position `index` (1..prompt_tokens-1), all before any TOKEN */
     HEARTH_EVENT_TOKEN,         /* one generated token of sample `index` */
     HEARTH_EVENT_FINISH,        /* sample `index` finished (finish_reason) */
     HEARTH_EVENT_DONE,          /* the whole request finished; usage is final; last event */

@@ -245,6 +245,29 @@ static void engine_sample(struct hearth_engine *e, struct seq *s, const float *l
     engine_accept(e, s, &r);
 }
 
+/* Logits at position p score the prompt token at p + 1: one event per prompt
+ * position not scored before (a recomputation after preemption repeats none). */
+static void engine_prompt_logprobs(struct hearth_engine *e, struct seq *s, int first_pos, int n, const float *logits)
+{
+    struct group *g = s->g;
+    int V = e->m.cfg.vocab_size;
+    for (int t = 0; t < n; t++) {
+        int pos = first_pos + t + 1;
+        if (pos >= g->n_prompt || pos <= g->prompt_lp_done)
+            continue;
+        struct sampler_result r;
+        sampler_score(logits + (int64_t)t * V, V, s->tokens[pos], g->sp.n_logprobs, &e->ss, &r);
+        struct hearth_event ev = {.type = HEARTH_EVENT_PROMPT_LOGPROB, .index = pos, .token = r.token,
+                                  .logprob = r.logprob, .n_top = r.n_top, .stop_token = -1};
+        for (int k = 0; k < r.n_top; k++) {
+            ev.top[k].token = r.top[k].token;
+            ev.top[k].logprob = r.top[k].logprob;
+        }
+        engine_emit(g, &ev, NULL, 0);
+        g->prompt_lp_done = pos;
+    }
+}
+
 /* Sample 0 completed the prompt: the siblings take its blocks (one more reference
  * each) and its tokens; each copies the shared tail on its first own write. */
 static void engine_fork(struct hearth_engine *e, struct group *g)
@@ -464,7 +487,11 @@ bool engine_step(struct hearth_engine *e)
     for (int i = 0; i < plan.n_rows && st == HR_OK; i++) {
         struct seq *s = plan.rows[i].s;
         st = batch_add_row(b, i, s->tokens + s->committed, plan.rows[i].query_len, s->committed, s->table,
-                           s->n_table, plan.rows[i].sample ? BATCH_LOGITS_LAST : BATCH_LOGITS_NONE, err, sizeof err);
+                           s->n_table,
+                           plan.rows[i].all_logits ? BATCH_LOGITS_ALL
+                           : plan.rows[i].sample   ? BATCH_LOGITS_LAST
+                                                   : BATCH_LOGITS_NONE,
+                           err, sizeof err);
     }
     if (st == HR_OK)
         st = batch_build(b, e->kv.n_blocks, err, sizeof err);
@@ -505,12 +532,19 @@ bool engine_step(struct hearth_engine *e)
             s->published = full;
         }
     }
+    for (int i = 0; i < plan.n_rows; i++)
+        if (plan.rows[i].all_logits)
+            engine_prompt_logprobs(e, plan.rows[i].s, b->rows[i].context_len, plan.rows[i].query_len,
+                                   e->logits + (int64_t)b->rows[i].logit_offset * e->m.cfg.vocab_size);
     for (int i = 0; i < plan.n_rows; i++) {
         if (!plan.rows[i].sample)
             continue;
         struct seq *s = plan.rows[i].s;
         struct group *g = s->g;
-        const float *lg = e->logits + (int64_t)b->rows[i].logit_offset * e->m.cfg.vocab_size;
+        /* The row's last logits (rows with every token's logits end with them). */
+        const float *lg =
+            e->logits + (int64_t)(b->rows[i].logit_offset + (plan.rows[i].all_logits ? plan.rows[i].query_len - 1 : 0)) *
+                            e->m.cfg.vocab_size;
         if (!g->forked && g->n > 1) {
             engine_fork(e, g);
             for (int k = 0; k < g->n; k++)
@@ -673,7 +707,7 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
     if (st == HR_OK)
         st = sampler_scratch_init(&e->ss, e->m.cfg.vocab_size, err, errlen);
     if (st == HR_OK) {
-        e->logits = malloc((size_t)p->max_num_seqs * e->m.cfg.vocab_size * sizeof(float));
+        e->logits = malloc((size_t)(p->max_num_seqs + SCHED_PROMPT_LOGITS) * e->m.cfg.vocab_size * sizeof(float));
         if (!e->logits)
             st = hr_err(err, errlen, HR_ERR_NOMEM, "engine: cannot allocate the logits buffer");
     }

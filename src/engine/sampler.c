@@ -510,6 +510,17 @@ static void fill_logprobs(const struct sampler_params *p, const float *logits, c
 #undef LOGPROB_OF
 }
 
+void sampler_score(const float *logits, int vocab, int32_t token, int n_top, struct sampler_scratch *s,
+                   struct sampler_result *out)
+{
+    struct sampler_params p;
+    sampler_params_default(&p);
+    p.logprobs = true;
+    p.n_logprobs = n_top;
+    out->token = token;
+    fill_logprobs(&p, logits, NULL, vocab, s, out);
+}
+
 int32_t sampler_sample(const struct sampler_params *p, const float *logits, int vocab,
                        const int32_t *history, int n_prompt, int n_generated,
                        uint64_t seq_index, uint64_t step, struct sampler_scratch *s,

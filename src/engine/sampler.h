@@ -113,6 +113,11 @@ int32_t sampler_sample(const struct sampler_params *p, const float *logits, int 
                        uint64_t seq_index, uint64_t step, struct sampler_scratch *s,
                        struct sampler_result *out);
 
+/* Scores a given token under the raw model distribution, log_softmax(logits): its
+ * logprob and the n_top best alternatives (prompt logprobs).  Allocates nothing. */
+void sampler_score(const float *logits, int vocab, int32_t token, int n_top, struct sampler_scratch *s,
+                   struct sampler_result *out);
+
 /* Philox-4x32-10 (Salmon et al., SC'11): one block of 4 random words. */
 void sampler_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 

@@ -94,10 +94,24 @@ static bool sched_reserve(struct hearth_engine *e, struct seq *s, int q, struct 
     }
 }
 
+/* Rows of a sequence whose prompt is being scored carry the logits of every token,
+ * a bounded number per step: returns the chunk cut to what is left of that budget
+ * (0: not this step). */
+static int sched_cut_chunk(struct sched_plan *plan, const struct seq *s, int q)
+{
+    if (!s->g->prompt_lp || s->committed >= s->g->n_prompt)
+        return q;
+    return q < plan->prompt_logits_left ? q : plan->prompt_logits_left;
+}
+
 static void sched_add_row(struct sched_plan *plan, struct seq *s, int q)
 {
-    plan->rows[plan->n_rows++] = (struct sched_row){.s = s, .query_len = q, .sample = s->committed + q == s->n_tokens};
+    bool all = s->g->prompt_lp && s->committed < s->g->n_prompt;
+    plan->rows[plan->n_rows++] = (struct sched_row){
+        .s = s, .query_len = q, .sample = s->committed + q == s->n_tokens, .all_logits = all};
     plan->n_tok += q;
+    if (all)
+        plan->prompt_logits_left -= q;
 }
 
 /* Schedules the running sequences: decodes (one token left) or prefill chunks. */
@@ -115,7 +129,9 @@ static void sched_running(struct hearth_engine *e, struct sched_plan *plan, bool
                 continue;
             if (*budget == 0 || plan->n_rows == max_rows)
                 return;
-            int q = rem < *budget ? rem : *budget;
+            int q = sched_cut_chunk(plan, s, rem < *budget ? rem : *budget);
+            if (q == 0)
+                continue;
             bool ok = sched_reserve(e, s, q, plan);
             *budget = e->p.max_batched_tokens - plan->n_tok;
             if (!ok)
@@ -165,8 +181,11 @@ static struct group *sched_pick(struct hearth_engine *e)
     /* The scan looks at the oldest SCHED_PICK_WINDOW groups: the cost of a step
      * must not grow with the length of the queue. */
     for (struct group *g = head; g && seen++ < SCHED_PICK_WINDOW; g = g->next) {
-        int cached = e->pc_on ? prefix_cache_match_len(&e->pc, g->salt, g->seqs[0].tokens, g->seqs[0].n_tokens) : 0;
-        if (e->pc_on && sched_shared_in_flight(e, g) > cached && e->step_no - g->arrival_step <= e->max_wait_steps)
+        int cached = e->pc_on && !g->prompt_lp
+                         ? prefix_cache_match_len(&e->pc, g->salt, g->seqs[0].tokens, g->seqs[0].n_tokens)
+                         : 0;
+        if (e->pc_on && !g->prompt_lp && sched_shared_in_flight(e, g) > cached &&
+            e->step_no - g->arrival_step <= e->max_wait_steps)
             continue;
         if (e->schedule == ENGINE_SCHEDULE_FCFS)
             return g;
@@ -189,7 +208,8 @@ static bool sched_admit_group(struct hearth_engine *e, struct group *g)
         if (!seq_active(s))
             continue;
         int k = 0;
-        if (e->pc_on)
+        s->lease.state = PREFIX_LEASE_NONE;
+        if (e->pc_on && !g->prompt_lp)
             k = prefix_cache_lookup(&e->pc, g->salt, s->tokens, s->n_tokens, s->table, &s->lease, s);
         s->n_table = k;
         s->committed = k * bs;
@@ -204,7 +224,7 @@ static bool sched_admit_group(struct hearth_engine *e, struct group *g)
         if (!seq_active(s))
             continue;
         if (!ok) {
-            if (e->pc_on)
+            if (s->lease.state == PREFIX_LEASE_OPEN)
                 prefix_cache_lease_abort(&e->pc, &s->lease);
             s->n_table = s->committed = s->published = 0;
             continue;
@@ -212,7 +232,7 @@ static bool sched_admit_group(struct hearth_engine *e, struct group *g)
         int nb = (s->n_tokens + bs - 1) / bs;
         HR_ASSERT(block_pool_alloc(&e->pool, s->table + s->n_table, nb - s->n_table, NULL, 0) == HR_OK);
         s->n_table = nb;
-        if (e->pc_on) {
+        if (s->lease.state == PREFIX_LEASE_OPEN) {
             prefix_cache_lease_prepare(&e->pc, &s->lease, s);
             prefix_cache_lease_commit(&e->pc, &s->lease, s);
         }
@@ -241,7 +261,9 @@ static void sched_admit(struct hearth_engine *e, struct sched_plan *plan, int *b
             if (!seq_active(s))
                 continue;
             int rem = s->n_tokens - s->committed;
-            int q = rem < *budget ? rem : *budget;
+            int q = sched_cut_chunk(plan, s, rem < *budget ? rem : *budget);
+            if (q == 0)
+                continue;
             sched_add_row(plan, s, q);
             *budget -= q;
         }
@@ -252,6 +274,7 @@ void sched_plan(struct hearth_engine *e, struct sched_plan *plan)
 {
     plan->n_rows = 0;
     plan->n_tok = 0;
+    plan->prompt_logits_left = SCHED_PROMPT_LOGITS;
     int budget = e->p.max_batched_tokens;
     sched_running(e, plan, true, &budget);
     sched_running(e, plan, false, &budget);

@@ -19,12 +19,17 @@ struct sched_row {
     struct seq *s;
     int query_len;
     bool sample;               /* the chunk reaches the sequence's last token */
+    bool all_logits;           /* logits of every token (prompt logprobs) */
 };
+
+/* Logits rows one step may spend on prompt logprobs (on top of one per sequence). */
+#define SCHED_PROMPT_LOGITS 16
 
 struct sched_plan {
     struct sched_row *rows;    /* [max_num_seqs] */
     int n_rows;
     int n_tok;
+    int prompt_logits_left;    /* of SCHED_PROMPT_LOGITS */
 };
 
 /* Fills plan for the next step (may admit and preempt groups). */

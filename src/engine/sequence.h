@@ -54,6 +54,8 @@ struct group {
     bool forked;               /* the siblings exist (sample 0's prompt is complete) */
     int n_prompt;
     int index_base;            /* sample i's randomness is keyed by index_base + i */
+    bool prompt_lp;            /* score the prompt (no cache hit; logits of every prompt position) */
+    int prompt_lp_done;        /* prompt positions scored so far (recomputation does not repeat them) */
     int max_tokens;
     int max_context;
     int32_t *stop_ids;         /* [n_stop_ids]: eos (unless ignore_eos) and the request's stop ids */

@@ -113,6 +113,7 @@ static enum hr_status submit_build(struct hearth_engine *e, const struct hearth_
         return hr_err(err, errlen, HR_ERR_INVALID, "sample_index_base: must be >= 0");
     g->n = p->n;
     g->index_base = p->sample_index_base;
+    g->prompt_lp = p->prompt_logprobs;
     g->n_prompt = n_prompt;
     g->max_tokens = p->max_tokens;
     g->max_context = c->max_position_embeddings;

@@ -219,6 +219,13 @@ enum hr_status job_start(struct job *j, struct server *s, struct openai_request 
             st = response_prefix(&j->resp, i * q->params.n + k, text, len, &chunk, err, errlen);
             if (st == HR_OK)
                 st = job_queue_chunk(j, chunk);
+            /* the prompt's first token: nothing scores it; the rest come as events */
+            if (st == HR_OK && q->params.prompt_logprobs && prompts[i].n > 0) {
+                st = response_prompt_logprob(&j->resp, i * q->params.n + k, prompts[i].ids[0], NULL, &chunk, err,
+                                             errlen);
+                if (st == HR_OK)
+                    st = job_queue_chunk(j, chunk);
+            }
         }
         free(text);
     }
@@ -288,6 +295,16 @@ static void job_event(struct job *j, int sub, const struct hearth_event *ev)
     bool valid_index = ev->index >= 0 && ev->index < j->n_per_sub;
     bool stream = j->rq.stream;
     switch (ev->type) {
+    case HEARTH_EVENT_PROMPT_LOGPROB:
+        /* one entry for every sample of this prompt (they share it) */
+        for (int k = 0; st == HR_OK && k < j->n_per_sub; k++) {
+            json_t *pc = NULL;
+            st = response_prompt_logprob(&j->resp, sub * j->n_per_sub + k, ev->token, ev, stream ? &pc : NULL, err,
+                                         sizeof err);
+            if (st == HR_OK)
+                job_queue_chunk(j, pc);
+        }
+        break;
     case HEARTH_EVENT_TOKEN: {
         if (!valid_index)
             return;

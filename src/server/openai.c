@@ -455,9 +455,8 @@ static enum hr_status openai_parse_completions(struct openai_request *rq, const 
     }
     if ((st = openai_get_bool(rq->root, "echo", &rq->echo, eb)) != HR_OK)
         return st;
-    if (rq->echo && rq->params.logprobs)
-        return openai_fail(eb, HR_ERR_UNSUPPORTED, "echo",
-                           "'echo' together with 'logprobs' is not supported yet (prompt logprobs)");
+    /* echo with logprobs scores the prompt too (its first token gets null) */
+    rq->params.prompt_logprobs = rq->echo && rq->params.logprobs;
     json_t *suffix = openai_field(rq->root, "suffix");
     if (suffix && !(json_is_string(suffix) && json_string_length(suffix) == 0))
         return openai_fail(eb, HR_ERR_UNSUPPORTED, "suffix", "'suffix' is not supported");

@@ -143,15 +143,17 @@ static json_t *response_chunk(const struct response *r, json_t *choice)
 
 /* The logprob record of one token: appended to the choice and returned as the chunk's own
  * (new reference; completions: the four parallel arrays of one entry, chat: one entry). */
-static enum hr_status response_logprob(struct response *r, struct response_choice *c, const struct hearth_event *ev,
-                                       json_t **out, char *err, size_t errlen)
+static enum hr_status response_logprob(struct response *r, struct response_choice *c, int32_t token,
+                                       const struct hearth_event *ev, int64_t *offset, json_t **out, char *err,
+                                       size_t errlen)
 {
     *out = NULL;
     char *tok = NULL;
     size_t tok_len = 0;
-    if (!r->cfg.token_text || r->cfg.token_text(r->cfg.token_ctx, ev->token, &tok, &tok_len) != HR_OK)
-        return hr_err(err, errlen, HR_ERR_INTERNAL, "cannot decode token %d for logprobs", (int)ev->token);
-    int n_top = ev->n_top < 0 ? 0 : ev->n_top > HEARTH_MAX_TOP_LOGPROBS ? HEARTH_MAX_TOP_LOGPROBS : ev->n_top;
+    if (!r->cfg.token_text || r->cfg.token_text(r->cfg.token_ctx, token, &tok, &tok_len) != HR_OK)
+        return hr_err(err, errlen, HR_ERR_INTERNAL, "cannot decode token %d for logprobs", (int)token);
+    /* ev NULL: a prompt's first token, which nothing scores (completions only). */
+    int n_top = !ev || ev->n_top < 0 ? 0 : ev->n_top > HEARTH_MAX_TOP_LOGPROBS ? HEARTH_MAX_TOP_LOGPROBS : ev->n_top;
     if (n_top > r->cfg.top_logprobs)
         n_top = r->cfg.top_logprobs;
     enum hr_status st = HR_OK;
@@ -198,12 +200,16 @@ static enum hr_status response_logprob(struct response *r, struct response_choic
         }
         /* the sampled token is always among its own alternatives, as OpenAI reports it */
         json_t *key = openai_json_string(tok, tok_len);
-        if (key && !json_object_get(top, json_string_value(key)))
+        if (ev && key && !json_object_get(top, json_string_value(key)))
             json_object_set_new(top, json_string_value(key), openai_json_logprob(ev->logprob));
         json_decref(key);
+        if (!ev) {
+            json_decref(top);
+            top = json_null();
+        }
         json_t *token = openai_json_string(tok, tok_len);
-        json_t *lp = openai_json_logprob(ev->logprob);
-        json_t *off = json_integer(c->text_chars);
+        json_t *lp = ev ? openai_json_logprob(ev->logprob) : json_null();
+        json_t *off = json_integer(*offset);
         if (st == HR_OK) {
             json_array_append(json_object_get(c->logprobs, "tokens"), token);
             json_array_append(json_object_get(c->logprobs, "token_logprobs"), lp);
@@ -217,7 +223,7 @@ static enum hr_status response_logprob(struct response *r, struct response_choic
         json_decref(off);
         json_decref(top);
     }
-    c->text_chars += response_code_points(tok, tok_len);
+    *offset += response_code_points(tok, tok_len);
     free(tok);
     if (st == HR_OK && !*out)
         st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for logprobs");
@@ -268,6 +274,25 @@ enum hr_status response_prefix(struct response *r, int choice, const char *text,
     return HR_OK;
 }
 
+enum hr_status response_prompt_logprob(struct response *r, int choice, int32_t token, const struct hearth_event *ev,
+                                       json_t **chunk, char *err, size_t errlen)
+{
+    if (chunk)
+        *chunk = NULL;
+    HR_ASSERT(choice >= 0 && choice < r->cfg.n_choices && r->cfg.endpoint != OPENAI_ENDPOINT_CHAT);
+    struct response_choice *c = &r->choices[choice];
+    json_t *lp = NULL;
+    enum hr_status st = response_logprob(r, c, token, ev, &c->echo_chars, &lp, err, errlen);
+    if (st == HR_OK && r->cfg.stream && chunk) {
+        *chunk = response_chunk(r, response_chunk_choice(r, choice, NULL, NULL, lp, NULL));
+        lp = NULL;
+        if (!*chunk)
+            st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
+    }
+    json_decref(lp);
+    return st;
+}
+
 json_t *response_role_chunk(const struct response *r, int choice)
 {
     json_t *ch = json_object();
@@ -296,7 +321,7 @@ enum hr_status response_token(struct response *r, int choice, const struct heart
         st = strbuf_append(&dtext, text, text_len);
     json_t *lp = NULL;
     if (st == HR_OK && r->cfg.logprobs)
-        st = response_logprob(r, c, ev, &lp, err, errlen);
+        st = response_logprob(r, c, ev->token, ev, &c->text_chars, &lp, err, errlen);
     else if (st != HR_OK)
         st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
     if (st == HR_OK) {

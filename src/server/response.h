@@ -48,6 +48,7 @@ struct response_choice {
     json_t *logprobs;           /* completions: {tokens, token_logprobs, top_logprobs, text_offset};
                                    chat: [ {token, logprob, bytes, top_logprobs} ] */
     int64_t text_chars;         /* code points of the token strings so far (text_offset) */
+    int64_t echo_chars;         /* the same over the echoed prompt's tokens */
     enum hearth_finish_reason finish;
     bool finished;
     int n_tokens;
@@ -66,6 +67,11 @@ void response_free(struct response *r);
 /* Text put before choice i's output (echo).  Streaming: *chunk gets its chunk. */
 enum hr_status response_prefix(struct response *r, int choice, const char *text, size_t len, json_t **chunk,
                                char *err, size_t errlen);
+/* Echo with logprobs (completions): the entry of one prompt token, ev its
+ * PROMPT_LOGPROB event or NULL for the first prompt token (null logprob and
+ * alternatives).  Streaming: *chunk gets a chunk with empty text carrying it. */
+enum hr_status response_prompt_logprob(struct response *r, int choice, int32_t token, const struct hearth_event *ev,
+                                       json_t **chunk, char *err, size_t errlen);
 /* The first chunk of a streamed chat choice: delta {role: "assistant", content: ""}. */
 json_t *response_role_chunk(const struct response *r, int choice);
 /* A TOKEN event for choice i.  Streaming: *chunk gets the chunk to send, or NULL when

@@ -141,7 +141,6 @@ expect "n above --max-n" 400 n POST /v1/completions "${json[@]}" -d '{"model":"t
 expect "empty messages" 400 messages POST /v1/chat/completions "${json[@]}" -d '{"model":"tiny","messages":[]}'
 expect "bad role" 400 "messages[0].role" POST /v1/chat/completions "${json[@]}" -d '{"model":"tiny","messages":[{"role":"robot","content":"x"}]}'
 expect "missing content" 400 "messages[0].content" POST /v1/chat/completions "${json[@]}" -d '{"model":"tiny","messages":[{"role":"user"}]}'
-expect "echo with logprobs" 400 echo POST /v1/completions "${json[@]}" -d '{"model":"tiny","prompt":"x","echo":true,"logprobs":1}'
 head -c 100000 /dev/zero | tr '\0' 'a' >"$tmp/big"
 req POST "$base/v1/completions" "${auth[@]}" "${json[@]}" --data-binary @"$tmp/big"
 check "oversized body: 413 envelope" [ "$code" = 413 -a "$(jget error.code)" = request_too_large ]
@@ -154,6 +153,36 @@ echo_ok() { [ "$code" = 200 ] && [[ "$(jget choices.0.text)" == Hello* ]]; }
 check "echo prepends the prompt" echo_ok
 req POST "$base/v1/completions" "${auth[@]}" "${json[@]}" -d '{"model":"tiny","prompt":[9707,1879],"max_tokens":3,"echo":true}'
 check "token-id prompt with echo (detokenized)" [ "$code" = 200 -a "$(jget usage.prompt_tokens)" = 2 ]
+# echo with logprobs: the prompt's tokens are scored too (the first one is null), then the completion's
+req POST "$base/v1/completions" "${auth[@]}" "${json[@]}" \
+  -d '{"model":"tiny","prompt":[9707,1879,11,1246],"max_tokens":3,"echo":true,"logprobs":2,"temperature":0}'
+cp "$tmp/body" "$tmp/echo_lp.json"
+echo_lp_ok() {
+  [ "$code" = 200 ] && node -e 'const j=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));
+    const lp=j.choices[0].logprobs, n=4+3;
+    const ok = lp.tokens.length===n && lp.token_logprobs.length===n && lp.top_logprobs.length===n &&
+      lp.text_offset.length===n && lp.token_logprobs[0]===null && lp.top_logprobs[0]===null &&
+      lp.text_offset[0]===0 && lp.tokens.slice(0,4).join("")===j.choices[0].text.slice(0, lp.tokens.slice(0,4).join("").length) &&
+      lp.token_logprobs.slice(1).every(x => typeof x==="number" && x<=0) &&
+      lp.top_logprobs.slice(1).every(t => Object.keys(t).length>=2);
+    process.exit(ok?0:1)' "$tmp/body"
+}
+check "echo with logprobs scores the prompt (first token null) and the completion" echo_lp_ok
+req POST "$base/v1/completions" "${auth[@]}" "${json[@]}" \
+  -d '{"model":"tiny","prompt":[9707,1879,11,1246],"max_tokens":3,"echo":true,"logprobs":2,"temperature":0,"stream":true}'
+echo_stream_ok() {
+  [ "$code" = 200 ] && node -e 'const fs=require("fs");
+    const full=JSON.parse(fs.readFileSync(process.argv[2],"utf8")).choices[0].logprobs;
+    const lines=fs.readFileSync(process.argv[1],"utf8").split("\n").filter(l=>l.startsWith("data: {"));
+    const lp={tokens:[],token_logprobs:[],text_offset:[]};
+    for (const l of lines) { const c=JSON.parse(l.slice(6)).choices[0]; if (!c || !c.logprobs) continue;
+      for (const k of Object.keys(lp)) lp[k].push(...c.logprobs[k]); }
+    const same = JSON.stringify(lp.tokens)===JSON.stringify(full.tokens) &&
+      JSON.stringify(lp.token_logprobs)===JSON.stringify(full.token_logprobs) &&
+      JSON.stringify(lp.text_offset)===JSON.stringify(full.text_offset);
+    process.exit(same?0:1)' "$tmp/body" "$tmp/echo_lp.json"
+}
+check "streamed echo with logprobs carries the same entries" echo_stream_ok
 req POST "$base/v1/completions" "${auth[@]}" "${json[@]}" \
   -d '{"model":"tiny","prompt":"Stream me","max_tokens":6,"stream":true,"stream_options":{"include_usage":true}}'
 check "SSE: content type" grep -qi '^Content-Type: text/event-stream' "$tmp/headers"

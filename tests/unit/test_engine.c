@@ -3,6 +3,7 @@
  * request run alone. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine_rig.h"
@@ -210,6 +211,102 @@ static void test_threaded(void)
     hearth_engine_free(ref);
 }
 
+/* Prompt logprobs: every prompt token after the first is scored once, in order,
+ * before the first generated token, as log_softmax of the logits at the position
+ * before it (computed here independently from a plain forward over the prompt). */
+static void test_prompt_logprobs(void)
+{
+    struct hearth_engine *e = rig_engine(rig_kv_bytes(64), 8, 64, 1); /* 64-token steps: several chunks */
+    CHECK(e);
+    if (!e)
+        return;
+    char err[HR_ERRLEN];
+    struct job j;
+    rig_make_job(&j, 512);
+    j.n_prompt = j.p.n_prompt_ids = 150;
+    j.p.prompt_logprobs = true;
+    j.p.top_logprobs = 2;
+    j.p.max_tokens = 3;
+    CHECK_OK(hearth_submit(e, &j.p, &j.r, err, sizeof err), err);
+    static float lp[150];
+    static int32_t top[150][2];
+    int next = 1, tokens_seen = 0, order_ok = 1, done = 0;
+    for (int guard = 0; !done && guard < 1000; guard++) {
+        engine_step(e);
+        struct hearth_event ev;
+        while (hearth_request_next_event(j.r, &ev, 0) == HR_OK) {
+            if (ev.type == HEARTH_EVENT_PROMPT_LOGPROB) {
+                order_ok &= ev.index == next && !tokens_seen && ev.token == j.prompt[ev.index] && ev.n_top == 2;
+                if (ev.index > 0 && ev.index < 150) {
+                    lp[ev.index] = ev.logprob;
+                    top[ev.index][0] = ev.top[0].token;
+                    top[ev.index][1] = ev.top[1].token;
+                }
+                next++;
+            } else if (ev.type == HEARTH_EVENT_TOKEN) {
+                tokens_seen++;
+            } else if (ev.type == HEARTH_EVENT_DONE) {
+                done = 1;
+                CHECK(ev.cached_tokens == 0);
+            }
+        }
+    }
+    hearth_request_free(j.r);
+    CHECK(done && order_ok && next == 150 && tokens_seen == 3);
+
+    /* The reference: one forward over the whole prompt, logits of every position. */
+    struct model m;
+    struct backend be;
+    struct kv_store kv;
+    struct qwen3 q;
+    struct batch b;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/fixtures/qwen3-tiny", test_data_dir());
+    CHECK_OK(model_load(&m, dir, err, sizeof err), err);
+    CHECK_OK(backend_cpu_init(&be, 1, NULL, err, sizeof err), err);
+    CHECK_OK(kv_store_init(&kv, &m.cfg, KV_DTYPE_BF16, 16, rig_kv_bytes(16), err, sizeof err), err);
+    CHECK_OK(qwen3_init(&q, &m, &be, 150, err, sizeof err), err);
+    CHECK_OK(batch_init(&b, 16, 1, 150, err, sizeof err), err);
+    int32_t table[16];
+    for (int i = 0; i < 16; i++)
+        table[i] = i;
+    float *logits = malloc((size_t)150 * 512 * sizeof(float));
+    CHECK_OK(batch_add_row(&b, 0, j.prompt, 150, 0, table, 16, BATCH_LOGITS_ALL, err, sizeof err), err);
+    CHECK_OK(batch_build(&b, kv.n_blocks, err, sizeof err), err);
+    CHECK_OK(qwen3_forward(&q, &b, &kv, logits, err, sizeof err), err);
+    double worst = 0;
+    int top_ok = 1;
+    for (int pos = 1; pos < 150; pos++) {
+        const float *x = logits + (size_t)(pos - 1) * 512;
+        double mx = -INFINITY, sum = 0;
+        int best = 0, second = -1;
+        for (int v = 0; v < 512; v++) {
+            mx = x[v] > mx ? x[v] : mx;
+            if (x[v] > x[best])
+                best = v;
+        }
+        for (int v = 0; v < 512; v++) {
+            sum += exp((double)x[v] - mx);
+            if (v != best && (second < 0 || x[v] > x[second]))
+                second = v;
+        }
+        double want = (double)x[j.prompt[pos]] - mx - log(sum);
+        double d = fabs(want - (double)lp[pos]);
+        worst = d > worst ? d : worst;
+        top_ok &= top[pos][0] == best && top[pos][1] == second;
+    }
+    CHECK_MSG(worst <= 1e-5, "prompt logprob off by %g", worst);
+    CHECK(top_ok);
+    free(logits);
+    batch_free(&b);
+    qwen3_free(&q);
+    kv_store_free(&kv);
+    backend_free(&be);
+    model_free(&m);
+    rig_check_idle(e);
+    hearth_engine_free(e);
+}
+
 int main(void)
 {
     TEST_RUN(test_concurrent_equals_alone);
@@ -218,5 +315,6 @@ int main(void)
     TEST_RUN(test_n_siblings);
     TEST_RUN(test_invalid_params);
     TEST_RUN(test_threaded);
+    TEST_RUN(test_prompt_logprobs);
     TEST_END();
 }

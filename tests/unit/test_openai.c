@@ -123,6 +123,12 @@ static void test_completions_prompt_forms(void)
                    p, err), err);
     CHECK(rq.n_prompts == 2 && rq.prompts[0].n_ids == 2 && rq.prompts[1].n_ids == 1 && rq.prompts[1].ids[0] == 3);
     CHECK(rq.echo);
+    CHECK(!rq.params.prompt_logprobs);
+    openai_request_free(&rq);
+    /* echo with logprobs scores the prompt */
+    CHECK_OK(parse(&rq, OPENAI_ENDPOINT_COMPLETIONS,
+                   "{\"model\":\"qwen3-tiny\",\"prompt\":\"x\",\"echo\":true,\"logprobs\":2}", p, err), err);
+    CHECK(rq.echo && rq.params.prompt_logprobs && rq.params.top_logprobs == 2);
     openai_request_free(&rq);
 }
 
@@ -185,8 +191,6 @@ static void test_completions_bad_input(void)
     expect_bad(C, "{\"model\":\"qwen3-tiny\",\"prompt\":\"x\",\"seed\":\"1\"}", HR_ERR_INVALID, 400, "seed");
     expect_bad(C, "{\"model\":\"qwen3-tiny\",\"prompt\":\"x\",\"logprobs\":21}", HR_ERR_INVALID, 400, "logprobs");
     expect_bad(C, "{\"model\":\"qwen3-tiny\",\"prompt\":\"x\",\"logprobs\":true}", HR_ERR_INVALID, 400, "logprobs");
-    expect_bad(C, "{\"model\":\"qwen3-tiny\",\"prompt\":\"x\",\"echo\":true,\"logprobs\":1}", HR_ERR_UNSUPPORTED, 400,
-               "echo");
     expect_bad(C, "{\"model\":\"qwen3-tiny\",\"prompt\":\"x\",\"presence_penalty\":3}", HR_ERR_INVALID, 400,
                "presence_penalty");
     expect_bad(C, "{\"model\":\"qwen3-tiny\",\"prompt\":\"x\",\"frequency_penalty\":-2.5}", HR_ERR_INVALID, 400,
