@@ -62,7 +62,7 @@ static void attn_prefetch(const struct attn_task *c, const struct batch_row *r, 
         for (int sel = 0; sel < 2; sel++) {
             const char *h = (const char *)kv_store_head(kv, blk, c->layer, sel, kvh) + (size_t)off * row;
             for (size_t b = 0; b < (size_t)run * row; b += 64)
-                __builtin_prefetch(h + b, 0, 3);
+                __builtin_prefetch(h + b, 0, 2); /* to L2: more misses in flight than L1 allows */
         }
         j += run;
     }
