@@ -125,6 +125,26 @@ static void check_gemm_kind(const struct cpu_variant *v, enum wkind kind)
     CHECK_MSG(bad_vals == 0, "%s kind %d: %d elements off the float64 reference", v->name, kind, bad_vals);
 }
 
+/* gemm_bf16 equals gemm_f32 over the widened rows (attention relies on it to skip
+ * the widening for small tasks). */
+static void check_bf16_as_f32(const struct cpu_variant *v)
+{
+    enum { M = 5, N = 19, K = 133 };
+    float x[M * K], wf[N * K], y1[M * N], y2[M * N];
+    uint16_t w[N * K];
+    for (int i = 0; i < M * K; i++)
+        x[i] = frand();
+    for (int i = 0; i < N * K; i++) {
+        w[i] = dtype_f32_to_bf16(frand());
+        wf[i] = dtype_bf16_to_f32(w[i]);
+    }
+    for (int m = 1; m <= M; m += 2) {
+        v->gemm_bf16(y1, N, x, K, w, K, m, N, K);
+        v->gemm_f32(y2, N, x, K, wf, K, m, N, K);
+        CHECK_MSG(!memcmp(y1, y2, sizeof(float) * m * N), "%s: gemm_bf16 differs from widened gemm_f32", v->name);
+    }
+}
+
 static void test_gemm_invariant(void)
 {
     const struct cpu_variant *vs[8];
@@ -132,6 +152,7 @@ static void test_gemm_invariant(void)
     for (int i = 0; i < nv; i++) {
         check_gemm_kind(vs[i], W_F32);
         check_gemm_kind(vs[i], W_BF16);
+        check_bf16_as_f32(vs[i]);
         check_gemm_kind(vs[i], W_F16);
         if (vs[i]->gemm_bb)
             check_gemm_kind(vs[i], W_BB);
@@ -292,6 +313,27 @@ static void test_attn_update(void)
         vs[i]->attn_update_rows(m2, l2, a2, ss, nn, R, scale, vv, HD2);
         CHECK_MSG(!memcmp(m1, m2, sizeof m1) && !memcmp(l1, l2, sizeof l1) && !memcmp(a1, a2, sizeof a1),
                   "%s: attn_update_rows differs from row by row", vs[i]->name);
+        if (!vs[i]->attn_update_rows_bf16)
+            continue;
+        /* bf16 V read where it lies = widened first */
+        static uint16_t vb[CPU_ATTN_TILE * HD2];
+        static float vw[CPU_ATTN_TILE * HD2], m3[R], l3[R], a3[R * HD2], m4[R], l4[R], a4[R * HD2];
+        const uint16_t *vrows[CPU_ATTN_TILE];
+        for (int j = 0; j < CPU_ATTN_TILE * HD2; j++) {
+            vb[j] = dtype_f32_to_bf16(frand());
+            vw[j] = dtype_bf16_to_f32(vb[j]);
+        }
+        for (int j = 0; j < CPU_ATTN_TILE; j++)
+            vrows[j] = vb + (CPU_ATTN_TILE - 1 - j) * HD2; /* rows anywhere: reversed */
+        float vrev[CPU_ATTN_TILE * HD2];
+        for (int j = 0; j < CPU_ATTN_TILE; j++)
+            memcpy(vrev + j * HD2, vw + (CPU_ATTN_TILE - 1 - j) * HD2, HD2 * sizeof(float));
+        memcpy(m3, m1, sizeof m1), memcpy(l3, l1, sizeof l1), memcpy(a3, a1, sizeof a1);
+        memcpy(m4, m1, sizeof m1), memcpy(l4, l1, sizeof l1), memcpy(a4, a1, sizeof a1);
+        vs[i]->attn_update_rows(m3, l3, a3, ss, nn, R, scale, vrev, HD2);
+        vs[i]->attn_update_rows_bf16(m4, l4, a4, ss, nn, R, scale, vrows, HD2);
+        CHECK_MSG(!memcmp(m3, m4, sizeof m3) && !memcmp(l3, l4, sizeof l3) && !memcmp(a3, a4, sizeof a3),
+                  "%s: attn_update_rows_bf16 differs from widening first", vs[i]->name);
     }
 }
 

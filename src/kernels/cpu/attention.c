@@ -17,6 +17,8 @@
 #include "kernels/cpu/cpu.h"
 #include "model/dtype.h"
 
+#define ATTN_DIRECT_ROWS 4
+
 struct attn_task {
     const struct cpu_variant *v;
     struct cpu_attn_scratch *scratch; /* [n_threads] */
@@ -44,6 +46,28 @@ static void attn_gather(const struct attn_task *c, const struct batch_row *r, in
             memcpy(dst + (int64_t)j * hd, (const float *)h + (int64_t)off * hd, (size_t)run * hd * sizeof(float));
         else
             c->v->widen_bf16(dst + (int64_t)j * hd, (const uint16_t *)h + (int64_t)off * hd, (int64_t)run * hd);
+        j += run;
+    }
+}
+
+/* Decode-sized tasks (few rows) skip the widening: scores by the bf16-weight GEMM
+ * straight from the store (s[i * CPU_ATTN_TILE + j]), and V rows by pointer (vrows[j]).
+ * Widening is exact, so both routes give the same bits (test_kernels checks that
+ * gemm_bf16 equals gemm_f32 over widened rows). */
+static void attn_direct(const struct attn_task *c, const struct batch_row *r, int kvh, const float *q, int rows,
+                        int p0, int n, float *s, const uint16_t **vrows)
+{
+    const struct kv_store *kv = c->kv;
+    int bs = kv->block_size, hd = kv->head_dim;
+    for (int j = 0; j < n;) {
+        int pos = p0 + j;
+        int blk = r->block_table[pos / bs], off = pos % bs;
+        int run = bs - off < n - j ? bs - off : n - j;
+        const uint16_t *k = (const uint16_t *)kv_store_head(kv, blk, c->layer, 0, kvh) + (int64_t)off * hd;
+        const uint16_t *v = (const uint16_t *)kv_store_head(kv, blk, c->layer, 1, kvh) + (int64_t)off * hd;
+        c->v->gemm_bf16(s + j, CPU_ATTN_TILE, q, hd, k, hd, rows, run, hd);
+        for (int i = 0; i < run; i++)
+            vrows[j + i] = v + (int64_t)i * hd;
         j += run;
     }
 }
@@ -97,6 +121,8 @@ static void attn_run(void *ctx, int task, int thread)
     memset(sc->acc, 0, (size_t)rows * hd * sizeof(float));
 
     int pos_first = b->positions[t0], pos_last = b->positions[t0 + nq - 1];
+    /* few rows: widening a tile would cost more than it saves */
+    int direct = rows <= ATTN_DIRECT_ROWS && c->kv->dtype == KV_DTYPE_BF16 && c->v->attn_update_rows_bf16;
     attn_prefetch(c, r, kvh, 0, pos_last + 1 < CPU_ATTN_TILE ? pos_last + 1 : CPU_ATTN_TILE);
     for (int p0 = 0; p0 <= pos_last; p0 += CPU_ATTN_TILE) {
         int n = pos_last + 1 - p0 < CPU_ATTN_TILE ? pos_last + 1 - p0 : CPU_ATTN_TILE;
@@ -106,15 +132,24 @@ static void attn_run(void *ctx, int task, int thread)
             int nn = pos_last + 1 - (p0 + CPU_ATTN_TILE);
             attn_prefetch(c, r, kvh, p0 + CPU_ATTN_TILE, nn < CPU_ATTN_TILE ? nn : CPU_ATTN_TILE);
         }
+        for (int i = i0; i < rows; i++) {
+            int pos = pos_first + i / G;
+            sc->n[i] = pos + 1 - p0 < n ? pos + 1 - p0 : n;
+        }
+        if (direct) {
+            const uint16_t *vrows[CPU_ATTN_TILE];
+            attn_direct(c, r, kvh, sc->q + (int64_t)i0 * hd, rows - i0, p0, n, sc->s + (int64_t)i0 * CPU_ATTN_TILE,
+                        vrows);
+            c->v->attn_update_rows_bf16(sc->m + i0, sc->l + i0, sc->acc + (int64_t)i0 * hd,
+                                        sc->s + (int64_t)i0 * CPU_ATTN_TILE, sc->n + i0, rows - i0, c->scale, vrows,
+                                        hd);
+            continue;
+        }
         /* K and V of the tile widened once for every row; scores by the f32 GEMM */
         attn_gather(c, r, kvh, 0, p0, n, sc->k);
         attn_gather(c, r, kvh, 1, p0, n, sc->v);
         c->v->gemm_f32(sc->s + (int64_t)i0 * CPU_ATTN_TILE, CPU_ATTN_TILE, sc->q + (int64_t)i0 * hd, hd, sc->k, hd,
                        rows - i0, n, hd);
-        for (int i = i0; i < rows; i++) {
-            int pos = pos_first + i / G;
-            sc->n[i] = pos + 1 - p0 < n ? pos + 1 - p0 : n;
-        }
         if (c->v->attn_update_rows) {
             c->v->attn_update_rows(sc->m + i0, sc->l + i0, sc->acc + (int64_t)i0 * hd,
                                    sc->s + (int64_t)i0 * CPU_ATTN_TILE, sc->n + i0, rows - i0, c->scale, sc->v, hd);

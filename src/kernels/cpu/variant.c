@@ -33,6 +33,7 @@ const struct cpu_variant cpu_variant_avx512 = {
     .swiglu = cpu_avx512_swiglu,
     .attn_update = cpu_avx512_attn_update,
     .attn_update_rows = cpu_avx512_attn_update_rows,
+    .attn_update_rows_bf16 = cpu_avx512_attn_update_rows_bf16,
     .exp = cpu_avx512_exp,
     .widen_bf16 = cpu_avx512_widen_bf16,
 };
@@ -49,6 +50,7 @@ const struct cpu_variant cpu_variant_avx512bf16 = {
     .swiglu = cpu_avx512_swiglu,
     .attn_update = cpu_avx512_attn_update,
     .attn_update_rows = cpu_avx512_attn_update_rows,
+    .attn_update_rows_bf16 = cpu_avx512_attn_update_rows_bf16,
     .exp = cpu_avx512_exp,
     .widen_bf16 = cpu_avx512_widen_bf16,
 };

@@ -38,6 +38,10 @@ struct cpu_variant {
      * n[r]) sharing one V tile: the bits of attn_update row by row.  NULL: row by row. */
     void (*attn_update_rows)(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
                              const float *v, int hd);
+    /* attn_update_rows with the tile's V rows in bf16 where they lie (v[j]: position
+     * j's row): the bits of widening them first.  NULL: widen first. */
+    void (*attn_update_rows_bf16)(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
+                                  const uint16_t *const *v, int hd);
     /* dst[i] = src[i] widened from bf16 (exact: any implementation gives these bits). */
     void (*widen_bf16)(float *dst, const uint16_t *src, int64_t n);
     /* y[i] = exp(x[i]) with the variant's exp (tests measure it). */

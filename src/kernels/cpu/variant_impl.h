@@ -42,6 +42,8 @@ void cpu_avx512_swiglu(float *out, const float *g, const float *u, int64_t n);
 void cpu_avx512_attn_update(float *m, float *l, float *acc, float *s, int n, float scale, const float *v, int hd);
 void cpu_avx512_attn_update_rows(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
                                  const float *v, int hd);
+void cpu_avx512_attn_update_rows_bf16(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
+                                      const uint16_t *const *v, int hd);
 
 /* gemm_bf16dot_avx512.c (AVX512_BF16) */
 void cpu_avx512bf16_gemm_bb(float *y, int64_t ldy, const uint16_t *x, int64_t ldx, const uint16_t *w, int64_t ldw,

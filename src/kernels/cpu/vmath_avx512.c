@@ -99,22 +99,45 @@ static inline float a512_softmax_tile(float *m, float *l, const float *s, int n,
     return corr;
 }
 
+/* V rows: f32 rows of a tile, or bf16 rows read straight from the KV store and
+ * widened in registers (exact, so both give the same bits). */
+static inline __attribute__((always_inline)) __m512 a512_ldv(const void *row, int d, const int bf16)
+{
+    if (bf16) {
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    }
+    return _mm512_loadu_ps((const float *)row + d);
+}
+
+static inline __attribute__((always_inline)) __m512 a512_ldv_m(const void *row, int d, __mmask16 m, const int bf16)
+{
+    if (bf16) {
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + d));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    }
+    return _mm512_maskz_loadu_ps(m, (const float *)row + d);
+}
+
 /* acc[d] = acc[d] * corr, then acc[d] += p[j] * v[j, d] for j < n in order, for d in
  * [d0, hd) sixteen at a time. */
-static inline void a512_pv_tail(float *acc, const float *p, int n, float corr, const float *v, int hd, int d0)
+static inline __attribute__((always_inline)) void a512_pv_tail(float *acc, const float *p, int n, float corr,
+                                                               const void *const *v, int hd, int d0, const int bf16)
 {
     __m512 cv = _mm512_set1_ps(corr);
     for (int d = d0; d < hd; d += 16) {
         __mmask16 dm = hd - d >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - d)) - 1u);
         __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(dm, acc + d), cv);
         for (int j = 0; j < n; j++)
-            a = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_maskz_loadu_ps(dm, v + (int64_t)j * hd + d), a);
+            a = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), a512_ldv_m(v[j], d, dm, bf16), a);
         _mm512_mask_storeu_ps(acc + d, dm, a);
     }
 }
 
 /* One row: the definition every grouping of rows reproduces. */
-static void a512_update_row(float *m, float *l, float *acc, const float *s, int n, float scale, const float *v, int hd)
+static inline __attribute__((always_inline)) void a512_update_row(float *m, float *l, float *acc, const float *s,
+                                                                  int n, float scale, const void *const *v, int hd,
+                                                                  const int bf16)
 {
     float p[16];
     float corr = a512_softmax_tile(m, l, s, n, scale, p);
@@ -127,25 +150,20 @@ static void a512_update_row(float *m, float *l, float *acc, const float *s, int 
             a[q] = _mm512_mul_ps(_mm512_loadu_ps(acc + d + 16 * q), cv);
         for (int j = 0; j < n; j++) {
             __m512 pj = _mm512_set1_ps(p[j]);
-            const float *vr = v + (int64_t)j * hd + d;
             _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
-                a[q] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 16 * q), a[q]);
+                a[q] = _mm512_fmadd_ps(pj, a512_ldv(v[j], d + 16 * q, bf16), a[q]);
         }
         _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
             _mm512_storeu_ps(acc + d + 16 * q, a[q]);
     }
-    a512_pv_tail(acc, p, n, corr, v, hd, d);
-}
-
-void cpu_avx512_attn_update(float *m, float *l, float *acc, float *s, int n, float scale, const float *v, int hd)
-{
-    a512_update_row(m, l, acc, s, n, scale, v, hd);
+    a512_pv_tail(acc, p, n, corr, v, hd, d, bf16);
 }
 
 /* Rows in pairs: each V row is loaded once for both; every row still performs the
  * operations of a512_update_row, in the same order. */
-void cpu_avx512_attn_update_rows(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
-                                 const float *v, int hd)
+static inline __attribute__((always_inline)) void a512_update_rows(float *m, float *l, float *acc, float *s,
+                                                                   const int *n, int rows, float scale,
+                                                                   const void *const *v, int hd, const int bf16)
 {
     int r = 0;
     for (; r + 2 <= rows; r += 2) {
@@ -165,9 +183,8 @@ void cpu_avx512_attn_update_rows(float *m, float *l, float *acc, float *s, const
             int j = 0;
             for (; j < nmin; j++) {
                 __m512 pa = _mm512_set1_ps(p0[j]), pb = _mm512_set1_ps(p1[j]);
-                const float *vr = v + (int64_t)j * hd + d;
                 _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) {
-                    __m512 vq = _mm512_loadu_ps(vr + 16 * q);
+                    __m512 vq = a512_ldv(v[j], d + 16 * q, bf16);
                     a[q] = _mm512_fmadd_ps(pa, vq, a[q]);
                     b[q] = _mm512_fmadd_ps(pb, vq, b[q]);
                 }
@@ -175,21 +192,50 @@ void cpu_avx512_attn_update_rows(float *m, float *l, float *acc, float *s, const
             for (int jj = j; jj < n0; jj++) {
                 __m512 pa = _mm512_set1_ps(p0[jj]);
                 _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
-                    a[q] = _mm512_fmadd_ps(pa, _mm512_loadu_ps(v + (int64_t)jj * hd + d + 16 * q), a[q]);
+                    a[q] = _mm512_fmadd_ps(pa, a512_ldv(v[jj], d + 16 * q, bf16), a[q]);
             }
             for (int jj = j; jj < n1; jj++) {
                 __m512 pb = _mm512_set1_ps(p1[jj]);
                 _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
-                    b[q] = _mm512_fmadd_ps(pb, _mm512_loadu_ps(v + (int64_t)jj * hd + d + 16 * q), b[q]);
+                    b[q] = _mm512_fmadd_ps(pb, a512_ldv(v[jj], d + 16 * q, bf16), b[q]);
             }
             _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) {
                 _mm512_storeu_ps(acc0 + d + 16 * q, a[q]);
                 _mm512_storeu_ps(acc1 + d + 16 * q, b[q]);
             }
         }
-        a512_pv_tail(acc0, p0, n0, c0, v, hd, d);
-        a512_pv_tail(acc1, p1, n1, c1, v, hd, d);
+        a512_pv_tail(acc0, p0, n0, c0, v, hd, d, bf16);
+        a512_pv_tail(acc1, p1, n1, c1, v, hd, d, bf16);
     }
     if (r < rows)
-        a512_update_row(&m[r], &l[r], acc + (int64_t)r * hd, s + (int64_t)r * CPU_ATTN_TILE, n[r], scale, v, hd);
+        a512_update_row(&m[r], &l[r], acc + (int64_t)r * hd, s + (int64_t)r * CPU_ATTN_TILE, n[r], scale, v, hd,
+                        bf16);
+}
+
+/* Row pointers of a contiguous f32 tile [n, hd]. */
+static inline void a512_tile_rows(const void **rows, const float *v, int n, int hd)
+{
+    for (int j = 0; j < n; j++)
+        rows[j] = v + (int64_t)j * hd;
+}
+
+void cpu_avx512_attn_update(float *m, float *l, float *acc, float *s, int n, float scale, const float *v, int hd)
+{
+    const void *rows[CPU_ATTN_TILE];
+    a512_tile_rows(rows, v, n, hd);
+    a512_update_row(m, l, acc, s, n, scale, rows, hd, 0);
+}
+
+void cpu_avx512_attn_update_rows(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
+                                 const float *v, int hd)
+{
+    const void *vr[CPU_ATTN_TILE];
+    a512_tile_rows(vr, v, CPU_ATTN_TILE, hd);
+    a512_update_rows(m, l, acc, s, n, rows, scale, vr, hd, 0);
+}
+
+void cpu_avx512_attn_update_rows_bf16(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
+                                      const uint16_t *const *v, int hd)
+{
+    a512_update_rows(m, l, acc, s, n, rows, scale, (const void *const *)v, hd, 1);
 }
