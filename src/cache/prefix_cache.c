@@ -377,4 +377,18 @@ void prefix_cache_invalidate(struct prefix_cache *pc)
     pc->st.invalidations_total++;
 }
 
+int prefix_cache_list_blocks(const struct prefix_cache *pc, int32_t *out, int cap)
+{
+    int n = 0;
+    for (int i = 0; i < pc->cap; i++) {
+        const struct prefix_node *nd = &pc->nodes[i];
+        if (!nd->used || nd->block < 0)
+            continue;
+        if (n < cap)
+            out[n] = nd->block;
+        n++;
+    }
+    return n;
+}
+
 int64_t prefix_cache_blocks_held(const struct prefix_cache *pc) { return pc->st.entries; }

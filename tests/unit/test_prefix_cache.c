@@ -486,6 +486,157 @@ out:
     hearth_engine_free(off);
 }
 
+/* Admission that cannot get its blocks rolls everything back: the lease on the
+ * cached prefix is aborted (refcounts as before, no open lease, free count as
+ * before) and the group waits. */
+static void test_admission_rollback(void)
+{
+    struct hearth_engine *e = eng(1, 20);
+    if (!e)
+        return;
+    char err[HR_ERRLEN];
+    struct job a, big, b;
+    rig_make_job(&a, 512);
+    a.n_prompt = a.p.n_prompt_ids = 100; /* 6 full blocks cached afterwards */
+    a.p.max_tokens = 1;
+    CHECK(rig_run_alone(e, &a));
+    CHECK(e->pc.st.entries == 6);
+    /* big holds the other 14 blocks while it runs. */
+    rig_make_job(&big, 512);
+    big.n_prompt = big.p.n_prompt_ids = 200;
+    big.p.max_tokens = 20;
+    CHECK_OK(hearth_submit(e, &big.p, &big.r, err, sizeof err), err);
+    do /* its prefill, in 128-token steps */
+        engine_step(e);
+    while (e->running.head && e->running.head->seqs[0].committed < 200);
+    CHECK(e->running.head != NULL);
+    /* b shares a's prefix (5 blocks hit) but needs 3 more blocks than are free. */
+    rig_make_job(&b, 512);
+    memcpy(b.prompt, a.prompt, 100 * sizeof(int32_t));
+    b.n_prompt = b.p.n_prompt_ids = 130;
+    int free_before = block_pool_n_free(&e->pool);
+    int32_t rc_before[20];
+    for (int i = 0; i < 20; i++)
+        rc_before[i] = block_pool_refcount(&e->pool, i);
+    int64_t lookups_before = e->pc.st.lookups_total;
+    CHECK_OK(hearth_submit(e, &b.p, &b.r, err, sizeof err), err);
+    engine_step(e);
+    CHECK(e->waiting.head != NULL); /* b could not be admitted */
+    CHECK(e->pc.st.open_leases == 0);
+    CHECK(e->pc.st.lookups_total > lookups_before); /* a lease was opened, then aborted */
+    /* Every refcount and the free count are as before the attempt (big's decode
+     * step took no new block: its 13th block has room). */
+    int same = 1;
+    for (int i = 0; i < 20; i++)
+        if (block_pool_refcount(&e->pool, i) != rc_before[i]) {
+            fprintf(stderr, "  block %d: refcount %d, was %d\n", i, block_pool_refcount(&e->pool, i), rc_before[i]);
+            same = 0;
+        }
+    CHECK(same);
+    CHECK(block_pool_n_free(&e->pool) == free_before);
+    /* Once big is done, b is admitted and hits the prefix. */
+    memset(&big.together, 0, sizeof big.together);
+    memset(&b.together, 0, sizeof b.together);
+    for (int guard = 0; (!big.together.done || !b.together.done) && guard < 1000; guard++) {
+        engine_step(e);
+        rig_drain(&big, &big.together);
+        rig_drain(&b, &b.together);
+    }
+    CHECK(b.together.cached_tokens == 96);
+    hearth_request_free(big.r);
+    hearth_request_free(b.r);
+    rig_check_idle(e);
+    hearth_engine_free(e);
+}
+
+/* Under pool pressure, unused cached blocks are evicted before any running group
+ * is preempted. */
+static void test_evict_before_preempt(void)
+{
+    struct hearth_engine *e = eng(1, 24);
+    if (!e)
+        return;
+    struct job j;
+    for (int i = 0; i < 3; i++) { /* fill the cache with 3 x 5 blocks nobody uses */
+        rig_make_job(&j, 512);
+        j.n_prompt = j.p.n_prompt_ids = 80;
+        j.p.max_tokens = 1;
+        CHECK(rig_run_alone(e, &j));
+    }
+    CHECK(e->pc.st.entries == 15);
+    rig_make_job(&j, 512);
+    j.n_prompt = j.p.n_prompt_ids = 150; /* 10 blocks, then 20 more tokens: needs evictions */
+    j.p.max_tokens = 40;
+    CHECK(rig_run_alone(e, &j));
+    struct hearth_stats st;
+    hearth_engine_stats(e, &st);
+    CHECK(st.prefix_cache.evicted_blocks_total > 0);
+    CHECK(st.preemptions == 0);
+    CHECK(j.alone.completion_tokens == 40);
+    rig_check_idle(e);
+    hearth_engine_free(e);
+}
+
+/* Admission order: lpm takes the group with the longest cached prefix first, unless
+ * an older group has waited more than max_wait_steps; fcfs takes the oldest. */
+static int first_admitted(const char *schedule, int max_wait, int wait_steps)
+{
+    rig_cache_on = 1;
+    char dir[512], err[HR_ERRLEN];
+    snprintf(dir, sizeof dir, "%s/fixtures/qwen3-tiny", test_data_dir());
+    struct hearth_engine_params p;
+    hearth_engine_params_default(&p);
+    p.model_dir = dir;
+    p.kv_cache_bytes = rig_kv_bytes(128);
+    p.max_num_seqs = 1; /* one group at a time */
+    p.schedule = schedule;
+    p.max_wait_steps = max_wait;
+    struct hearth_engine *e = NULL;
+    if (engine_create(&e, &p, false, err, sizeof err) != HR_OK)
+        return -1;
+    struct job warm, old, cached, busy;
+    rig_make_job(&warm, 512);
+    warm.n_prompt = warm.p.n_prompt_ids = 80;
+    warm.p.max_tokens = 1;
+    rig_run_alone(e, &warm);
+    rig_make_job(&busy, 512);
+    busy.p.max_tokens = 40;
+    rig_make_job(&old, 512);
+    old.n_prompt = old.p.n_prompt_ids = 80;
+    rig_make_job(&cached, 512);
+    memcpy(cached.prompt, warm.prompt, 80 * sizeof(int32_t));
+    cached.n_prompt = cached.p.n_prompt_ids = 80;
+    hearth_submit(e, &busy.p, &busy.r, err, sizeof err);
+    engine_step(e); /* busy runs; the next two queue behind it */
+    hearth_submit(e, &old.p, &old.r, err, sizeof err);
+    for (int i = 0; i < wait_steps; i++)
+        engine_step(e);
+    hearth_submit(e, &cached.p, &cached.r, err, sizeof err);
+    int first = -1;
+    for (int guard = 0; first < 0 && guard < 1000; guard++) {
+        engine_step(e);
+        struct group *g = e->running.head;
+        if (g && g->req == old.r)
+            first = 0;
+        else if (g && g->req == cached.r)
+            first = 1;
+    }
+    hearth_request_free(busy.r);
+    hearth_request_free(old.r);
+    hearth_request_free(cached.r);
+    for (int guard = 0; guard < 100 && engine_step(e); guard++)
+        ;
+    hearth_engine_free(e);
+    return first;
+}
+
+static void test_admission_order(void)
+{
+    CHECK(first_admitted("lpm", 1000, 0) == 1);  /* the cached one overtakes */
+    CHECK(first_admitted("fcfs", 1000, 0) == 0); /* first come, first served */
+    CHECK(first_admitted("lpm", 8, 30) == 0);    /* the old one waited too long */
+}
+
 int main(void)
 {
     TEST_RUN(test_tree_lookup_and_leases);
@@ -501,5 +652,8 @@ int main(void)
     TEST_RUN(test_preempt_and_cancel_with_cache);
     TEST_RUN(test_forward_failure);
     TEST_RUN(test_multi_turn);
+    TEST_RUN(test_admission_rollback);
+    TEST_RUN(test_evict_before_preempt);
+    TEST_RUN(test_admission_order);
     TEST_END();
 }
