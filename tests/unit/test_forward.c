@@ -1,13 +1,16 @@
 /* Exactness of the forward: a row's logits are bitwise identical (memcmp) however
  * its sequence is batched, chunked, placed in the pool, or threaded — for dense and
  * MoE checkpoints and under every kernel variant this CPU supports. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "kernels/backend.h"
 #include "model/model.h"
+#include "model/dtype.h"
 #include "test.h"
+#include "testfs.h"
 
 #define POOL_BLOCKS 96
 #define BS 16
@@ -38,7 +41,10 @@ static int rig_init(struct rig *r, const char *fixture, const char *variant, int
 {
     char dir[512], err[HR_ERRLEN];
     memset(r, 0, sizeof *r);
-    snprintf(dir, sizeof dir, "%s/fixtures/%s", test_data_dir(), fixture);
+    if (fixture[0] == '/')
+        snprintf(dir, sizeof dir, "%s", fixture);
+    else
+        snprintf(dir, sizeof dir, "%s/fixtures/%s", test_data_dir(), fixture);
     enum hr_status st = model_load(&r->m, dir, err, sizeof err);
     if (st == HR_OK)
         st = backend_cpu_init(&r->be, threads, variant, err, sizeof err);
@@ -198,6 +204,11 @@ static void check_fixture(const char *fixture, enum kv_dtype dt)
         float *ref[MAX_SEQ];
         make_set(&st, MAX_SEQ, V);
         reference(&r, &st, ref);
+        int finite = 1; /* bitwise equality of NaNs would prove nothing */
+        for (int i = 0; i < st.n; i++)
+            for (int64_t j = 0; j < (int64_t)st.s[i].len * V; j++)
+                finite &= isfinite(ref[i][j]) != 0;
+        CHECK_MSG(finite, "%s/%s: reference logits not finite", fixture, vars[v]);
 
         /* One token at a time, alone. */
         for (int i = 0; i < st.n; i++) {
@@ -251,6 +262,91 @@ static void test_dense_bf16_kv(void) { check_fixture("qwen3-tiny-bf16", KV_DTYPE
 static void test_moe_f32(void) { check_fixture("qwen3moe-tiny", KV_DTYPE_BF16); }
 static void test_moe_bf16_sharded(void) { check_fixture("qwen3moe-tiny-bf16", KV_DTYPE_F32); }
 
+/* A dense model whose every width is off the kernels' vector and tile sizes (hidden
+ * 72, head_dim 40, intermediate 100, three query heads per KV head), random bf16
+ * weights: k tails, partial tiles and odd head groups in every kernel.  Exactness
+ * needs no reference logits. */
+static int make_odd_model(char *dir, size_t n)
+{
+    enum { H = 72, NH = 3, NKV = 1, HD = 40, I = 100, V = 300, L = 2 };
+    if (!testfs_mkdtemp(dir, n, "odd"))
+        return 0;
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": %d, "
+             "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, "
+             "\"intermediate_size\": %d, \"vocab_size\": %d, \"num_hidden_layers\": %d, "
+             "\"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, "
+             "\"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\", \"hidden_act\": \"silu\"}",
+             H, NH, NKV, HD, I, V, L);
+    if (testfs_write_str(dir, "config.json", cfg))
+        return 0;
+    struct {
+        char name[64];
+        int rows, cols; /* cols 0: a vector */
+    } t[4 + 11 * L];
+    int nt = 0;
+#define ADD(nm, r, c) (snprintf(t[nt].name, sizeof t[nt].name, "%s", nm), t[nt].rows = (r), t[nt].cols = (c), nt++)
+    ADD("model.embed_tokens.weight", V, H);
+    ADD("model.norm.weight", H, 0);
+    for (int l = 0; l < L; l++) {
+        char b[64];
+        const char *names[] = {"input_layernorm", "post_attention_layernorm", "self_attn.q_norm", "self_attn.k_norm",
+                               "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                               "mlp.gate_proj",    "mlp.up_proj",              "mlp.down_proj"};
+        int rows[] = {H, H, HD, HD, NH * HD, NKV * HD, NKV * HD, H, I, I, H};
+        int cols[] = {0, 0, 0, 0, H, H, H, NH * HD, H, H, I};
+        for (int i = 0; i < 11; i++) {
+            snprintf(b, sizeof b, "model.layers.%d.%s.weight", l, names[i]);
+            ADD(b, rows[i], cols[i]);
+        }
+    }
+#undef ADD
+    size_t hcap = 8192, off = 0, hl = 0;
+    char *hdr = malloc(hcap);
+    hl += (size_t)snprintf(hdr + hl, hcap - hl, "{");
+    for (int i = 0; i < nt; i++) {
+        size_t bytes = (size_t)t[i].rows * (t[i].cols ? t[i].cols : 1) * 2;
+        if (t[i].cols)
+            hl += (size_t)snprintf(hdr + hl, hcap - hl, "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}",
+                                   i ? "," : "", t[i].name, t[i].rows, t[i].cols, off, off + bytes);
+        else
+            hl += (size_t)snprintf(hdr + hl, hcap - hl, "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}",
+                                   i ? "," : "", t[i].name, t[i].rows, off, off + bytes);
+        off += bytes;
+    }
+    hl += (size_t)snprintf(hdr + hl, hcap - hl, "}");
+    while (hl % 8)
+        hdr[hl++] = ' ';
+    size_t total = 8 + hl + off;
+    uint8_t *img = malloc(total);
+    uint64_t h64 = hl;
+    memcpy(img, &h64, 8);
+    memcpy(img + 8, hdr, hl);
+    uint16_t *w = (uint16_t *)(img + 8 + hl);
+    size_t k = 0;
+    for (int i = 0; i < nt; i++) {
+        size_t n = (size_t)t[i].rows * (t[i].cols ? t[i].cols : 1);
+        for (size_t j = 0; j < n; j++) {
+            float u = (float)rnd(20001) / 10000.0f - 1.0f;
+            w[k++] = dtype_f32_to_bf16(t[i].cols ? 0.08f * u : 1.0f + 0.1f * u);
+        }
+    }
+    int ok = testfs_write(dir, "model.safetensors", img, total) == 0;
+    free(img);
+    free(hdr);
+    return ok;
+}
+
+static void test_odd_shapes(void)
+{
+    char dir[512];
+    CHECK(make_odd_model(dir, sizeof dir));
+    check_fixture(dir, KV_DTYPE_BF16);
+    check_fixture(dir, KV_DTYPE_F32);
+    testfs_rmtree(dir);
+}
+
 /* A forward that fails (test hook) returns an error and leaves later runs exact. */
 static void test_injected_failure(void)
 {
@@ -300,6 +396,7 @@ int main(void)
     TEST_RUN(test_dense_bf16_kv);
     TEST_RUN(test_moe_f32);
     TEST_RUN(test_moe_bf16_sharded);
+    TEST_RUN(test_odd_shapes);
     TEST_RUN(test_injected_failure);
     TEST_RUN(test_bad_token);
     TEST_END();
