@@ -97,10 +97,14 @@ void cpu_avx512bf16_gemm_bb(float *y, int64_t ldy, const uint16_t *x, int64_t ld
             wr[jj] = w + (int64_t)(j + jj < n ? j + jj : n - 1) * ldw;
         int nst = n - j < 4 ? n - j : 4;
         uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 4) * (uintptr_t)ldw * 2 : 0;
-        for (int i = 0; i < m; i += BB_MR, pf = 0) {
+        /* rows in ceil(m / 6) tiles as even as possible (32 = 6+6+5+5+5+5, 8 = 4+4) */
+        int n_rt = (m + BB_MR - 1) / BB_MR;
+        for (int t = 0, i = 0; t < n_rt; t++, pf = 0) {
+            int mr = (m - i) / (n_rt - t);
             float *yt = y + (int64_t)i * ldy + j;
             const uint16_t *xt = x + (int64_t)i * ldx;
-            switch (m - i) {
+            i += mr;
+            switch (mr) {
             case 1: bb_tile(yt, ldy, xt, ldx, wr, k, 1, 4, nst, pf); break;
             case 2: bb_tile(yt, ldy, xt, ldx, wr, k, 2, 4, nst, pf); break;
             case 3: bb_tile(yt, ldy, xt, ldx, wr, k, 3, 4, nst, pf); break;
