@@ -38,7 +38,7 @@ struct backend_ops {
     /* Grouped matmul (MoE experts, in one launch): group g takes rows [row0[g],
      * row0[g + 1]) of x[rows, k] and writes the same rows of y[rows, n] with its own
      * matrix: y = x · w[g]^T, or with up non-NULL y = silu(x · w[g]^T) * (x · up[g]^T).
-     * Every group's matrices have the same shape. */
+     * Every group's matrices have k columns and the same number of rows n. */
     void (*matmul_grouped)(struct backend *be, float *y, const float *x, int n_groups, const int *row0,
                            const struct weights_mat *const *w, const struct weights_mat *const *up);
     /* y[r] = x[r] / rms(x[r]) * w, for rows r < rows of length dim (y may be x). */

@@ -11,7 +11,7 @@ struct cpu_ceilings {
     int n_threads;
     double fma_f32_gflops;  /* peak f32 FMA rate (AVX-512, else AVX2, else scalar) */
     double dot_bf16_gflops; /* peak VDPBF16PS rate, 2 flops per product; 0 without AVX512_BF16 */
-    double read_gbs;        /* memory read bandwidth (a buffer far larger than the caches) */
+    double read_gbs;        /* memory read bandwidth, median of seven passes over 512 MiB */
     bool has_avx512, has_bf16;
 };
 
