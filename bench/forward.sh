@@ -11,7 +11,7 @@ model=$(bash bench/model.sh)
 mkdir -p bench/out
 "$bin" bench forward --model "$model" --threads 2 --prompt 512 --context 512 --batches 1,8,32 \
   | tee bench/out/forward.json
-if "$bin" bench forward --help >/dev/null 2>&1 && grep -q avx512_bf16 /proc/cpuinfo 2>/dev/null; then
+if grep -q avx512_bf16 /proc/cpuinfo 2>/dev/null; then
   "$bin" bench forward --model "$model" --threads 2 --prompt 512 --context 512 --batches 1,8,32 \
     --kernel avx512bf16 | tee bench/out/forward_bf16.json
 fi
