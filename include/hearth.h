@@ -46,7 +46,9 @@ const char *hr_status_str(enum hr_status st);
 struct hearth_engine_params {
     const char *model_dir;      /* Hugging Face directory: config.json, *.safetensors, tokenizer.json */
     int n_threads;              /* kernel threads (>= 1) */
-    const char *kernel;         /* NULL/"auto", "avx512", "avx2", "scalar" */
+    const char *kernel;         /* NULL/"auto", "avx512", "avx512bf16", "avx2", "scalar" */
+    const char *compute;        /* NULL/"f32", or "bf16": activations rounded to bf16 for the bf16
+                                   dot-product instructions (the avx512bf16 kernel); exact either way */
     const char *kv_dtype;       /* "bf16" (default) or "f32" */
     size_t kv_cache_bytes;      /* KV pool budget; the pool is allocated whole at init */
     int block_size;             /* tokens per KV block (default 16) */

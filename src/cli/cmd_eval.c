@@ -12,12 +12,15 @@
 #define EVAL_MARGIN_MIN 1e-3
 #define EVAL_MAX_FLIPPED_FRAC 0.1
 
-/* With bf16 KV on an MoE checkpoint, the rounding of K/V can move a token's router
- * probabilities across a near-tie and pick another expert; that token's logits then
- * jump by far more than any bound.  Such positions are found by running the prompt a
- * second time with f32 KV and comparing the experts chosen; they are reported and
- * left out of the bound (at most EVAL_MAX_FLIPPED_FRAC of a prompt's positions). */
+/* With bf16 KV or bf16 compute on an MoE checkpoint, rounding can move a token's
+ * router probabilities across a near-tie and pick another expert; that token's
+ * logits then jump by far more than any bound.  Such positions are found by running
+ * the prompt a second time with f32 KV and f32 compute and comparing the experts
+ * chosen; they are reported and left out of the bound (at most
+ * EVAL_MAX_FLIPPED_FRAC of a prompt's positions). */
 struct eval_route_check {
+    struct backend be32;       /* f32 compute: the same variant, or avx512 for avx512bf16 */
+    struct qwen3 q32;
     struct kv_store kv32;
     int32_t *ref;  /* [n_layers, max_tok, top_k] experts with f32 KV */
     int32_t *run;  /* [n_layers, max_tok, top_k] experts with the KV under test */
@@ -35,10 +38,13 @@ static void eval_usage(void)
 {
     fprintf(stderr,
             "usage: hearth eval --model DIR --expected FILE [--kv-dtype f32|bf16] [--threads N]\n"
-            "                   [--kernel avx512|avx2|scalar] [--tol X]\n"
-            "Runs every prompt pN of FILE, compares the logits at every position (max |diff| within\n"
-            "2e-4 with f32 KV, 5e-2 with bf16 KV, or --tol) and the greedy continuation (up to the\n"
-            "first step whose reference margin is below 1e-3).  Exits 1 when a bound is broken.\n");
+            "                   [--kernel avx512|avx512bf16|avx2|scalar] [--tol X]\n"
+            "Runs every prompt pN of FILE and compares the logits at every position: max |diff|\n"
+            "within 2e-4 with f32 KV and f32 compute, 5e-2 with bf16 KV or the avx512bf16 kernel\n"
+            "(or --tol); and the greedy continuation, up to the first step whose reference margin\n"
+            "is below 1e-3 (or twice the logits' own error when that is larger).  On MoE\n"
+            "checkpoints, positions whose experts differ from an f32 control run are reported and\n"
+            "left out.  Exits 1 when a bound is broken.\n");
 }
 
 static const struct safetensors_tensor *eval_find(const struct safetensors *st, const char *name,
@@ -86,9 +92,9 @@ static int eval_mark_flips(struct qwen3 *q, struct eval_route_check *rc, const s
     char err[HR_ERRLEN];
     const struct model_config *c = &q->m->cfg;
     int K = c->n_experts_per_tok, n = 0;
-    q->route_trace = rc->ref;
-    enum hr_status st = qwen3_forward(q, b, &rc->kv32, scratch, err, sizeof err);
-    q->route_trace = NULL;
+    rc->q32.route_trace = rc->ref;
+    enum hr_status st = qwen3_forward(&rc->q32, b, &rc->kv32, scratch, err, sizeof err);
+    rc->q32.route_trace = NULL;
     if (st != HR_OK)
         return -1;
     memset(rc->flip, 0, (size_t)T);
@@ -200,7 +206,7 @@ static int eval_prompt(struct qwen3 *q, struct kv_store *kv, struct eval_route_c
     if (checked < G && bad_step < 0)
         printf(" (then the reference margin < %.1e)", margin_min);
     if (rc)
-        printf("  %d positions routed to other experts than with f32 KV, left out", n_flip);
+        printf("  %d positions routed to other experts than with f32 KV and compute, left out", n_flip);
     printf("  %s\n", ok ? "ok" : "FAIL");
     return ok ? 0 : 1;
 }
@@ -249,8 +255,7 @@ int cli_eval(int argc, char **argv)
         eval_usage();
         return 2;
     }
-    if (o.tol < 0)
-        o.tol = o.kv_dtype == KV_DTYPE_F32 ? 2e-4 : 5e-2;
+
 
     int rc = 2;
     struct model m;
@@ -286,15 +291,22 @@ int cli_eval(int argc, char **argv)
         fprintf(stderr, "hearth eval: %s\n", err);
         goto out;
     }
+    /* The bounds: 2e-4 with f32 KV and f32 compute; 5e-2 with bf16 KV or bf16 compute. */
+    if (o.tol < 0)
+        o.tol = o.kv_dtype == KV_DTYPE_F32 && strcmp(be.name, "cpu-avx512bf16") != 0 ? 2e-4 : 5e-2;
     table = malloc((size_t)kv.n_blocks * sizeof *table);
     logits = malloc(((size_t)max_t * 2 + 1) * (size_t)m.cfg.vocab_size * sizeof *logits);
-    need_rc = m.cfg.arch == MODEL_ARCH_QWEN3_MOE && o.kv_dtype != KV_DTYPE_F32;
+    /* The control computes in f32: the variant itself, unless it rounds to bf16. */
+    bool bf16_compute = !strcmp(be.name, "cpu-avx512bf16");
+    need_rc = m.cfg.arch == MODEL_ARCH_QWEN3_MOE && (o.kv_dtype != KV_DTYPE_F32 || bf16_compute);
     if (need_rc) {
         size_t nt = (size_t)m.cfg.n_layers * max_t * m.cfg.n_experts_per_tok;
         route.ref = calloc(nt, sizeof *route.ref);
         route.run = calloc(nt, sizeof *route.run);
         route.flip = calloc((size_t)max_t, 1);
         if (!route.ref || !route.run || !route.flip ||
+            backend_cpu_init(&route.be32, o.threads, bf16_compute ? "avx512" : be.name + 4, err, sizeof err) != HR_OK ||
+            qwen3_init(&route.q32, &m, &route.be32, max_t, err, sizeof err) != HR_OK ||
             kv_store_init(&route.kv32, &m.cfg, KV_DTYPE_F32, bs, (size_t)kv.n_blocks * bs * kv_store_bytes_per_token(&m.cfg, KV_DTYPE_F32),
                           err, sizeof err) != HR_OK) {
             fprintf(stderr, "hearth eval: cannot set up the f32-KV control run\n");
@@ -332,6 +344,8 @@ out:
     free(route.run);
     free(route.flip);
     kv_store_free(&route.kv32);
+    qwen3_free(&route.q32);
+    backend_free(&route.be32);
     free(table);
     free(logits);
     batch_free(&b);

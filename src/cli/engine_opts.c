@@ -11,7 +11,10 @@ const char engine_opts_help[] =
     "engine options:\n"
     "  --model DIR                   Hugging Face model directory (required)\n"
     "  --threads N                   kernel threads (default: all cores)\n"
-    "  --kernel avx512|avx2|scalar   force a kernel variant (default: the best this CPU has)\n"
+    "  --kernel V                    force a kernel variant: avx512, avx512bf16, avx2, scalar\n"
+    "                                (default: the best f32 variant this CPU has)\n"
+    "  --compute f32|bf16            bf16: round activations to bf16 for the bf16 dot-product\n"
+    "                                instructions (the avx512bf16 variant); exact either way\n"
     "  --kv-dtype bf16|f32           KV cache dtype (default bf16)\n"
     "  --kv-cache-mib N              KV pool size (default 256)\n"
     "  --block-size N                tokens per KV block (default 16)\n"
@@ -54,6 +57,14 @@ int engine_opts_parse(struct hearth_engine_params *p, int argc, char **argv, int
         return (p->model_dir = args_value(argc, argv, i)) ? 1 : -1;
     } else if (args_is(a, "--kernel")) {
         return (p->kernel = args_value(argc, argv, i)) ? 1 : -1;
+    } else if (args_is(a, "--compute")) {
+        const char *v = args_value(argc, argv, i);
+        if (!v || (strcmp(v, "f32") && strcmp(v, "bf16"))) {
+            fprintf(stderr, "hearth: --compute must be f32 or bf16\n");
+            return -1;
+        }
+        p->compute = v;
+        return 1;
     } else if (args_is(a, "--kv-dtype")) {
         const char *v = args_value(argc, argv, i);
         if (!v || (strcmp(v, "bf16") && strcmp(v, "f32"))) {

@@ -686,8 +686,18 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
         }
     }
     e->p.kv_dtype = kv_dtype_name(kvd);
+    const char *kernel = p->kernel;
+    if (st == HR_OK && p->compute && strcmp(p->compute, "f32") != 0) {
+        if (strcmp(p->compute, "bf16") != 0)
+            st = hr_err(err, errlen, HR_ERR_INVALID, "--compute must be f32 or bf16, got '%s'", p->compute);
+        else if (kernel && *kernel && strcmp(kernel, "auto") && strcmp(kernel, "avx512bf16"))
+            st = hr_err(err, errlen, HR_ERR_INVALID, "--compute bf16 needs the avx512bf16 kernel, not '%s'", kernel);
+        kernel = "avx512bf16";
+    } else if (st == HR_OK && p->compute && kernel && !strcmp(kernel, "avx512bf16")) {
+        st = hr_err(err, errlen, HR_ERR_INVALID, "--compute f32 contradicts the avx512bf16 kernel");
+    }
     if (st == HR_OK)
-        st = backend_cpu_init(&e->be, p->n_threads, p->kernel, err, errlen);
+        st = backend_cpu_init(&e->be, p->n_threads, kernel, err, errlen);
     if (st == HR_OK)
         st = kv_store_init(&e->kv, &e->m.cfg, kvd, p->block_size, p->kv_cache_bytes, err, errlen);
     if (st == HR_OK)

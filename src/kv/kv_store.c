@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 const char *kv_dtype_name(enum kv_dtype dt) { return dt == KV_DTYPE_F32 ? "f32" : "bf16"; }
 
@@ -47,11 +48,16 @@ enum hr_status kv_store_init(struct kv_store *kv, const struct model_config *cfg
     if (n > (1u << 30))
         n = 1u << 30;
     kv->n_blocks = (int)n;
-    if (posix_memalign((void **)&kv->slab, 64, n * kv->block_bytes) != 0) {
+    /* 2 MiB aligned so that the kernel may back it with huge pages (opt-in on many
+     * systems): attention walks blocks scattered over the slab. */
+    if (posix_memalign((void **)&kv->slab, (size_t)2 << 20, n * kv->block_bytes) != 0) {
         kv->slab = NULL;
         return hr_err(err, errlen, HR_ERR_NOMEM, "cannot allocate the KV pool (%zu bytes)",
                       n * kv->block_bytes);
     }
+#ifdef MADV_HUGEPAGE
+    madvise(kv->slab, n * kv->block_bytes, MADV_HUGEPAGE); /* advice only: failure is harmless */
+#endif
     /* Touch it now so that start-up, not the first step, pays for the pages. */
     memset(kv->slab, 0, n * kv->block_bytes);
     return HR_OK;

@@ -27,11 +27,8 @@ for dir in "$data"/fixtures/*/; do
       done
     done
   done
-  # compute bf16: the dense fixtures, and the MoE checkpoint with f32 weights (where
-  # it computes in f32).  The bf16 MoE checkpoint is left out: a bf16-rounded
-  # activation can move a near-tie of the router to another expert, and eval's
-  # route control (an f32-KV rerun) does not yet rerun with f32 compute.
-  case $name in qwen3moe-tiny-bf16) echo "skip $name kernel=avx512bf16 (route control needs f32 compute)"; continue;; esac
+  # compute bf16 (on MoE checkpoints eval reports and leaves out positions whose
+  # experts differ from an f32-compute, f32-KV control run)
   for kv in f32 bf16; do
     if ! out=$("$bin" eval --model "$dir" --expected "$dir/expected.safetensors" --kernel avx512bf16 --kv-dtype $kv --tol 5e-2 --threads 2 2>&1); then
       if grep -q "lacks" <<<"$out"; then echo "skip $name avx512bf16 (CPU lacks it)"; break; fi
