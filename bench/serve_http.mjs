@@ -31,6 +31,10 @@ async function stream(path, body, itl) {
       const j = JSON.parse(ev.slice(6));
       if (j.usage) usage = j.usage;
       if (!j.choices?.length) continue;
+      /* a chat stream opens with a role-only chunk: the first token is the first content */
+      const c = j.choices[0], d = c.delta;
+      if (d ? !(d.content || d.reasoning_content) && c.finish_reason == null : !c.text && c.finish_reason == null)
+        continue;
       const t = now();
       if (ttft === null) ttft = t - t0; else itl.push(t - last);
       last = t;

@@ -7,4 +7,4 @@ bin=${HEARTH_BIN:-build/hearth}
 model=$(bash bench/model.sh)
 mkdir -p bench/out
 "$bin" bench throughput --model "$model" --threads 2 --prompt-tokens 256 --output-tokens 128 \
-  --concurrency 1,8,32 --kv-cache-mib 1024 | tee bench/out/throughput.json
+  --concurrency 1,8,32 --kv-cache-mib 1536 | tee bench/out/throughput.json
