@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gcc and clang both build every source file (library, CLI, tests) with
-# -Wall -Wextra and no warning (-Werror here, so a warning fails the test).
+# -Wall -Wextra and no warning (-Werror here, so a warning fails the test), and the
+# libFuzzer targets build with clang.
 set -u
 cd "$(dirname "$0")/../.."
 passed=0; failed=0
@@ -20,4 +21,12 @@ for cc in gcc clang; do
   fi
   rm -f "$log"
 done
+# The libFuzzer targets (make fuzz) keep building too.
+log=$(mktemp)
+if bash tests/fuzz/build.sh >"$log" 2>&1; then
+  passed=$((passed + 1)); echo "ok   the libFuzzer targets build"
+else
+  failed=$((failed + 1)); echo "FAIL the libFuzzer targets do not build"; tail -20 "$log"
+fi
+rm -f "$log"
 echo "RESULT passed=$passed failed=$failed"
