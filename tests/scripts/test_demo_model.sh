@@ -6,7 +6,7 @@
 #    the ids Hugging Face tokenizers gave, and the chat prompt is what hearth's template
 #    renders for the same conversation;
 #  - `hearth generate` from text, greedy, prints the reference's greedy continuation.
-# The last two need python3 (standard library) to read the file; without it they are skipped.
+# The last two need python3 (standard library, installed by scripts/deps.sh) to read the file.
 set -u
 bin=${HEARTH_BIN:-${BUILD:-build}/hearth}
 dir=${HEARTH_DEMO_MODEL:-models/fortune-demo}
@@ -22,9 +22,9 @@ else
 fi
 
 if ! command -v python3 >/dev/null 2>&1; then
-  echo "skip tokenizer, template and generate checks (no python3)"
-  echo "RESULT passed=$passed failed=$failed"
-  exit 0
+  echo "FAIL python3 is missing (scripts/deps.sh installs it)"
+  echo "RESULT passed=$passed failed=$((failed + 1))"
+  exit 1
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
