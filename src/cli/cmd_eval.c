@@ -293,19 +293,18 @@ int cli_eval(int argc, char **argv)
     }
     /* The bounds: 2e-4 with f32 KV and f32 compute; 5e-2 with bf16 KV or bf16 compute. */
     if (o.tol < 0)
-        o.tol = o.kv_dtype == KV_DTYPE_F32 && strcmp(be.name, "cpu-avx512bf16") != 0 ? 2e-4 : 5e-2;
+        o.tol = o.kv_dtype == KV_DTYPE_F32 && !be.bf16_compute ? 2e-4 : 5e-2;
     table = malloc((size_t)kv.n_blocks * sizeof *table);
     logits = malloc(((size_t)max_t * 2 + 1) * (size_t)m.cfg.vocab_size * sizeof *logits);
     /* The control computes in f32: the variant itself, unless it rounds to bf16. */
-    bool bf16_compute = !strcmp(be.name, "cpu-avx512bf16");
-    need_rc = m.cfg.arch == MODEL_ARCH_QWEN3_MOE && (o.kv_dtype != KV_DTYPE_F32 || bf16_compute);
+    need_rc = m.cfg.arch == MODEL_ARCH_QWEN3_MOE && (o.kv_dtype != KV_DTYPE_F32 || be.bf16_compute);
     if (need_rc) {
         size_t nt = (size_t)m.cfg.n_layers * max_t * m.cfg.n_experts_per_tok;
         route.ref = calloc(nt, sizeof *route.ref);
         route.run = calloc(nt, sizeof *route.run);
         route.flip = calloc((size_t)max_t, 1);
         if (!route.ref || !route.run || !route.flip ||
-            backend_cpu_init(&route.be32, o.threads, bf16_compute ? "avx512" : be.name + 4, err, sizeof err) != HR_OK ||
+            backend_cpu_init(&route.be32, o.threads, be.bf16_compute ? "avx512" : be.name + 4, err, sizeof err) != HR_OK ||
             qwen3_init(&route.q32, &m, &route.be32, max_t, err, sizeof err) != HR_OK ||
             kv_store_init(&route.kv32, &m.cfg, KV_DTYPE_F32, bs, (size_t)kv.n_blocks * bs * kv_store_bytes_per_token(&m.cfg, KV_DTYPE_F32),
                           err, sizeof err) != HR_OK) {

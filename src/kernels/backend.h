@@ -7,6 +7,7 @@
 #ifndef HEARTH_KERNELS_BACKEND_H
 #define HEARTH_KERNELS_BACKEND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -72,6 +73,7 @@ struct backend_ops {
 struct backend {
     const struct backend_ops *ops;
     char name[32];            /* e.g. "cpu-avx512": part of the prefix-cache namespace */
+    bool bf16_compute;        /* activations are rounded to bf16 before matmuls (avx512bf16) */
     int n_threads;
     void *impl;
 };

@@ -449,6 +449,7 @@ enum hr_status backend_cpu_init(struct backend *be, int n_threads, const char *v
     be->impl = c;
     be->n_threads = n_threads;
     snprintf(be->name, sizeof be->name, "cpu-%s", v->name);
+    be->bf16_compute = v->gemm_bb != NULL;
     return HR_OK;
 }
 
