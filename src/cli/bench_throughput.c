@@ -1,9 +1,11 @@
 /* hearth bench throughput: offline throughput (prompt and generated tokens/s) and
  * inter-token latency (p50, p99) for 1, 8 and 32 concurrent requests, and the
- * process's peak RSS against the weights plus the KV budget. */
+ * process's peak RSS against the weights plus the KV budget, with what each level's
+ * engine holds beyond them (after start-up, and at its fullest). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/bench.h"
@@ -23,7 +25,20 @@ static void tp_usage(void)
 struct tp_level {
     int c;
     double seconds, tokens_per_s, gen_per_s, itl_p50, itl_p99;
+    double startup_mib;  /* RSS after engine start-up, less the KV slab (weights are still untouched) */
+    double overhead_mib; /* largest RSS after a step, less weights and KV */
 };
+
+/* The process's resident memory now, in MiB (0 when /proc is not there). */
+static double tp_rss_mib(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, res = 0;
+    int ok = f && fscanf(f, "%llu %llu", &size, &res) == 2;
+    if (f)
+        fclose(f);
+    return ok ? (double)res * (double)sysconf(_SC_PAGESIZE) / 1048576.0 : 0.0;
+}
 
 static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_tokens, int out_tokens,
                   struct tp_level *lv, int64_t *weight_bytes, size_t *kv_bytes)
@@ -33,6 +48,8 @@ static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_token
         return 0;
     *weight_bytes = e->m.w.weight_bytes;
     *kv_bytes = (size_t)e->kv.n_blocks * e->kv.block_bytes;
+    double fixed = (double)*weight_bytes / 1048576.0 + (double)*kv_bytes / 1048576.0, rss_max = 0;
+    lv->startup_mib = tp_rss_mib() - (double)*kv_bytes / 1048576.0;
     char err[HR_ERRLEN];
     int V = e->m.cfg.vocab_size, ok = 1;
     struct hearth_request **r = calloc((size_t)c, sizeof *r);
@@ -65,7 +82,8 @@ static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_token
     while (ok && remaining > 0) {
         if (!engine_step(e))
             break;
-        double now = bench_now();
+        double now = bench_now(), rss = tp_rss_mib(); /* nothing is freed within a step */
+        rss_max = rss > rss_max ? rss : rss_max;
         for (int i = 0; i < c; i++) {
             struct hearth_event ev;
             while (r[i] && hearth_request_next_event(r[i], &ev, 0) == HR_OK) {
@@ -90,6 +108,7 @@ static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_token
     lv->gen_per_s = (double)gen / lv->seconds;
     lv->itl_p50 = bench_percentile(itl, (int)n_itl, 0.5);
     lv->itl_p99 = bench_percentile(itl, (int)n_itl, 0.99);
+    lv->overhead_mib = rss_max - fixed;
 out:
     for (int i = 0; r && i < c; i++)
         hearth_request_free(r[i]);
@@ -155,20 +174,26 @@ int bench_throughput(int argc, char **argv)
             p.max_num_seqs = levels[k];
         if (!tp_run(&p, levels[k], prompt_tokens, out_tokens, &lv[k], &wbytes, &kvbytes))
             return 1;
-        fprintf(stderr, "concurrency %d: %.1f tokens/s (%.2f generated/s), ITL p50 %.1f ms p99 %.1f ms\n", levels[k],
-                lv[k].tokens_per_s, lv[k].gen_per_s, lv[k].itl_p50 * 1e3, lv[k].itl_p99 * 1e3);
+        fprintf(stderr,
+                "concurrency %d: %.1f tokens/s (%.2f generated/s), ITL p50 %.1f ms p99 %.1f ms; "
+                "RSS beyond weights + KV: %.1f MiB after start-up, %.1f MiB at most\n",
+                levels[k], lv[k].tokens_per_s, lv[k].gen_per_s, lv[k].itl_p50 * 1e3, lv[k].itl_p99 * 1e3,
+                lv[k].startup_mib, lv[k].overhead_mib);
     }
-    double rss = bench_peak_rss_mib(), budget = (double)wbytes / 1048576.0 + (double)kvbytes / 1048576.0 + 64;
+    double rss = bench_peak_rss_mib(), wmib = (double)wbytes / 1048576.0, kvmib = (double)kvbytes / 1048576.0;
     printf("{\n  \"benchmark\": \"throughput\",\n  \"model\": \"%s\",\n  \"threads\": %d,\n"
            "  \"prompt_tokens\": %d,\n  \"output_tokens\": %d,\n  \"levels\": [\n",
            ep.model_dir, ep.n_threads, prompt_tokens, out_tokens);
     for (int k = 0; k < n_levels; k++)
         printf("    {\"concurrency\": %d, \"seconds\": %.3f, \"tokens_per_s\": %.2f, \"generated_per_s\": %.2f, "
-               "\"itl_p50_ms\": %.2f, \"itl_p99_ms\": %.2f}%s\n",
+               "\"itl_p50_ms\": %.2f, \"itl_p99_ms\": %.2f, \"startup_beyond_kv_mib\": %.1f, "
+               "\"rss_beyond_weights_kv_mib\": %.1f}%s\n",
                lv[k].c, lv[k].seconds, lv[k].tokens_per_s, lv[k].gen_per_s, lv[k].itl_p50 * 1e3, lv[k].itl_p99 * 1e3,
-               k + 1 < n_levels ? "," : "");
+               lv[k].startup_mib, lv[k].overhead_mib, k + 1 < n_levels ? "," : "");
     printf("  ],\n  \"throughput_ratio_last_over_first\": %.2f,\n  \"peak_rss_mib\": %.1f,\n"
+           "  \"weights_mib\": %.1f,\n  \"kv_mib\": %.1f,\n  \"peak_rss_beyond_weights_kv_mib\": %.1f,\n"
            "  \"weights_plus_kv_plus_64_mib\": %.1f\n}\n",
-           lv[0].tokens_per_s > 0 ? lv[n_levels - 1].tokens_per_s / lv[0].tokens_per_s : 0.0, rss, budget);
+           lv[0].tokens_per_s > 0 ? lv[n_levels - 1].tokens_per_s / lv[0].tokens_per_s : 0.0, rss, wmib, kvmib,
+           rss - wmib - kvmib, wmib + kvmib + 64);
     return 0;
 }

@@ -17,6 +17,9 @@
 #include "engine/scheduler.h"
 
 #include <xxhash.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #define ENGINE_TEXT_MAX 4096 /* bytes of text one token event may carry */
 
@@ -469,6 +472,51 @@ static void engine_publish_stats(struct hearth_engine *e)
     pthread_mutex_unlock(&e->stats_mu);
 }
 
+/* The step's logits rows, a piece at a time in the forward's scratch (whatever room
+ * the residual stream leaves: ENGINE_LOGIT_ROWS rows at least), each piece scored and
+ * sampled before the next is computed.  So no logits buffer grows with max_num_seqs,
+ * and a row's events keep their order (its prompt logprobs, then its sample). */
+static void engine_logits(struct hearth_engine *e, const struct sched_plan *plan)
+{
+    const struct batch *b = &e->batch;
+    int V = e->m.cfg.vocab_size;
+    if (b->n_logits == 0)
+        return;
+    int piece = qwen3_scratch_logit_rows(&e->fwd);
+    HR_ASSERT(piece >= ENGINE_LOGIT_ROWS);
+    if (e->hook_logit_rows > 0 && piece > e->hook_logit_rows)
+        piece = e->hook_logit_rows;
+    for (int c0 = 0; c0 < b->n_logits; c0 += piece) {
+        int cn = b->n_logits - c0 < piece ? b->n_logits - c0 : piece;
+        e->logits = qwen3_logits_scratch(&e->fwd, b, c0, cn);
+        for (int i = 0; i < plan->n_rows; i++) {
+            const struct sched_row *pr = &plan->rows[i];
+            const struct batch_row *br = &b->rows[i];
+            int nl = pr->all_logits ? pr->query_len : pr->sample ? 1 : 0;
+            int lo = br->logit_offset > c0 ? br->logit_offset : c0;
+            int hi = br->logit_offset + nl < c0 + cn ? br->logit_offset + nl : c0 + cn;
+            if (lo >= hi)
+                continue;
+            struct seq *s = pr->s;
+            if (pr->all_logits)
+                engine_prompt_logprobs(e, s, br->context_len + (lo - br->logit_offset), hi - lo,
+                                       e->logits + (int64_t)(lo - c0) * V);
+            if (!pr->sample || hi != br->logit_offset + nl)
+                continue;
+            /* The row's last logits (rows with every token's logits end with them). */
+            const float *lg = e->logits + (int64_t)(hi - 1 - c0) * V;
+            struct group *g = s->g;
+            if (!g->forked && g->n > 1) {
+                engine_fork(e, g);
+                for (int k = 0; k < g->n; k++)
+                    engine_sample(e, &g->seqs[k], lg);
+            } else {
+                engine_sample(e, s, lg);
+            }
+        }
+    }
+}
+
 bool engine_step(struct hearth_engine *e)
 {
     engine_intake(e);
@@ -500,7 +548,7 @@ bool engine_step(struct hearth_engine *e)
     if (st == HR_OK) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        st = qwen3_forward(&e->fwd, b, &e->kv, e->logits, err, sizeof err);
+        st = qwen3_forward(&e->fwd, b, &e->kv, NULL, err, sizeof err);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         e->last_forward_ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
     }
@@ -532,27 +580,7 @@ bool engine_step(struct hearth_engine *e)
             s->published = full;
         }
     }
-    for (int i = 0; i < plan.n_rows; i++)
-        if (plan.rows[i].all_logits)
-            engine_prompt_logprobs(e, plan.rows[i].s, b->rows[i].context_len, plan.rows[i].query_len,
-                                   e->logits + (int64_t)b->rows[i].logit_offset * e->m.cfg.vocab_size);
-    for (int i = 0; i < plan.n_rows; i++) {
-        if (!plan.rows[i].sample)
-            continue;
-        struct seq *s = plan.rows[i].s;
-        struct group *g = s->g;
-        /* The row's last logits (rows with every token's logits end with them). */
-        const float *lg =
-            e->logits + (int64_t)(b->rows[i].logit_offset + (plan.rows[i].all_logits ? plan.rows[i].query_len - 1 : 0)) *
-                            e->m.cfg.vocab_size;
-        if (!g->forked && g->n > 1) {
-            engine_fork(e, g);
-            for (int k = 0; k < g->n; k++)
-                engine_sample(e, &g->seqs[k], lg);
-        } else {
-            engine_sample(e, s, lg);
-        }
-    }
+    engine_logits(e, &plan);
     for (struct group *g = e->running.head, *next; g; g = next) {
         next = g->next;
         if (group_all_finished(g))
@@ -684,6 +712,11 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
             st = tokenizer_init(&e->tk, path, err, errlen);
             e->has_tk = st == HR_OK;
         }
+#ifdef __GLIBC__
+        /* tokenizer.json and its parse are freed by now: give those pages back before
+         * the buffers below can land on them (glibc would reuse them dirty). */
+        malloc_trim(0);
+#endif
     }
     e->p.kv_dtype = kv_dtype_name(kvd);
     const char *kernel = p->kernel;
@@ -713,14 +746,11 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
     if (st == HR_OK)
         st = qwen3_init(&e->fwd, &e->m, &e->be, p->max_batched_tokens, err, errlen);
     if (st == HR_OK)
+        st = qwen3_reserve_logits(&e->fwd, ENGINE_LOGIT_ROWS, err, errlen);
+    if (st == HR_OK)
         st = batch_init(&e->batch, p->block_size, p->max_num_seqs, p->max_batched_tokens, err, errlen);
     if (st == HR_OK)
         st = sampler_scratch_init(&e->ss, e->m.cfg.vocab_size, err, errlen);
-    if (st == HR_OK) {
-        e->logits = malloc((size_t)(p->max_num_seqs + SCHED_PROMPT_LOGITS) * e->m.cfg.vocab_size * sizeof(float));
-        if (!e->logits)
-            st = hr_err(err, errlen, HR_ERR_NOMEM, "engine: cannot allocate the logits buffer");
-    }
     if (st == HR_OK && start_thread) {
         if (pthread_create(&e->thread, NULL, engine_thread, e) != 0)
             st = hr_err(err, errlen, HR_ERR_NOMEM, "engine: cannot start the engine thread");
@@ -768,7 +798,6 @@ void hearth_engine_free(struct hearth_engine *e)
     engine_detach_all(e, &e->incoming);
     engine_detach_all(e, &e->waiting);
     engine_detach_all(e, &e->running);
-    free(e->logits);
     if (e->pc_on)
         prefix_cache_free(&e->pc);
     sampler_scratch_free(&e->ss);
@@ -785,6 +814,12 @@ void hearth_engine_free(struct hearth_engine *e)
     pthread_cond_destroy(&e->cv_reload);
     pthread_mutex_destroy(&e->stats_mu);
     free(e);
+#ifdef __GLIBC__
+    /* glibc keeps freed memory below a trim threshold that rises with the largest
+     * block freed so far: without this, an engine made after this one (a benchmark's
+     * next level, an embedding application) would start with our pages resident. */
+    malloc_trim(0);
+#endif
 }
 
 void hearth_engine_model_info(const struct hearth_engine *e, struct hearth_model_info *out)

@@ -21,6 +21,11 @@ enum engine_schedule {
     ENGINE_SCHEDULE_FCFS,
 };
 
+/* Logits rows one piece holds at least (a step's rows are computed and sampled a
+ * piece at a time, in the forward's scratch): every decode of up to 32 sequences in
+ * one lm_head pass. */
+#define ENGINE_LOGIT_ROWS 32
+
 struct group_list {
     struct group *head, *tail;
     int n_groups;
@@ -37,7 +42,9 @@ struct hearth_engine {
     struct block_pool pool;
     struct qwen3 fwd;
     struct batch batch;
-    float *logits;             /* [max_num_seqs, vocab] */
+    float *logits;             /* [piece rows, vocab] the last piece of the step's logits rows, in the
+                                  forward's scratch (valid until the next step); after a step
+                                  with at most ENGINE_LOGIT_ROWS rows, all of them */
     struct sampler_scratch ss;
     struct prefix_cache pc;
     bool pc_on;
@@ -76,6 +83,7 @@ struct hearth_engine {
 
     /* Test hooks. */
     atomic_int hook_fail_forward; /* the next forward fails */
+    int hook_logit_rows;          /* engine thread: logits pieces of at most this many rows (0: as fit) */
 };
 
 /* Builds the engine; with start_thread false no thread runs and the caller drives

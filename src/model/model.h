@@ -29,6 +29,10 @@ struct qwen3 {
     struct arena scratch;      /* per-forward activations, reset at each call */
     int fail_next;             /* test hook: the next forward fails (nothing written) */
     int32_t *route_trace;      /* [n_layers, max_tok, top_k] eval hook: MoE experts chosen, or NULL */
+    /* What qwen3_logits reads: set by a forward that succeeded, in the scratch arena. */
+    const float *last_h;       /* [last_n_tok, hidden] residual stream after the last layer, or NULL */
+    float *last_lx;            /* [last_n_logits, hidden] room for the normed logits rows */
+    int last_n_tok, last_n_logits;
 };
 
 enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend *be, int max_tok, char *err,
@@ -37,8 +41,26 @@ void qwen3_free(struct qwen3 *q);
 
 /* Runs the batch: writes every token's K/V into kv at the batch's slots, then
  * attends over the store; writes logits[b->n_logits, vocab] for the rows that ask.
- * The batch must be built (batch_build) for kv's block size and pool. */
+ * With logits NULL it stops before the final norm, and qwen3_logits gives the
+ * logits rows piece by piece. The batch must be built (batch_build) for kv's block
+ * size and pool. */
 enum hr_status qwen3_forward(struct qwen3 *q, const struct batch *b, struct kv_store *kv, float *logits, char *err,
                              size_t errlen);
+
+/* logits[n, vocab]: logits rows [first, first + n) of the batch b that the last
+ * qwen3_forward ran (it must have succeeded; valid until the next forward). The same
+ * bits as the rows of a one-pass forward, whatever the pieces. */
+void qwen3_logits(struct qwen3 *q, const struct batch *b, int first, int n, float *logits);
+
+/* The same without a buffer of the caller's: after the last layer only the residual
+ * stream is live, so the rest of the scratch arena holds the logits rows.
+ * qwen3_reserve_logits (start-up only) grows the arena so that at least `rows` rows
+ * fit even after a forward of max_tok tokens; qwen3_scratch_logit_rows says how many
+ * fit after the last forward (more when it had fewer tokens); qwen3_logits_scratch
+ * computes n of them (1 <= n <= that) and returns them [n, vocab], valid until the
+ * next call or forward. */
+enum hr_status qwen3_reserve_logits(struct qwen3 *q, int rows, char *err, size_t errlen);
+int qwen3_scratch_logit_rows(const struct qwen3 *q);
+float *qwen3_logits_scratch(struct qwen3 *q, const struct batch *b, int first, int n);
 
 #endif

@@ -3,7 +3,9 @@
  * Per layer: RMSNorm → q/k/v projections → per-head q_norm/k_norm → RoPE (half
  * split) → new K/V written into the paged store → attention over the store → o_proj
  * → residual; RMSNorm → SwiGLU MLP or the MoE block → residual.  Then the final
- * norm and lm_head for the tokens whose logits are asked for. */
+ * norm and lm_head for the tokens whose logits are asked for, in one pass or, through
+ * qwen3_logits, a few rows at a time. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -13,18 +15,22 @@
 
 /* ------------------------------------------------------------------ scratch */
 
+/* The residual stream, the normed input and the RoPE table live through the whole
+ * forward; everything else sits in one work region that the attention block, the
+ * MLP or MoE block and the final logits rows take in turn (never two at once), so
+ * the scratch is the largest of them, not their sum. */
 struct qwen3_bufs {
     float *h;        /* [n_tok, hidden] residual stream */
     float *xn;       /* [n_tok, hidden] normed input of a sub-block */
+    float *cos_sin;  /* [n_tok, head_dim / 2, 2] */
+    /* attention block (k and v are dead once attn_prep has stored them, so attn reuses them) */
     float *q;        /* [n_tok, n_heads, head_dim] */
     float *k;        /* [n_tok, n_kv_heads, head_dim] */
     float *v;        /* [n_tok, n_kv_heads, head_dim] */
-    float *attn;     /* [n_tok, n_heads, head_dim] */
-    float *proj;     /* [n_tok, hidden] output of o_proj / down_proj */
+    float *attn;     /* [n_tok, n_heads, head_dim] over k and v */
+    /* MLP / MoE block */
     float *gate;     /* [n_tok, max(inter, top_k * moe_inter)] SwiGLU activations */
-    float *cos_sin;  /* [n_tok, head_dim / 2, 2] */
-    float *lx;       /* [n_logits, hidden] rows that produce logits */
-    /* MoE */
+    float *proj;     /* [n_tok, hidden] MoE: weighted sum of the experts */
     float *router;   /* [n_tok, n_experts] */
     int32_t *top_e;  /* [n_tok, top_k] expert of each rank */
     float *top_w;    /* [n_tok, top_k] weight of each rank */
@@ -34,47 +40,73 @@ struct qwen3_bufs {
     const struct weights_mat **gw, **uw, **dw; /* [n_experts] matrices of the active experts */
     float *ex;        /* [n_tok * top_k, hidden] inputs grouped per expert */
     float *eo;        /* [n_tok * top_k, hidden] expert outputs, same rows */
+    /* after the last layer */
+    float *lx;       /* [n_logits, hidden] rows that produce logits */
 };
 
-/* Sizes of the scratch buffers, in the order qwen3_bufs_take takes them. */
-static void qwen3_sizes(const struct model_config *c, int n, int n_logits, size_t *sz)
+/* Offsets (from the work region's start) of its buffers, as qwen3_work_layout lays them. */
+struct qwen3_work {
+    size_t q, k, v, attn;
+    size_t gate, proj, router, top_e, top_w, row_of, row0, ecount, gw, uw, dw, ex, eo;
+    size_t lx;
+};
+
+static size_t qwen3_put(size_t *off, size_t bytes)
 {
-    size_t f = sizeof(float), p = sizeof(void *);
-    size_t K = (size_t)c->n_experts_per_tok, E = (size_t)c->n_experts;
-    size_t inter = (size_t)c->intermediate_size, moe = K * (size_t)c->moe_intermediate_size;
-    size_t i = 0;
-    sz[i++] = (size_t)n * c->hidden_size * f;                /* h */
-    sz[i++] = (size_t)n * c->hidden_size * f;                /* xn */
-    sz[i++] = (size_t)n * c->n_heads * c->head_dim * f;      /* q */
-    sz[i++] = (size_t)n * c->n_kv_heads * c->head_dim * f;   /* k */
-    sz[i++] = (size_t)n * c->n_kv_heads * c->head_dim * f;   /* v */
-    sz[i++] = (size_t)n * c->n_heads * c->head_dim * f;      /* attn */
-    sz[i++] = (size_t)n * c->hidden_size * f;                /* proj */
-    sz[i++] = (size_t)n * (inter > moe ? inter : moe) * f;   /* gate */
-    sz[i++] = (size_t)n * c->head_dim * f;                   /* cos_sin */
-    sz[i++] = (size_t)n_logits * c->hidden_size * f;         /* lx */
-    sz[i++] = (size_t)n * (E + 1) * f;                       /* router */
-    sz[i++] = (size_t)n * (K + 1) * 4;                       /* top_e */
-    sz[i++] = (size_t)n * (K + 1) * f;                       /* top_w */
-    sz[i++] = (size_t)n * (K + 1) * 4;                       /* row_of */
-    sz[i++] = (E + 1) * 4;                                   /* row0 */
-    sz[i++] = 2 * (E + 1) * 4;                               /* ecount */
-    sz[i++] = (E + 1) * p;                                   /* gw */
-    sz[i++] = (E + 1) * p;                                   /* uw */
-    sz[i++] = (E + 1) * p;                                   /* dw */
-    sz[i++] = (size_t)n * K * c->hidden_size * f;            /* ex */
-    sz[i++] = (size_t)n * K * c->hidden_size * f;            /* eo */
+    size_t at = *off;
+    *off = (at + bytes + QWEN3_ALIGN - 1) / QWEN3_ALIGN * QWEN3_ALIGN;
+    return at;
 }
 
-#define QWEN3_N_BUFS 21
+/* Lays out the work region for n tokens and n_logits logits rows; returns its size. */
+static size_t qwen3_work_layout(const struct model_config *c, int n, int n_logits, struct qwen3_work *o)
+{
+    size_t f = sizeof(float), p = sizeof(void *), N = (size_t)n;
+    size_t K = (size_t)c->n_experts_per_tok, E = (size_t)c->n_experts, H = (size_t)c->hidden_size;
+    size_t inter = (size_t)c->intermediate_size, moe = K * (size_t)c->moe_intermediate_size;
+    size_t q_bytes = N * c->n_heads * c->head_dim * f, kv_bytes = N * c->n_kv_heads * c->head_dim * f;
+
+    size_t a = 0;
+    o->q = qwen3_put(&a, q_bytes);
+    o->attn = a;
+    o->k = qwen3_put(&a, kv_bytes);
+    o->v = qwen3_put(&a, kv_bytes);
+    size_t a_end = o->attn + q_bytes; /* attn takes k and v's room, and more if it needs it */
+    a = a > a_end ? a : a_end;
+
+    size_t m = 0;
+    o->gate = qwen3_put(&m, N * (inter > moe ? inter : moe) * f);
+    if (E > 0) {
+        o->proj = qwen3_put(&m, N * H * f);
+        o->router = qwen3_put(&m, N * E * f);
+        o->top_e = qwen3_put(&m, N * K * 4);
+        o->top_w = qwen3_put(&m, N * K * f);
+        o->row_of = qwen3_put(&m, N * K * 4);
+        o->row0 = qwen3_put(&m, (E + 1) * 4);
+        o->ecount = qwen3_put(&m, 2 * (E + 1) * 4);
+        o->gw = qwen3_put(&m, E * p);
+        o->uw = qwen3_put(&m, E * p);
+        o->dw = qwen3_put(&m, E * p);
+        o->ex = qwen3_put(&m, N * K * H * f);
+        o->eo = qwen3_put(&m, N * K * H * f);
+    } else {
+        o->proj = o->router = o->top_e = o->top_w = o->row_of = o->row0 = o->ecount = m;
+        o->gw = o->uw = o->dw = o->ex = o->eo = m;
+    }
+
+    size_t l = 0;
+    o->lx = qwen3_put(&l, (size_t)n_logits * H * f);
+
+    size_t w = a > m ? a : m;
+    return w > l ? w : l;
+}
 
 static size_t qwen3_scratch_bytes(const struct model_config *c, int n)
 {
-    size_t sz[QWEN3_N_BUFS], tot = 0;
-    qwen3_sizes(c, n, n, sz);
-    for (int i = 0; i < QWEN3_N_BUFS; i++)
-        tot += sz[i] + QWEN3_ALIGN;
-    return tot;
+    struct qwen3_work o;
+    size_t row = (size_t)n * c->hidden_size * sizeof(float);
+    return 2 * (row + QWEN3_ALIGN) + (size_t)n * c->head_dim * sizeof(float) + QWEN3_ALIGN +
+           qwen3_work_layout(c, n, n, &o) + QWEN3_ALIGN;
 }
 
 static void *qwen3_take(struct arena *a, size_t bytes)
@@ -86,33 +118,33 @@ static void *qwen3_take(struct arena *a, size_t bytes)
 
 static void qwen3_bufs_take(struct qwen3 *q, int n, int n_logits, struct qwen3_bufs *bu)
 {
-    size_t sz[QWEN3_N_BUFS];
-    qwen3_sizes(&q->m->cfg, n, n_logits, sz);
+    const struct model_config *c = &q->m->cfg;
     struct arena *a = &q->scratch;
     arena_reset(a);
-    int i = 0;
-    bu->h = qwen3_take(a, sz[i++]);
-    bu->xn = qwen3_take(a, sz[i++]);
-    bu->q = qwen3_take(a, sz[i++]);
-    bu->k = qwen3_take(a, sz[i++]);
-    bu->v = qwen3_take(a, sz[i++]);
-    bu->attn = qwen3_take(a, sz[i++]);
-    bu->proj = qwen3_take(a, sz[i++]);
-    bu->gate = qwen3_take(a, sz[i++]);
-    bu->cos_sin = qwen3_take(a, sz[i++]);
-    bu->lx = qwen3_take(a, sz[i++]);
-    bu->router = qwen3_take(a, sz[i++]);
-    bu->top_e = qwen3_take(a, sz[i++]);
-    bu->top_w = qwen3_take(a, sz[i++]);
-    bu->row_of = qwen3_take(a, sz[i++]);
-    bu->row0 = qwen3_take(a, sz[i++]);
-    bu->ecount = qwen3_take(a, sz[i++]);
-    bu->gw = qwen3_take(a, sz[i++]);
-    bu->uw = qwen3_take(a, sz[i++]);
-    bu->dw = qwen3_take(a, sz[i++]);
-    bu->ex = qwen3_take(a, sz[i++]);
-    bu->eo = qwen3_take(a, sz[i++]);
-    HR_ASSERT(i == QWEN3_N_BUFS);
+    bu->h = qwen3_take(a, (size_t)n * c->hidden_size * sizeof(float));
+    bu->xn = qwen3_take(a, (size_t)n * c->hidden_size * sizeof(float));
+    bu->cos_sin = qwen3_take(a, (size_t)n * c->head_dim * sizeof(float));
+    struct qwen3_work o;
+    size_t bytes = qwen3_work_layout(c, n, n_logits, &o);
+    unsigned char *w = qwen3_take(a, bytes);
+    bu->q = (float *)(void *)(w + o.q);
+    bu->k = (float *)(void *)(w + o.k);
+    bu->v = (float *)(void *)(w + o.v);
+    bu->attn = (float *)(void *)(w + o.attn);
+    bu->gate = (float *)(void *)(w + o.gate);
+    bu->proj = (float *)(void *)(w + o.proj);
+    bu->router = (float *)(void *)(w + o.router);
+    bu->top_e = (int32_t *)(void *)(w + o.top_e);
+    bu->top_w = (float *)(void *)(w + o.top_w);
+    bu->row_of = (int32_t *)(void *)(w + o.row_of);
+    bu->row0 = (int32_t *)(void *)(w + o.row0);
+    bu->ecount = (int32_t *)(void *)(w + o.ecount);
+    bu->gw = (const struct weights_mat **)(void *)(w + o.gw);
+    bu->uw = (const struct weights_mat **)(void *)(w + o.uw);
+    bu->dw = (const struct weights_mat **)(void *)(w + o.dw);
+    bu->ex = (float *)(void *)(w + o.ex);
+    bu->eo = (float *)(void *)(w + o.eo);
+    bu->lx = (float *)(void *)(w + o.lx);
 }
 
 enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend *be, int max_tok, char *err,
@@ -293,6 +325,7 @@ enum hr_status qwen3_forward(struct qwen3 *q, const struct batch *b, struct kv_s
     const struct weights *w = &q->m->w;
     struct backend *be = q->be;
     int n = b->n_tok;
+    q->last_h = NULL; /* qwen3_logits only after a forward that succeeded */
     if (n < 1 || n > q->max_tok)
         return hr_err(err, errlen, HR_ERR_INVALID, "forward: %d tokens (this engine takes 1..%d per step)", n,
                       q->max_tok);
@@ -327,12 +360,86 @@ enum hr_status qwen3_forward(struct qwen3 *q, const struct batch *b, struct kv_s
         }
     }
 
-    if (b->n_logits > 0) {
-        for (int i = 0; i < b->n_logits; i++)
-            memcpy(bu.lx + (int64_t)i * c->hidden_size, bu.h + (int64_t)b->logit_tok[i] * c->hidden_size,
-                   (size_t)c->hidden_size * sizeof(float));
-        be->ops->rmsnorm(be, bu.lx, bu.lx, w->final_norm, b->n_logits, c->hidden_size, (float)c->rms_norm_eps);
-        be->ops->matmul(be, logits, bu.lx, b->n_logits, &w->lm_head);
-    }
+    q->last_h = bu.h;
+    q->last_lx = bu.lx;
+    q->last_n_tok = n;
+    q->last_n_logits = b->n_logits;
+    if (logits && b->n_logits > 0)
+        qwen3_logits(q, b, 0, b->n_logits, logits);
     return HR_OK;
+}
+
+/* Final norm and lm_head of logits rows [first, first + n) through lx [n, hidden]. */
+static void qwen3_logits_via(struct qwen3 *q, const struct batch *b, int first, int n, float *lx, float *logits)
+{
+    const struct model_config *c = &q->m->cfg;
+    const struct weights *w = &q->m->w;
+    struct backend *be = q->be;
+    HR_ASSERT(q->last_h && b->n_tok == q->last_n_tok && b->n_logits == q->last_n_logits);
+    HR_ASSERT(first >= 0 && n >= 0 && first + n <= b->n_logits);
+    if (n == 0)
+        return;
+    /* Each logit is a lone dot product of one normed row (one row per RMSNorm task),
+     * so computing the rows in pieces gives the bits of one pass. */
+    int H = c->hidden_size;
+    for (int i = 0; i < n; i++)
+        memcpy(lx + (int64_t)i * H, q->last_h + (int64_t)b->logit_tok[first + i] * H, (size_t)H * sizeof(float));
+    be->ops->rmsnorm(be, lx, lx, w->final_norm, n, H, (float)c->rms_norm_eps);
+    be->ops->matmul(be, logits, lx, n, &w->lm_head);
+}
+
+void qwen3_logits(struct qwen3 *q, const struct batch *b, int first, int n, float *logits)
+{
+    qwen3_logits_via(q, b, first, n, q->last_lx, logits);
+}
+
+/* ------------------------------------------------------------------ logits in the scratch */
+
+/* After the last layer only the residual stream is live, and it comes first in the
+ * arena: the rest of it can hold logits rows, [lx | logits] for each piece. */
+static size_t qwen3_aligned(size_t bytes) { return (bytes + QWEN3_ALIGN - 1) / QWEN3_ALIGN * QWEN3_ALIGN; }
+
+static int qwen3_room_rows(const struct model_config *c, size_t cap, int n_tok)
+{
+    size_t used = qwen3_aligned((size_t)n_tok * c->hidden_size * sizeof(float)) + 2 * QWEN3_ALIGN;
+    size_t row = ((size_t)c->hidden_size + (size_t)c->vocab_size) * sizeof(float);
+    if (cap <= used)
+        return 0;
+    size_t rows = (cap - used) / row;
+    return rows > INT_MAX ? INT_MAX : (int)rows;
+}
+
+enum hr_status qwen3_reserve_logits(struct qwen3 *q, int rows, char *err, size_t errlen)
+{
+    const struct model_config *c = &q->m->cfg;
+    if (rows < 1)
+        return hr_err(err, errlen, HR_ERR_INVALID, "forward: logits rows to reserve must be >= 1, got %d", rows);
+    if (qwen3_room_rows(c, q->scratch.cap, q->max_tok) >= rows)
+        return HR_OK;
+    size_t need = qwen3_aligned((size_t)q->max_tok * c->hidden_size * sizeof(float)) + 2 * QWEN3_ALIGN +
+                  (size_t)rows * ((size_t)c->hidden_size + (size_t)c->vocab_size) * sizeof(float);
+    arena_free(&q->scratch);
+    q->last_h = NULL;
+    return arena_init(&q->scratch, need, err, errlen);
+}
+
+int qwen3_scratch_logit_rows(const struct qwen3 *q)
+{
+    HR_ASSERT(q->last_h);
+    return qwen3_room_rows(&q->m->cfg, q->scratch.cap, q->last_n_tok);
+}
+
+float *qwen3_logits_scratch(struct qwen3 *q, const struct batch *b, int first, int n)
+{
+    const struct model_config *c = &q->m->cfg;
+    HR_ASSERT(q->last_h && n >= 1 && n <= qwen3_scratch_logit_rows(q));
+    /* Keep the residual stream (where it lies), drop the rest. */
+    struct arena *a = &q->scratch;
+    arena_reset(a);
+    float *h = qwen3_take(a, (size_t)q->last_n_tok * c->hidden_size * sizeof(float));
+    HR_ASSERT(h == q->last_h);
+    float *lx = qwen3_take(a, (size_t)n * c->hidden_size * sizeof(float));
+    float *logits = qwen3_take(a, (size_t)n * c->vocab_size * sizeof(float));
+    qwen3_logits_via(q, b, first, n, lx, logits);
+    return logits;
 }
