@@ -9,8 +9,13 @@
  * A task takes one KV head and a block of consecutive tokens of one row, with all
  * the query heads that share that KV head: the tile's K and V rows are widened to
  * f32 once for all of them, their scores come from one GEMM (every element is a lone
- * dot product of head_dim), and the softmax/V update takes the rows together.  Tokens whose position lies
- * before the tile simply sit it out; how the tokens are grouped changes nothing. */
+ * dot product of head_dim), and the softmax/V update takes the rows together.  Tokens
+ * whose position lies before the tile simply sit it out; how the tokens are grouped
+ * changes nothing.  A decode batch of many rows instead gives each task one row with
+ * every KV head (attn_run_rows), for the memory's sake.
+ *
+ * A compute-bf16 variant over a bf16 store scores with the bf16 dot product, the query
+ * rows rounded to bf16 (on every path, so still one definition per variant). */
 #include <math.h>
 #include <string.h>
 
@@ -18,6 +23,8 @@
 #include "model/dtype.h"
 
 #define ATTN_DIRECT_ROWS 4
+#define ATTN_ROWS_PER_THREAD 4 /* decode rows per thread before tasks take whole rows */
+#define ATTN_ROWS_MAX_KV 64
 
 struct attn_task {
     const struct cpu_variant *v;
@@ -50,12 +57,14 @@ static void attn_gather(const struct attn_task *c, const struct batch_row *r, in
     }
 }
 
-/* Decode-sized tasks (few rows) skip the widening: scores by the bf16-weight GEMM
- * straight from the store (s[i * CPU_ATTN_TILE + j]), and V rows by pointer (vrows[j]).
- * Widening is exact, so both routes give the same bits (test_kernels checks that
+/* Scores straight from a bf16 store, no widening: by the bf16-weight GEMM from f32
+ * query rows (q), or, in a compute-bf16 variant, by the bf16 GEMM from query rows
+ * rounded to bf16 (qb != NULL; every path of that variant scores this way).  V rows
+ * are returned by pointer when vrows != NULL.  s[i * CPU_ATTN_TILE + j].  Widening is
+ * exact, so the f32 route gives the bits of the widened tile (test_kernels checks that
  * gemm_bf16 equals gemm_f32 over widened rows). */
-static void attn_direct(const struct attn_task *c, const struct batch_row *r, int kvh, const float *q, int rows,
-                        int p0, int n, float *s, const uint16_t **vrows)
+static void attn_direct(const struct attn_task *c, const struct batch_row *r, int kvh, const float *q,
+                        const uint16_t *qb, int rows, int p0, int n, float *s, const uint16_t **vrows)
 {
     const struct kv_store *kv = c->kv;
     int bs = kv->block_size, hd = kv->head_dim;
@@ -65,9 +74,13 @@ static void attn_direct(const struct attn_task *c, const struct batch_row *r, in
         int run = bs - off < n - j ? bs - off : n - j;
         const uint16_t *k = (const uint16_t *)kv_store_head(kv, blk, c->layer, 0, kvh) + (int64_t)off * hd;
         const uint16_t *v = (const uint16_t *)kv_store_head(kv, blk, c->layer, 1, kvh) + (int64_t)off * hd;
-        c->v->gemm_bf16(s + j, CPU_ATTN_TILE, q, hd, k, hd, rows, run, hd);
-        for (int i = 0; i < run; i++)
-            vrows[j + i] = v + (int64_t)i * hd;
+        if (qb)
+            c->v->gemm_bb(s + j, CPU_ATTN_TILE, qb, hd, k, hd, rows, run, hd);
+        else
+            c->v->gemm_bf16(s + j, CPU_ATTN_TILE, q, hd, k, hd, rows, run, hd);
+        if (vrows)
+            for (int i = 0; i < run; i++)
+                vrows[j + i] = v + (int64_t)i * hd;
         j += run;
     }
 }
@@ -89,6 +102,65 @@ static void attn_prefetch(const struct attn_task *c, const struct batch_row *r, 
                 __builtin_prefetch(h + b, 0, 2); /* to L2: more misses in flight than L1 allows */
         }
         j += run;
+    }
+}
+
+/* Decode batches of many rows: a task takes one row's token(s) with every KV head.
+ * Per tile it scores every head (a block's K of one layer is one run of memory), then
+ * updates every head (its V, the next run).  The hardware prefetcher follows such runs
+ * (software prefetch only got in its way: measured), and they are read much faster
+ * than one head's scattered 4 KB pieces.  Each head performs exactly the operations
+ * of attn_run's direct walk. */
+static void attn_run_rows(void *ctx, int task, int thread)
+{
+    const struct attn_task *c = ctx;
+    const struct batch *b = c->b;
+    int n_kv = c->kv->n_kv_heads, hd = c->kv->head_dim, G = c->group;
+    struct cpu_attn_scratch *sc = &c->scratch[thread];
+    const struct batch_row *r = &b->rows[task];
+    int t0 = r->query_offset, nq = r->query_len;
+    int rows = nq * G, all = rows * n_kv; /* head h's row i at h * rows + i: token t0 + i / G, head h * G + i % G */
+
+    for (int i = 0; i < all; i++) {
+        int h = i / rows, ii = i % rows;
+        const float *qi = c->q + ((int64_t)(t0 + ii / G) * c->n_heads + h * G + ii % G) * hd;
+        memcpy(sc->q + (int64_t)i * hd, qi, (size_t)hd * sizeof(float));
+        sc->m[i] = -INFINITY;
+        sc->l[i] = 0.0f;
+    }
+    memset(sc->acc, 0, (size_t)all * hd * sizeof(float));
+    int bb = c->v->gemm_bb != NULL;
+    if (bb)
+        c->v->to_bf16(sc->qb, sc->q, (int64_t)all * hd);
+
+    int pos_first = b->positions[t0], pos_last = b->positions[t0 + nq - 1];
+    const uint16_t *vrows[ATTN_ROWS_MAX_KV][CPU_ATTN_TILE];
+    for (int p0 = 0; p0 <= pos_last; p0 += CPU_ATTN_TILE) {
+        int n = pos_last + 1 - p0 < CPU_ATTN_TILE ? pos_last + 1 - p0 : CPU_ATTN_TILE;
+        int i0 = p0 > pos_first ? (p0 - pos_first) * G : 0;
+        for (int i = i0; i < rows; i++) {
+            int pos = pos_first + i / G;
+            sc->n[i] = pos + 1 - p0 < n ? pos + 1 - p0 : n;
+        }
+        for (int h = 0; h < n_kv; h++) {
+            int i = h * rows + i0;
+            attn_direct(c, r, h, sc->q + (int64_t)i * hd, bb ? sc->qb + (int64_t)i * hd : NULL, rows - i0, p0, n,
+                        sc->s + (int64_t)i * CPU_ATTN_TILE, vrows[h]);
+        }
+        for (int h = 0; h < n_kv; h++) {
+            int i = h * rows + i0;
+            c->v->attn_update_rows_bf16(sc->m + i, sc->l + i, sc->acc + (int64_t)i * hd,
+                                        sc->s + (int64_t)i * CPU_ATTN_TILE, sc->n + i0, rows - i0, c->scale, vrows[h],
+                                        hd);
+        }
+    }
+    for (int i = 0; i < all; i++) {
+        int h = i / rows, ii = i % rows;
+        float *o = c->out + ((int64_t)(t0 + ii / G) * c->n_heads + h * G + ii % G) * hd;
+        const float *a = sc->acc + (int64_t)i * hd;
+        float inv = 1.0f / sc->l[i];
+        for (int d = 0; d < hd; d++)
+            o[d] = a[d] * inv;
     }
 }
 
@@ -119,6 +191,10 @@ static void attn_run(void *ctx, int task, int thread)
         sc->l[i] = 0.0f;
     }
     memset(sc->acc, 0, (size_t)rows * hd * sizeof(float));
+    /* compute bf16 over a bf16 store: scores by the bf16 dot product */
+    int bb = c->kv->dtype == KV_DTYPE_BF16 && c->v->gemm_bb;
+    if (bb)
+        c->v->to_bf16(sc->qb, sc->q, (int64_t)rows * hd);
 
     int pos_first = b->positions[t0], pos_last = b->positions[t0 + nq - 1];
     /* few rows: widening a tile would cost more than it saves */
@@ -136,9 +212,10 @@ static void attn_run(void *ctx, int task, int thread)
             int pos = pos_first + i / G;
             sc->n[i] = pos + 1 - p0 < n ? pos + 1 - p0 : n;
         }
+        const uint16_t *qb = bb ? sc->qb + (int64_t)i0 * hd : NULL;
         if (direct) {
             const uint16_t *vrows[CPU_ATTN_TILE];
-            attn_direct(c, r, kvh, sc->q + (int64_t)i0 * hd, rows - i0, p0, n, sc->s + (int64_t)i0 * CPU_ATTN_TILE,
+            attn_direct(c, r, kvh, sc->q + (int64_t)i0 * hd, qb, rows - i0, p0, n, sc->s + (int64_t)i0 * CPU_ATTN_TILE,
                         vrows);
             c->v->attn_update_rows_bf16(sc->m + i0, sc->l + i0, sc->acc + (int64_t)i0 * hd,
                                         sc->s + (int64_t)i0 * CPU_ATTN_TILE, sc->n + i0, rows - i0, c->scale, vrows,
@@ -146,10 +223,14 @@ static void attn_run(void *ctx, int task, int thread)
             continue;
         }
         /* K and V of the tile widened once for every row; scores by the f32 GEMM */
-        attn_gather(c, r, kvh, 0, p0, n, sc->k);
+        if (bb) {
+            attn_direct(c, r, kvh, NULL, qb, rows - i0, p0, n, sc->s + (int64_t)i0 * CPU_ATTN_TILE, NULL);
+        } else {
+            attn_gather(c, r, kvh, 0, p0, n, sc->k);
+            c->v->gemm_f32(sc->s + (int64_t)i0 * CPU_ATTN_TILE, CPU_ATTN_TILE, sc->q + (int64_t)i0 * hd, hd, sc->k,
+                           hd, rows - i0, n, hd);
+        }
         attn_gather(c, r, kvh, 1, p0, n, sc->v);
-        c->v->gemm_f32(sc->s + (int64_t)i0 * CPU_ATTN_TILE, CPU_ATTN_TILE, sc->q + (int64_t)i0 * hd, hd, sc->k, hd,
-                       rows - i0, n, hd);
         if (c->v->attn_update_rows) {
             c->v->attn_update_rows(sc->m + i0, sc->l + i0, sc->acc + (int64_t)i0 * hd,
                                    sc->s + (int64_t)i0 * CPU_ATTN_TILE, sc->n + i0, rows - i0, c->scale, sc->v, hd);
@@ -178,6 +259,16 @@ void cpu_attention(struct backend *be, float *out, const float *q, const struct 
         .v = cb->v, .scratch = cb->attn, .out = out, .q = q, .b = b, .kv = kv, .layer = layer, .n_heads = n_heads,
         .group = G, .qb = CPU_ATTN_MAX_ROWS / G, .scale = scale,
     };
+    /* decode: enough rows to keep every thread busy, each short enough for the direct walk */
+    int max_q = 0;
+    for (int i = 0; i < b->n_rows; i++)
+        max_q = b->rows[i].query_len > max_q ? b->rows[i].query_len : max_q;
+    if (b->n_rows >= ATTN_ROWS_PER_THREAD * be->n_threads && max_q * G <= ATTN_DIRECT_ROWS &&
+        max_q * n_heads <= CPU_ATTN_MAX_ROWS && kv->n_kv_heads <= ATTN_ROWS_MAX_KV && kv->dtype == KV_DTYPE_BF16 &&
+        cb->v->attn_update_rows_bf16) {
+        threadpool_run(&cb->pool, attn_run_rows, &c, b->n_rows);
+        return;
+    }
     int n_tasks = 0;
     for (int i = 0; i < b->n_rows; i++)
         n_tasks += (b->rows[i].query_len + c.qb - 1) / c.qb;

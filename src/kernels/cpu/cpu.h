@@ -13,6 +13,7 @@
 
 struct cpu_attn_scratch {
     float q[CPU_ATTN_MAX_ROWS * CPU_ATTN_MAX_HEAD_DIM];   /* [rows, head_dim] */
+    uint16_t qb[CPU_ATTN_MAX_ROWS * CPU_ATTN_MAX_HEAD_DIM]; /* [rows, head_dim] q rounded to bf16 (compute bf16) */
     float acc[CPU_ATTN_MAX_ROWS * CPU_ATTN_MAX_HEAD_DIM]; /* [rows, head_dim] */
     float s[CPU_ATTN_MAX_ROWS * CPU_ATTN_TILE];           /* [rows, tile] */
     float m[CPU_ATTN_MAX_ROWS];                           /* [rows] running max */
