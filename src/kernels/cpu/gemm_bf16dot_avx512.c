@@ -38,7 +38,8 @@ static inline __m512bh bb_load_m(const uint16_t *p, __mmask32 m)
 
 static inline __attribute__((always_inline)) void bb_tile(float *y, int64_t ldy, const uint16_t *x, int64_t ldx,
                                                           const uint16_t *const *wr, int k, const int mr,
-                                                          const int nr, int nst, uintptr_t pf)
+                                                          const int nr, int nst, uintptr_t pf, int pf_phase,
+                                                          int pf_every)
 {
     __m512 acc[BB_MR][8];
     _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++)
@@ -46,8 +47,10 @@ static inline __attribute__((always_inline)) void bb_tile(float *y, int64_t ldy,
     int kk = 0;
     for (; kk + 32 <= k; kk += 32) {
         __m512bh wv[8];
-        if (pf) {
-            /* the next tile, in address order, at the pace this one is read */
+        if (pf && (kk >> 5) % pf_every == pf_phase) {
+            /* a later tile, in address order, at the pace this one is read; with
+             * pf_every row tiles passing over this one, each takes every pf_every-th
+             * piece, so the requests are spread over the whole pass */
             uintptr_t a = pf + (uintptr_t)kk * nr * 2;
             _Pragma("GCC unroll 8") for (int q = 0; q < nr * 64; q += 64)
                 _mm_prefetch((const char *)(a + q), _MM_HINT_T1);
@@ -85,9 +88,9 @@ void cpu_avx512bf16_gemm_bb(float *y, int64_t ldy, const uint16_t *x, int64_t ld
             int nst = n - j < 8 ? n - j : 8;
             uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 8) * (uintptr_t)ldw * 2 : 0;
             if (m == 2)
-                bb_tile(y + j, ldy, x, ldx, wr, k, 2, 8, nst, pf);
+                bb_tile(y + j, ldy, x, ldx, wr, k, 2, 8, nst, pf, 0, 1);
             else
-                bb_tile(y + j, ldy, x, ldx, wr, k, 1, 8, nst, pf);
+                bb_tile(y + j, ldy, x, ldx, wr, k, 1, 8, nst, pf, 0, 1);
         }
         return;
     }
@@ -96,21 +99,22 @@ void cpu_avx512bf16_gemm_bb(float *y, int64_t ldy, const uint16_t *x, int64_t ld
         for (int jj = 0; jj < 4; jj++)
             wr[jj] = w + (int64_t)(j + jj < n ? j + jj : n - 1) * ldw;
         int nst = n - j < 4 ? n - j : 4;
-        uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 4) * (uintptr_t)ldw * 2 : 0;
+        /* two column tiles ahead: one tile's pass is too short to cover the latency */
+        uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 2 * 4) * (uintptr_t)ldw * 2 : 0;
         /* rows in ceil(m / 6) tiles as even as possible (32 = 6+6+5+5+5+5, 8 = 4+4) */
         int n_rt = (m + BB_MR - 1) / BB_MR;
-        for (int t = 0, i = 0; t < n_rt; t++, pf = 0) {
+        for (int t = 0, i = 0; t < n_rt; t++) {
             int mr = (m - i) / (n_rt - t);
             float *yt = y + (int64_t)i * ldy + j;
             const uint16_t *xt = x + (int64_t)i * ldx;
             i += mr;
             switch (mr) {
-            case 1: bb_tile(yt, ldy, xt, ldx, wr, k, 1, 4, nst, pf); break;
-            case 2: bb_tile(yt, ldy, xt, ldx, wr, k, 2, 4, nst, pf); break;
-            case 3: bb_tile(yt, ldy, xt, ldx, wr, k, 3, 4, nst, pf); break;
-            case 4: bb_tile(yt, ldy, xt, ldx, wr, k, 4, 4, nst, pf); break;
-            case 5: bb_tile(yt, ldy, xt, ldx, wr, k, 5, 4, nst, pf); break;
-            default: bb_tile(yt, ldy, xt, ldx, wr, k, 6, 4, nst, pf); break;
+            case 1: bb_tile(yt, ldy, xt, ldx, wr, k, 1, 4, nst, pf, t, n_rt); break;
+            case 2: bb_tile(yt, ldy, xt, ldx, wr, k, 2, 4, nst, pf, t, n_rt); break;
+            case 3: bb_tile(yt, ldy, xt, ldx, wr, k, 3, 4, nst, pf, t, n_rt); break;
+            case 4: bb_tile(yt, ldy, xt, ldx, wr, k, 4, 4, nst, pf, t, n_rt); break;
+            case 5: bb_tile(yt, ldy, xt, ldx, wr, k, 5, 4, nst, pf, t, n_rt); break;
+            default: bb_tile(yt, ldy, xt, ldx, wr, k, 6, 4, nst, pf, t, n_rt); break;
             }
         }
     }
