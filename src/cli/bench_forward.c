@@ -44,44 +44,6 @@ static int bf_parse_list(const char *s, int *out, int cap)
     return n;
 }
 
-static int64_t bf_mat_bytes(const struct weights_mat *w)
-{
-    int64_t es = w->dtype == SAFETENSORS_DTYPE_F32 ? 4 : 2;
-    return w->rows * w->cols * es;
-}
-
-/* Bytes of weights one decoded token reads, and matmul flops per token (no lm_head). */
-static void bf_costs(const struct model *m, int64_t *bytes, double *flops)
-{
-    const struct model_config *c = &m->cfg;
-    int64_t b = 0;
-    double f = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        const struct weights_layer *L = &m->w.layers[l];
-        const struct weights_mat *mats[] = {&L->q, &L->k, &L->v, &L->o};
-        for (int i = 0; i < 4; i++) {
-            b += bf_mat_bytes(mats[i]);
-            f += 2.0 * (double)(mats[i]->rows * mats[i]->cols);
-        }
-        if (!L->is_moe) {
-            const struct weights_mat *mlp[] = {&L->gate, &L->up, &L->down};
-            for (int i = 0; i < 3; i++) {
-                b += bf_mat_bytes(mlp[i]);
-                f += 2.0 * (double)(mlp[i]->rows * mlp[i]->cols);
-            }
-        } else {
-            b += bf_mat_bytes(&L->router);
-            f += 2.0 * (double)(L->router.rows * L->router.cols);
-            const struct weights_expert *e = &L->experts[0];
-            int64_t eb = bf_mat_bytes(&e->gate) + bf_mat_bytes(&e->up) + bf_mat_bytes(&e->down);
-            b += eb * c->n_experts_per_tok;
-            f += 2.0 * 3 * (double)(e->gate.rows * e->gate.cols) * c->n_experts_per_tok;
-        }
-    }
-    *bytes = b + bf_mat_bytes(&m->w.lm_head);
-    *flops = f;
-}
-
 struct bf_rig {
     struct model m;
     struct backend be;
@@ -219,7 +181,7 @@ int bench_forward(int argc, char **argv)
     double pre_s = bench_median(pre, n_pre);
     int64_t wbytes;
     double mm_flops;
-    bf_costs(&r.m, &wbytes, &mm_flops);
+    bench_model_costs(&r.m, &wbytes, &mm_flops);
     double attn_flops = 0;
     for (long p = 0; p < prompt; p++)
         attn_flops += 4.0 * c->n_heads * c->head_dim * (double)(p + 1);

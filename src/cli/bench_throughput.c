@@ -1,7 +1,10 @@
 /* hearth bench throughput: offline throughput (prompt and generated tokens/s) and
  * inter-token latency (p50, p99) for 1, 8 and 32 concurrent requests, and the
  * process's peak RSS against the weights plus the KV budget, with what each level's
- * engine holds beyond them (after start-up, and at its fullest). */
+ * engine holds beyond them (after start-up, and at its fullest).  Also the compute
+ * bound: the machine's measured peak arithmetic rate over the flops one request
+ * needs, which no batching can beat; over level 1's throughput it bounds the ratio
+ * any level can reach. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +14,7 @@
 #include "cli/bench.h"
 #include "cli/bench_util.h"
 #include "cli/engine_opts.h"
+#include "kernels/cpu/ceiling.h"
 
 #define TP_MAX_LEVELS 8
 
@@ -40,12 +44,29 @@ static double tp_rss_mib(void)
     return ok ? (double)res * (double)sysconf(_SC_PAGESIZE) / 1048576.0 : 0.0;
 }
 
+/* The least arithmetic one request needs: prompt + output - 1 tokens through the
+ * layers (the last token is sampled, never fed back), attention over every earlier
+ * position, and one lm_head row per sampled token. */
+static double tp_request_flops(const struct hearth_engine *e, int prompt_tokens, int out_tokens)
+{
+    const struct model_config *c = &e->m.cfg;
+    int64_t bytes;
+    double mm;
+    bench_model_costs(&e->m, &bytes, &mm);
+    double n = (double)prompt_tokens + out_tokens - 1;
+    double attn = 4.0 * c->n_heads * c->head_dim * c->n_layers * n * (n + 1) / 2;
+    double lm = 2.0 * (double)e->m.w.lm_head.rows * (double)e->m.w.lm_head.cols * out_tokens;
+    return n * mm + attn + lm;
+}
+
 static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_tokens, int out_tokens,
-                  struct tp_level *lv, int64_t *weight_bytes, size_t *kv_bytes)
+                  struct tp_level *lv, int64_t *weight_bytes, size_t *kv_bytes, double *req_flops, int *bf16)
 {
     struct hearth_engine *e = bench_engine(ep);
     if (!e)
         return 0;
+    *req_flops = tp_request_flops(e, prompt_tokens, out_tokens);
+    *bf16 = e->be.bf16_compute;
     *weight_bytes = e->m.w.weight_bytes;
     *kv_bytes = (size_t)e->kv.n_blocks * e->kv.block_bytes;
     double fixed = (double)*weight_bytes / 1048576.0 + (double)*kv_bytes / 1048576.0, rss_max = 0;
@@ -168,11 +189,13 @@ int bench_throughput(int argc, char **argv)
     struct tp_level lv[TP_MAX_LEVELS];
     int64_t wbytes = 0;
     size_t kvbytes = 0;
+    double req_flops = 0;
+    int bf16 = 0;
     for (int k = 0; k < n_levels; k++) {
         struct hearth_engine_params p = ep;
         if (p.max_num_seqs < levels[k])
             p.max_num_seqs = levels[k];
-        if (!tp_run(&p, levels[k], prompt_tokens, out_tokens, &lv[k], &wbytes, &kvbytes))
+        if (!tp_run(&p, levels[k], prompt_tokens, out_tokens, &lv[k], &wbytes, &kvbytes, &req_flops, &bf16))
             return 1;
         fprintf(stderr,
                 "concurrency %d: %.1f tokens/s (%.2f generated/s), ITL p50 %.1f ms p99 %.1f ms; "
@@ -181,6 +204,14 @@ int bench_throughput(int argc, char **argv)
                 lv[k].startup_mib, lv[k].overhead_mib);
     }
     double rss = bench_peak_rss_mib(), wmib = (double)wbytes / 1048576.0, kvmib = (double)kvbytes / 1048576.0;
+    /* After the RSS is read (the bandwidth pass takes 512 MiB): the machine's peak
+     * arithmetic rate bounds any level's throughput, whatever the batching. */
+    struct cpu_ceilings ceil = {0};
+    char err[HR_ERRLEN];
+    if (cpu_ceilings_measure(ep.n_threads, &ceil, err, sizeof err) != HR_OK)
+        fprintf(stderr, "hearth bench throughput: %s (no compute bound)\n", err);
+    double peak = bf16 ? ceil.dot_bf16_gflops : ceil.fma_f32_gflops;
+    double bound_tps = req_flops > 0 ? (double)(prompt_tokens + out_tokens) * peak * 1e9 / req_flops : 0;
     printf("{\n  \"benchmark\": \"throughput\",\n  \"model\": \"%s\",\n  \"threads\": %d,\n"
            "  \"prompt_tokens\": %d,\n  \"output_tokens\": %d,\n  \"levels\": [\n",
            ep.model_dir, ep.n_threads, prompt_tokens, out_tokens);
@@ -192,8 +223,12 @@ int bench_throughput(int argc, char **argv)
                lv[k].startup_mib, lv[k].overhead_mib, k + 1 < n_levels ? "," : "");
     printf("  ],\n  \"throughput_ratio_last_over_first\": %.2f,\n  \"peak_rss_mib\": %.1f,\n"
            "  \"weights_mib\": %.1f,\n  \"kv_mib\": %.1f,\n  \"peak_rss_beyond_weights_kv_mib\": %.1f,\n"
-           "  \"weights_plus_kv_plus_64_mib\": %.1f\n}\n",
+           "  \"weights_plus_kv_plus_64_mib\": %.1f,\n",
            lv[0].tokens_per_s > 0 ? lv[n_levels - 1].tokens_per_s / lv[0].tokens_per_s : 0.0, rss, wmib, kvmib,
            rss - wmib - kvmib, wmib + kvmib + 64);
+    printf("  \"compute_bound\": {\"compute\": \"%s\", \"peak_gflops\": %.1f, \"request_gflops\": %.1f, "
+           "\"tokens_per_s\": %.1f, \"ratio_over_first\": %.2f}\n}\n",
+           bf16 ? "bf16" : "f32", peak, req_flops * 1e-9, bound_tps,
+           lv[0].tokens_per_s > 0 ? bound_tps / lv[0].tokens_per_s : 0.0);
     return 0;
 }
