@@ -6,29 +6,10 @@
  * elements only, so every tile shape gives the bits of a lone dot product. */
 #include <immintrin.h>
 
+#include "kernels/cpu/tree_avx512.h"
 #include "kernels/cpu/variant_impl.h"
 
 #define BB_MR 6
-
-static inline __m128 bb_reduce4(__m512 a, __m512 b, __m512 c, __m512 d)
-{
-    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
-    __m512 s2 = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
-    __m512 s3 = _mm512_add_ps(s2, _mm512_shuffle_ps(s2, s2, _MM_SHUFFLE(1, 0, 3, 2)));
-    __m512 s4 = _mm512_add_ps(s3, _mm512_shuffle_ps(s3, s3, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                                                         0, 0),
-                                                        s4));
-}
-
-static inline void bb_store4(float *y, __m128 v, int nst)
-{
-    if (nst >= 4)
-        _mm_storeu_ps(y, v);
-    else if (nst > 0)
-        _mm_mask_storeu_ps(y, (__mmask8)((1u << nst) - 1u), v);
-}
 
 static inline __m512bh bb_load(const uint16_t *p) { return (__m512bh)_mm512_loadu_si512((const void *)p); }
 static inline __m512bh bb_load_m(const uint16_t *p, __mmask32 m)
@@ -74,7 +55,7 @@ static inline __attribute__((always_inline)) void bb_tile(float *y, int64_t ldy,
     }
     _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++)
         _Pragma("GCC unroll 2") for (int j = 0; j < nr; j += 4)
-            bb_store4(y + i * ldy + j, bb_reduce4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]), nst - j);
+            a512_store4(y + i * ldy + j, a512_reduce4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]), nst - j);
 }
 
 void cpu_avx512bf16_gemm_bb(float *y, int64_t ldy, const uint16_t *x, int64_t ldx, const uint16_t *w, int64_t ldw,
