@@ -188,7 +188,7 @@ int bench_forward(int argc, char **argv)
     attn_flops *= c->n_layers;
     double pre_flops = mm_flops * prompt + attn_flops + 2.0 * (double)(r.m.w.lm_head.rows * r.m.w.lm_head.cols);
     double pre_gflops = pre_flops / pre_s * 1e-9;
-    int bf16_compute = strstr(r.be.name, "bf16") != NULL;
+    int bf16_compute = r.be.bf16_compute;
 
     /* ---- decode: random KV contents, distinct blocks per sequence */
     {

@@ -160,7 +160,7 @@ int bench_kernels(int argc, char **argv)
         backend_free(&be);
         return 1;
     }
-    int bf16_compute = strstr(be.name, "bf16") != NULL && dt == SAFETENSORS_DTYPE_BF16;
+    int bf16_compute = be.bf16_compute && dt == SAFETENSORS_DTYPE_BF16;
     size_t esize = dt == SAFETENSORS_DTYPE_F32 ? 4 : 2;
 
     struct bk_result res[BK_MAX_RESULTS];

@@ -51,10 +51,12 @@ struct qwen3_work {
     size_t lx;
 };
 
+static size_t qwen3_aligned(size_t bytes) { return (bytes + QWEN3_ALIGN - 1) / QWEN3_ALIGN * QWEN3_ALIGN; }
+
 static size_t qwen3_put(size_t *off, size_t bytes)
 {
     size_t at = *off;
-    *off = (at + bytes + QWEN3_ALIGN - 1) / QWEN3_ALIGN * QWEN3_ALIGN;
+    *off = qwen3_aligned(at + bytes);
     return at;
 }
 
@@ -397,12 +399,21 @@ void qwen3_logits(struct qwen3 *q, const struct batch *b, int first, int n, floa
 
 /* After the last layer only the residual stream is live, and it comes first in the
  * arena: the rest of it can hold logits rows, [lx | logits] for each piece. */
-static size_t qwen3_aligned(size_t bytes) { return (bytes + QWEN3_ALIGN - 1) / QWEN3_ALIGN * QWEN3_ALIGN; }
+/* Arena bytes the residual stream of n_tok tokens keeps, alignment slack included,
+ * and the bytes of one logits row with its normed input. */
+static size_t qwen3_kept_bytes(const struct model_config *c, int n_tok)
+{
+    return qwen3_aligned((size_t)n_tok * c->hidden_size * sizeof(float)) + 2 * QWEN3_ALIGN;
+}
+
+static size_t qwen3_logit_row_bytes(const struct model_config *c)
+{
+    return ((size_t)c->hidden_size + (size_t)c->vocab_size) * sizeof(float);
+}
 
 static int qwen3_room_rows(const struct model_config *c, size_t cap, int n_tok)
 {
-    size_t used = qwen3_aligned((size_t)n_tok * c->hidden_size * sizeof(float)) + 2 * QWEN3_ALIGN;
-    size_t row = ((size_t)c->hidden_size + (size_t)c->vocab_size) * sizeof(float);
+    size_t used = qwen3_kept_bytes(c, n_tok), row = qwen3_logit_row_bytes(c);
     if (cap <= used)
         return 0;
     size_t rows = (cap - used) / row;
@@ -416,8 +427,7 @@ enum hr_status qwen3_reserve_logits(struct qwen3 *q, int rows, char *err, size_t
         return hr_err(err, errlen, HR_ERR_INVALID, "forward: logits rows to reserve must be >= 1, got %d", rows);
     if (qwen3_room_rows(c, q->scratch.cap, q->max_tok) >= rows)
         return HR_OK;
-    size_t need = qwen3_aligned((size_t)q->max_tok * c->hidden_size * sizeof(float)) + 2 * QWEN3_ALIGN +
-                  (size_t)rows * ((size_t)c->hidden_size + (size_t)c->vocab_size) * sizeof(float);
+    size_t need = qwen3_kept_bytes(c, q->max_tok) + (size_t)rows * qwen3_logit_row_bytes(c);
     arena_free(&q->scratch);
     q->last_h = NULL;
     return arena_init(&q->scratch, need, err, errlen);

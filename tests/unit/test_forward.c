@@ -249,6 +249,10 @@ static void check_fixture(const char *fixture, enum kv_dtype dt)
             place(st.s, MAX_SEQ, 1);
             CHECK(run_seqs(&r2, st.s, MAX_SEQ, chunk_rand));
             CHECK(same(&r2, &st, ref, "threads"));
+            /* decode steps of every sequence: with 2 threads, the attention's whole-row walk */
+            place(st.s, MAX_SEQ, 1);
+            CHECK(run_seqs(&r2, st.s, MAX_SEQ, chunk_one));
+            CHECK(same(&r2, &st, ref, "threads, batched decode"));
             rig_free(&r2);
         }
         for (int i = 0; i < st.n; i++)

@@ -105,6 +105,51 @@ static void attn_prefetch(const struct attn_task *c, const struct batch_row *r, 
     }
 }
 
+/* A compute-bf16 variant over a bf16 store scores with the bf16 dot product: the one
+ * place that says so, since every path of the variant must. */
+static int attn_scores_bb(const struct attn_task *c)
+{
+    return c->kv->dtype == KV_DTYPE_BF16 && c->v->gemm_bb != NULL;
+}
+
+/* A task's scratch rows: `rows` per KV head (tokens times the group's query heads),
+ * KV heads from kvh0 on; row i is token t0 + (i % rows) / G, query head
+ * (kvh0 + i / rows) * G + (i % rows) % G, at this offset of q and out. */
+static int64_t attn_row_at(const struct attn_task *c, int t0, int kvh0, int rows, int i)
+{
+    int G = c->group, ii = i % rows;
+    return ((int64_t)(t0 + ii / G) * c->n_heads + (kvh0 + i / rows) * G + ii % G) * c->kv->head_dim;
+}
+
+/* Loads `all` query rows and clears their running state (and rounds them to bf16
+ * where the variant scores so). */
+static void attn_begin(const struct attn_task *c, struct cpu_attn_scratch *sc, int t0, int kvh0, int rows, int all)
+{
+    int hd = c->kv->head_dim;
+    for (int i = 0; i < all; i++) {
+        memcpy(sc->q + (int64_t)i * hd, c->q + attn_row_at(c, t0, kvh0, rows, i), (size_t)hd * sizeof(float));
+        sc->m[i] = -INFINITY;
+        sc->l[i] = 0.0f;
+    }
+    memset(sc->acc, 0, (size_t)all * hd * sizeof(float));
+    if (attn_scores_bb(c))
+        c->v->to_bf16(sc->qb, sc->q, (int64_t)all * hd);
+}
+
+/* Writes the `all` rows' outputs: acc / l. */
+static void attn_finish(const struct attn_task *c, const struct cpu_attn_scratch *sc, int t0, int kvh0, int rows,
+                        int all)
+{
+    int hd = c->kv->head_dim;
+    for (int i = 0; i < all; i++) {
+        float *o = c->out + attn_row_at(c, t0, kvh0, rows, i);
+        const float *a = sc->acc + (int64_t)i * hd;
+        float inv = 1.0f / sc->l[i];
+        for (int d = 0; d < hd; d++)
+            o[d] = a[d] * inv;
+    }
+}
+
 /* Decode batches of many rows: a task takes one row's token(s) with every KV head.
  * Per tile it scores every head (a block's K of one layer is one run of memory), then
  * updates every head (its V, the next run).  The hardware prefetcher follows such runs
@@ -119,19 +164,9 @@ static void attn_run_rows(void *ctx, int task, int thread)
     struct cpu_attn_scratch *sc = &c->scratch[thread];
     const struct batch_row *r = &b->rows[task];
     int t0 = r->query_offset, nq = r->query_len;
-    int rows = nq * G, all = rows * n_kv; /* head h's row i at h * rows + i: token t0 + i / G, head h * G + i % G */
-
-    for (int i = 0; i < all; i++) {
-        int h = i / rows, ii = i % rows;
-        const float *qi = c->q + ((int64_t)(t0 + ii / G) * c->n_heads + h * G + ii % G) * hd;
-        memcpy(sc->q + (int64_t)i * hd, qi, (size_t)hd * sizeof(float));
-        sc->m[i] = -INFINITY;
-        sc->l[i] = 0.0f;
-    }
-    memset(sc->acc, 0, (size_t)all * hd * sizeof(float));
-    int bb = c->v->gemm_bb != NULL;
-    if (bb)
-        c->v->to_bf16(sc->qb, sc->q, (int64_t)all * hd);
+    int rows = nq * G; /* per KV head */
+    attn_begin(c, sc, t0, 0, rows, rows * n_kv);
+    int bb = attn_scores_bb(c);
 
     int pos_first = b->positions[t0], pos_last = b->positions[t0 + nq - 1];
     const uint16_t *vrows[ATTN_ROWS_MAX_KV][CPU_ATTN_TILE];
@@ -154,14 +189,7 @@ static void attn_run_rows(void *ctx, int task, int thread)
                                         hd);
         }
     }
-    for (int i = 0; i < all; i++) {
-        int h = i / rows, ii = i % rows;
-        float *o = c->out + ((int64_t)(t0 + ii / G) * c->n_heads + h * G + ii % G) * hd;
-        const float *a = sc->acc + (int64_t)i * hd;
-        float inv = 1.0f / sc->l[i];
-        for (int d = 0; d < hd; d++)
-            o[d] = a[d] * inv;
-    }
+    attn_finish(c, sc, t0, 0, rows, rows * n_kv);
 }
 
 static void attn_run(void *ctx, int task, int thread)
@@ -183,18 +211,8 @@ static void attn_run(void *ctx, int task, int thread)
     int t0 = r->query_offset + blk * c->qb;
     int nq = r->query_len - blk * c->qb < c->qb ? r->query_len - blk * c->qb : c->qb;
     int rows = nq * G; /* row i: token t0 + i / G, head kvh * G + i % G */
-
-    for (int i = 0; i < rows; i++) {
-        const float *qi = c->q + ((int64_t)(t0 + i / G) * c->n_heads + kvh * G + i % G) * hd;
-        memcpy(sc->q + (int64_t)i * hd, qi, (size_t)hd * sizeof(float));
-        sc->m[i] = -INFINITY;
-        sc->l[i] = 0.0f;
-    }
-    memset(sc->acc, 0, (size_t)rows * hd * sizeof(float));
-    /* compute bf16 over a bf16 store: scores by the bf16 dot product */
-    int bb = c->kv->dtype == KV_DTYPE_BF16 && c->v->gemm_bb;
-    if (bb)
-        c->v->to_bf16(sc->qb, sc->q, (int64_t)rows * hd);
+    attn_begin(c, sc, t0, kvh, rows, rows);
+    int bb = attn_scores_bb(c);
 
     int pos_first = b->positions[t0], pos_last = b->positions[t0 + nq - 1];
     /* few rows: widening a tile would cost more than it saves */
@@ -240,13 +258,7 @@ static void attn_run(void *ctx, int task, int thread)
                                   sc->s + (int64_t)i * CPU_ATTN_TILE, sc->n[i], c->scale, sc->v, hd);
         }
     }
-    for (int i = 0; i < rows; i++) {
-        float *o = c->out + ((int64_t)(t0 + i / G) * c->n_heads + kvh * G + i % G) * hd;
-        const float *a = sc->acc + (int64_t)i * hd;
-        float inv = 1.0f / sc->l[i];
-        for (int d = 0; d < hd; d++)
-            o[d] = a[d] * inv;
-    }
+    attn_finish(c, sc, t0, kvh, rows, rows);
 }
 
 void cpu_attention(struct backend *be, float *out, const float *q, const struct batch *b, const struct kv_store *kv,

@@ -25,32 +25,24 @@ const struct cpu_variant cpu_variant_avx2 = {
     .widen_bf16 = cpu_avx2_widen_bf16,
 };
 
+/* The avx512 variant's routines; avx512bf16 shares all of them. */
+#define CPU_VARIANT_AVX512_ROUTINES                                                                             \
+    .gemm_f32 = cpu_avx512_gemm_f32, .gemm_bf16 = cpu_avx512_gemm_bf16, .gemm_f16 = cpu_avx512_gemm_f16,         \
+    .swiglu = cpu_avx512_swiglu, .attn_update = cpu_avx512_attn_update,                                         \
+    .attn_update_rows = cpu_avx512_attn_update_rows, .attn_update_rows_bf16 = cpu_avx512_attn_update_rows_bf16, \
+    .exp = cpu_avx512_exp, .widen_bf16 = cpu_avx512_widen_bf16
+
 const struct cpu_variant cpu_variant_avx512 = {
     .name = "avx512",
-    .gemm_f32 = cpu_avx512_gemm_f32,
-    .gemm_bf16 = cpu_avx512_gemm_bf16,
-    .gemm_f16 = cpu_avx512_gemm_f16,
-    .swiglu = cpu_avx512_swiglu,
-    .attn_update = cpu_avx512_attn_update,
-    .attn_update_rows = cpu_avx512_attn_update_rows,
-    .attn_update_rows_bf16 = cpu_avx512_attn_update_rows_bf16,
-    .exp = cpu_avx512_exp,
-    .widen_bf16 = cpu_avx512_widen_bf16,
+    CPU_VARIANT_AVX512_ROUTINES,
 };
 
 /* AVX-512 with bf16 compute: matmuls over bf16 weights round the activations to
- * bf16 and use VDPBF16PS; everything else is the avx512 variant's. */
+ * bf16 and use VDPBF16PS, and so do attention scores over a bf16 KV store (the
+ * query rounded to bf16); everything else is the avx512 variant's. */
 const struct cpu_variant cpu_variant_avx512bf16 = {
     .name = "avx512bf16",
-    .gemm_f32 = cpu_avx512_gemm_f32,
-    .gemm_bf16 = cpu_avx512_gemm_bf16,
-    .gemm_f16 = cpu_avx512_gemm_f16,
+    CPU_VARIANT_AVX512_ROUTINES,
     .gemm_bb = cpu_avx512bf16_gemm_bb,
     .to_bf16 = cpu_avx512bf16_to_bf16,
-    .swiglu = cpu_avx512_swiglu,
-    .attn_update = cpu_avx512_attn_update,
-    .attn_update_rows = cpu_avx512_attn_update_rows,
-    .attn_update_rows_bf16 = cpu_avx512_attn_update_rows_bf16,
-    .exp = cpu_avx512_exp,
-    .widen_bf16 = cpu_avx512_widen_bf16,
 };
