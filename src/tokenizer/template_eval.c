@@ -414,16 +414,9 @@ static struct template_value *loop_attr(struct template_render *r, struct templa
 
 static struct template_value *method_value(struct template_render *r, struct template_value *self, const char *m)
 {
-    struct template_value *v = calloc(1, sizeof *v);
-    if (!v || !template_mem(r, sizeof *v)) {
-        free(v);
-        if (r->status == HR_OK)
-            template_fail(r, NULL, HR_ERR_NOMEM, "out of memory");
+    struct template_value *v = template_value_new(r, TEMPLATE_T_METHOD, 0);
+    if (!v)
         return NULL;
-    }
-    v->type = TEMPLATE_T_METHOD;
-    v->refs = 1;
-    v->acct = sizeof *v;
     v->u.method.self = template_ref(self);
     v->u.method.name = m;
     return v;
@@ -1399,16 +1392,9 @@ static bool bind_target(struct template_render *r, const struct template_node *t
 
 static struct template_value *new_loop(struct template_render *r, struct template_value *items, size_t i, size_t n)
 {
-    struct template_value *v = calloc(1, sizeof *v);
-    if (!v || !template_mem(r, sizeof *v)) {
-        free(v);
-        if (r->status == HR_OK)
-            template_fail(r, NULL, HR_ERR_NOMEM, "out of memory");
+    struct template_value *v = template_value_new(r, TEMPLATE_T_LOOP, 0);
+    if (!v)
         return NULL;
-    }
-    v->type = TEMPLATE_T_LOOP;
-    v->refs = 1;
-    v->acct = sizeof *v;
     v->depth = items->depth + 1;
     v->u.loop.index0 = (int64_t)i;
     v->u.loop.length = (int64_t)n;
@@ -1474,16 +1460,9 @@ static bool exec_for(struct template_render *r, const struct template_node *n, s
 static struct template_value *make_macro(struct template_render *r, const struct template_node *n,
                                          struct template_scope *closure)
 {
-    struct template_value *v = calloc(1, sizeof *v);
-    if (!v || !template_mem(r, sizeof *v)) {
-        free(v);
-        if (r->status == HR_OK)
-            template_fail(r, NULL, HR_ERR_NOMEM, "out of memory");
+    struct template_value *v = template_value_new(r, TEMPLATE_T_MACRO, 0);
+    if (!v)
         return NULL;
-    }
-    v->type = TEMPLATE_T_MACRO;
-    v->refs = 1;
-    v->acct = sizeof *v;
     v->u.macro.node = n;
     v->u.macro.closure = closure;
     scope_capture(closure);

@@ -344,6 +344,9 @@ struct template_value *template_ref(struct template_value *v);
 void template_unref(struct template_render *r, struct template_value *v);
 
 /* Constructors: a new reference, or NULL with the error recorded in r (memory limits). */
+/* A value of the type with one reference, its size (plus extra bytes it owns)
+ * counted against the memory limit; NULL with the render's error set. */
+struct template_value *template_value_new(struct template_render *r, enum template_type type, size_t extra);
 struct template_value *template_int(struct template_render *r, int64_t i);
 struct template_value *template_float(struct template_render *r, double f);
 struct template_value *template_bool(bool b);

@@ -76,13 +76,8 @@ void template_unref(struct template_render *r, struct template_value *v)
     free(v);
 }
 
-static struct template_value *alloc_value(struct template_render *r, enum template_type type, size_t extra)
+struct template_value *template_value_new(struct template_render *r, enum template_type type, size_t extra)
 {
-    /* every value made is a step: building big lists over and over is work, too */
-    if (r->lim && ++r->steps > r->lim->max_steps) {
-        template_limit(r, NULL, "template rendering exceeds %llu steps", (unsigned long long)r->lim->max_steps);
-        return NULL;
-    }
     size_t acct = sizeof(struct template_value) + extra;
     if (!template_mem(r, (ptrdiff_t)acct))
         return NULL;
@@ -96,6 +91,16 @@ static struct template_value *alloc_value(struct template_render *r, enum templa
     v->refs = 1;
     v->acct = acct;
     return v;
+}
+
+static struct template_value *alloc_value(struct template_render *r, enum template_type type, size_t extra)
+{
+    /* every value made is a step: building big lists over and over is work, too */
+    if (r->lim && ++r->steps > r->lim->max_steps) {
+        template_limit(r, NULL, "template rendering exceeds %llu steps", (unsigned long long)r->lim->max_steps);
+        return NULL;
+    }
+    return template_value_new(r, type, extra);
 }
 
 struct template_value *template_int(struct template_render *r, int64_t i)
