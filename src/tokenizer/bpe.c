@@ -7,6 +7,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "base/vec.h"
 #include "tokenizer/utf8.h"
 
 #define BPE_MAX_IDS (1 << 24) /* refuse absurd ids instead of allocating for them */
@@ -493,20 +494,6 @@ void bpe_scratch_free(struct bpe_scratch *sc)
 
 /* ------------------------------------------------------------- merging ---- */
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *np = realloc(*p, c * elem);
-    if (!np)
-        return false;
-    *p = np;
-    *cap = c;
-    return true;
-}
 
 static inline bool heap_less(const struct bpe_heap_item *a, const struct bpe_heap_item *b)
 {
@@ -560,7 +547,7 @@ static int32_t char_token(const struct bpe *m, const char *c, size_t cl, bool fi
         return bpe_token_id(m, c, cl);
     }
     size_t n = (pre ? m->prefix_len : 0) + cl + (suf ? m->suffix_len : 0);
-    if (!grow((void **)&sc->tmp, &sc->tmp_cap, n, 1)) {
+    if (!vec_reserve((void **)&sc->tmp, &sc->tmp_cap, n, 1, 64)) {
         *oom = true;
         return -1;
     }
@@ -580,9 +567,9 @@ static enum hr_status merge_word(const struct bpe *m, const char *w, size_t n, s
                                  size_t *n_out, char *err, size_t errlen)
 {
     /* symbols: one per character (or per byte with byte_fallback), at most n of them */
-    if (!grow((void **)&sc->sym, &sc->sym_cap, n + 1, sizeof *sc->sym) ||
-        !grow((void **)&sc->heap, &sc->heap_cap, 2 * n + 2, sizeof *sc->heap) ||
-        !grow((void **)&sc->ids, &sc->ids_cap, n + 1, sizeof *sc->ids))
+    if (!vec_reserve((void **)&sc->sym, &sc->sym_cap, n + 1, sizeof *sc->sym, 64) ||
+        !vec_reserve((void **)&sc->heap, &sc->heap_cap, 2 * n + 2, sizeof *sc->heap, 64) ||
+        !vec_reserve((void **)&sc->ids, &sc->ids_cap, n + 1, sizeof *sc->ids, 64))
         return hr_err(err, errlen, HR_ERR_NOMEM, "bpe: out of memory");
     struct bpe_symbol *sym = sc->sym;
     int32_t ns = 0;
@@ -656,7 +643,7 @@ static enum hr_status merge_word(const struct bpe *m, const char *w, size_t n, s
         if (r->next >= 0)
             sym[r->next].prev = (int32_t)top.pos;
         if (hn + 2 > sc->heap_cap) {
-            if (!grow((void **)&sc->heap, &sc->heap_cap, hn + 2, sizeof *sc->heap))
+            if (!vec_reserve((void **)&sc->heap, &sc->heap_cap, hn + 2, sizeof *sc->heap, 64))
                 return hr_err(err, errlen, HR_ERR_NOMEM, "bpe: out of memory");
             heap = sc->heap;
         }
@@ -686,7 +673,7 @@ enum hr_status bpe_encode_word(const struct bpe *m, const char *w, size_t n, str
     *ids = sc->ids;
     if (n == 0)
         return HR_OK;
-    if (!grow((void **)&sc->ids, &sc->ids_cap, CACHE_IDS + 1, sizeof *sc->ids))
+    if (!vec_reserve((void **)&sc->ids, &sc->ids_cap, CACHE_IDS + 1, sizeof *sc->ids, 64))
         return hr_err(err, errlen, HR_ERR_NOMEM, "bpe: out of memory");
     *ids = sc->ids;
     if (m->ignore_merges) {

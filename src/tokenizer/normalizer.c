@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/vec.h"
 #include "tokenizer/unicode_data.h"
 #include "tokenizer/utf8.h"
 
@@ -104,20 +105,6 @@ static bool quick_yes(enum normalizer_form f, const uint8_t *s, size_t n)
     return true;
 }
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    size_t c = *cap ? *cap : 256;
-    while (c < need)
-        c *= 2;
-    void *np = realloc(*p, c * elem);
-    if (!np)
-        return false;
-    *p = np;
-    *cap = c;
-    return true;
-}
 
 /* Normalizes s into sc->out[slot]; returns false when out of memory. */
 static bool apply_form(enum normalizer_form f, const uint8_t *s, size_t n, struct normalizer_scratch *sc,
@@ -130,7 +117,7 @@ static bool apply_form(enum normalizer_form f, const uint8_t *s, size_t n, struc
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         i += utf8_decode(s + i, &cp);
-        if (!grow((void **)&sc->cps, &sc->cps_cap, m + 32, sizeof *sc->cps))
+        if (!vec_reserve((void **)&sc->cps, &sc->cps_cap, m + 32, sizeof *sc->cps, 256))
             return false;
         uint16_t pr = props(cp);
         if (cp >= HANGUL_S_BASE && cp < HANGUL_S_BASE + HANGUL_S_COUNT) {
@@ -194,7 +181,7 @@ static bool apply_form(enum normalizer_form f, const uint8_t *s, size_t n, struc
         }
         m = o;
     }
-    if (!grow((void **)&sc->out[slot], &sc->out_cap[slot], m * 4 + 1, 1))
+    if (!vec_reserve((void **)&sc->out[slot], &sc->out_cap[slot], m * 4 + 1, 1, 256))
         return false;
     uint8_t *w = (uint8_t *)sc->out[slot];
     size_t len = 0;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/vec.h"
 #include "tokenizer/onig_delta.h"
 #include "tokenizer/utf8.h"
 
@@ -358,20 +359,6 @@ void pretok_free(struct pretok *pt)
 
 /* ------------------------------------------------------------- running ---- */
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *np = realloc(*p, c * elem);
-    if (!np)
-        return false;
-    *p = np;
-    *cap = c;
-    return true;
-}
 
 #define OOM(err, errlen) hr_err(err, errlen, HR_ERR_NOMEM, "pre_tokenizer: out of memory")
 
@@ -387,7 +374,8 @@ static enum hr_status find_spans(regex_t *re, const char *s, size_t n, struct pr
     long last_match_end = -1;
 #define PUSH(a, b, m)                                                                                         \
     do {                                                                                                      \
-        if (!grow((void **)&sc->level[lv].spans, &sc->level[lv].spans_cap, (k + 1) * 3, sizeof(uint32_t)))  \
+        if (!vec_reserve((void **)&sc->level[lv].spans, &sc->level[lv].spans_cap, (k + 1) * 3, sizeof(uint32_t), \
+                         64))                                                                                 \
             return OOM(err, errlen);                                                                          \
         sc->level[lv].spans[k * 3] = (uint32_t)(a);                                                           \
         sc->level[lv].spans[k * 3 + 1] = (uint32_t)(b);                                                       \
@@ -510,7 +498,7 @@ static enum hr_status byte_level_map(const struct pretok *pt, int lv, const char
                                      struct pretok_scratch *sc, enum hr_status (*emit)(void *, const char *, size_t),
                                      void *ctx, char *err, size_t errlen)
 {
-    if (!grow((void **)&sc->level[lv].buf, &sc->level[lv].buf_cap, 2 * n + 2, 1))
+    if (!vec_reserve((void **)&sc->level[lv].buf, &sc->level[lv].buf_cap, 2 * n + 2, 1, 64))
         return OOM(err, errlen);
     uint8_t *w = (uint8_t *)sc->level[lv].buf;
     size_t m = 0;
@@ -543,7 +531,7 @@ static enum hr_status run_level(const struct pretok *pt, int lv, const char *s, 
         const char *text = s;
         size_t tn = n;
         if (prefix) {
-            if (!grow((void **)&sc->level[lv].pre, &sc->level[lv].pre_cap, n + 1, 1))
+            if (!vec_reserve((void **)&sc->level[lv].pre, &sc->level[lv].pre_cap, n + 1, 1, 64))
                 return OOM(err, errlen);
             sc->level[lv].pre[0] = ' ';
             memcpy(sc->level[lv].pre + 1, s, n);
