@@ -991,9 +991,8 @@ zero:
     return NULL;
 }
 
-/* needle in haystack (Python semantics; undefined is an empty iterable). */
-static bool contains(struct template_render *r, const struct template_node *at, const struct template_value *needle,
-                     const struct template_value *hay, bool *res)
+bool template_contains(struct template_render *r, const struct template_node *at, const struct template_value *needle,
+                       const struct template_value *hay, bool *res)
 {
     switch (hay->type) {
     case TEMPLATE_T_STR:
@@ -1031,9 +1030,9 @@ static bool compare_op(struct template_render *r, const struct template_node *at
     switch (op) {
     case TEMPLATE_OP_EQ: *res = template_equal(a, b); return true;
     case TEMPLATE_OP_NE: *res = !template_equal(a, b); return true;
-    case TEMPLATE_OP_IN: return contains(r, at, a, b, res);
+    case TEMPLATE_OP_IN: return template_contains(r, at, a, b, res);
     case TEMPLATE_OP_NOTIN:
-        if (!contains(r, at, a, b, res))
+        if (!template_contains(r, at, a, b, res))
             return false;
         *res = !*res;
         return true;

@@ -1446,32 +1446,7 @@ bool template_apply_test(struct template_render *r, const struct template_node *
         *res = id == T_LT ? c < 0 : id == T_LE ? c <= 0 : id == T_GT ? c > 0 : c >= 0;
         return true;
     }
-    case T_IN: {
-        switch (x->type) {
-        case TEMPLATE_T_STR:
-            if (v->type != TEMPLATE_T_STR)
-                return template_fail(r, at, HR_ERR_INVALID, "'in <string>' requires string as left operand, not %s",
-                                     template_type_name(v));
-            *res = v->u.str.len == 0 || memmem(x->u.str.s, x->u.str.len, v->u.str.s, v->u.str.len);
-            return true;
-        case TEMPLATE_T_LIST:
-            if (!template_check_pending(r, x))
-                return false;
-            *res = false;
-            for (size_t i = 0; i < x->u.list.n && !*res; i++)
-                *res = template_equal(v, x->u.list.items[i]);
-            return true;
-        case TEMPLATE_T_DICT:
-            *res = v->type == TEMPLATE_T_STR && template_dict_get(x, v->u.str.s, v->u.str.len);
-            return true;
-        case TEMPLATE_T_UNDEFINED:
-            *res = false;
-            return true;
-        default:
-            return template_fail(r, at, HR_ERR_INVALID, "argument of type '%s' is not iterable",
-                                 template_type_name(x));
-        }
-    }
+    case T_IN: return template_contains(r, at, v, x, res);
     case T_SAMEAS:
         *res = v == x || (t == x->type && (t == TEMPLATE_T_NONE || t == TEMPLATE_T_UNDEFINED ||
                                            (t == TEMPLATE_T_BOOL && v->u.b == x->u.b)));

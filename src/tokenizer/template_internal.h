@@ -377,6 +377,10 @@ bool template_is_iterator(const struct template_value *v);
 bool template_equal(const struct template_value *a, const struct template_value *b);
 /* Python ordering: sets *cmp to -1/0/1; false (error recorded, at names the node) when the
  * types cannot be ordered. case_insensitive lowers strings first (sort filters). */
+/* needle in hay, Python semantics (undefined is an empty iterable): the `in`
+ * operator and the `in` test. */
+bool template_contains(struct template_render *r, const struct template_node *at, const struct template_value *needle,
+                       const struct template_value *hay, bool *res);
 bool template_compare(struct template_render *r, const struct template_node *at,
                       const struct template_value *a, const struct template_value *b,
                       bool case_insensitive, int *cmp);
