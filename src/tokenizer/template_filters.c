@@ -1,6 +1,5 @@
 /* Template filters ({{ x | name(args) }}) and tests ({% if x is name %}) with Jinja2's
  * semantics; tojson is Hugging Face's (ensure_ascii=False, indent, separators, sort_keys). */
-#define _GNU_SOURCE /* memmem */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
