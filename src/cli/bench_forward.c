@@ -17,6 +17,7 @@
 #include "cli/bench_util.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/ceiling.h"
+#include "kv/block_pool.h"
 #include "model/dtype.h"
 #include "model/model.h"
 
@@ -156,8 +157,17 @@ int bench_forward(int argc, char **argv)
         free(tok);
         goto out;
     }
-    for (int i = 0; i < n_blocks; i++)
-        r.tables[i] = i;
+    /* each sequence's blocks as the engine's block pool hands them out */
+    struct block_pool pool;
+    if (block_pool_init(&pool, &r.kv, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "hearth bench forward: %s\n", err);
+        free(tok);
+        goto out;
+    }
+    for (int i = 0; i < max_b; i++)
+        HR_ASSERT(block_pool_alloc(&pool, -1, r.tables + (size_t)i * r.blocks_per_seq, r.blocks_per_seq, NULL, 0) ==
+                  HR_OK);
+    block_pool_free(&pool);
 
     /* ---- prefill: one prompt from an empty context */
     bench_tokens(tok, (int)prompt, c->vocab_size, 7);

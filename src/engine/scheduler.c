@@ -55,6 +55,12 @@ static void sched_drop_rows(struct sched_plan *plan, const struct group *g)
     plan->n_rows = k;
 }
 
+/* The block new blocks of s follow (the pool prefers to hand out the next id). */
+static int seq_last_block(const struct seq *s)
+{
+    return s->n_table ? s->table[s->n_table - 1] : -1;
+}
+
 /* Makes positions [committed, committed + q) of s writable: allocates the blocks
  * they need and copies any shared block they fall in.  Preempts the most recently
  * admitted group while blocks are short.  Returns false when s's own group had to
@@ -68,7 +74,7 @@ static bool sched_reserve(struct hearth_engine *e, struct seq *s, int q, struct 
         bool short_of_blocks = false;
         while (s->n_table <= last) {
             int id;
-            if (block_pool_alloc(&e->pool, &id, 1, NULL, 0) != HR_OK) {
+            if (block_pool_alloc(&e->pool, seq_last_block(s), &id, 1, NULL, 0) != HR_OK) {
                 short_of_blocks = true;
                 break;
             }
@@ -230,7 +236,7 @@ static bool sched_admit_group(struct hearth_engine *e, struct group *g)
             continue;
         }
         int nb = (s->n_tokens + bs - 1) / bs;
-        HR_ASSERT(block_pool_alloc(&e->pool, s->table + s->n_table, nb - s->n_table, NULL, 0) == HR_OK);
+        HR_ASSERT(block_pool_alloc(&e->pool, seq_last_block(s), s->table + s->n_table, nb - s->n_table, NULL, 0) == HR_OK);
         s->n_table = nb;
         if (s->lease.state == PREFIX_LEASE_OPEN) {
             prefix_cache_lease_prepare(&e->pc, &s->lease, s);

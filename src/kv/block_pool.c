@@ -1,4 +1,5 @@
-/* Refcounted KV blocks with copy-on-write over the layer-complete KV store. */
+/* Refcounted KV blocks with copy-on-write over the layer-complete KV store; a bitmap of
+ * free ids so that a block can be handed out after its predecessor. */
 #include "kv/block_pool.h"
 
 #include <stdlib.h>
@@ -10,18 +11,20 @@ enum hr_status block_pool_init(struct block_pool *pool, struct kv_store *kv, cha
     if (!kv || !kv->slab || kv->n_blocks < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "block pool: the KV store is not initialised");
     size_t n = (size_t)kv->n_blocks;
+    pool->n_words = (int)((n + 63) / 64);
     pool->refcount = calloc(n, sizeof *pool->refcount);
-    pool->free_ids = malloc(n * sizeof *pool->free_ids);
-    if (!pool->refcount || !pool->free_ids) {
+    pool->free_bits = malloc((size_t)pool->n_words * sizeof *pool->free_bits);
+    if (!pool->refcount || !pool->free_bits) {
         block_pool_free(pool);
         return hr_err(err, errlen, HR_ERR_NOMEM, "block pool: cannot allocate bookkeeping for %d blocks",
                       kv->n_blocks);
     }
     pool->kv = kv;
     pool->capacity = kv->n_blocks;
-    /* Stack order such that the first allocations hand out 0, 1, 2, ... */
-    for (int i = 0; i < pool->capacity; i++)
-        pool->free_ids[i] = pool->capacity - 1 - i;
+    for (int w = 0; w < pool->n_words; w++) {
+        int left = pool->capacity - w * 64;
+        pool->free_bits[w] = left >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << left) - 1;
+    }
     pool->n_free = pool->capacity;
     return HR_OK;
 }
@@ -31,7 +34,7 @@ void block_pool_free(struct block_pool *pool)
     if (!pool)
         return;
     free(pool->refcount);
-    free(pool->free_ids);
+    free(pool->free_bits);
     memset(pool, 0, sizeof *pool);
 }
 
@@ -40,19 +43,40 @@ static void check_id(const struct block_pool *pool, int id)
     HR_ASSERT(id >= 0 && id < pool->capacity);
 }
 
-enum hr_status block_pool_alloc(struct block_pool *pool, int *out, int n, char *err, size_t errlen)
+static int is_free(const struct block_pool *pool, int id)
+{
+    return (pool->free_bits[id / 64] >> (id % 64)) & 1;
+}
+
+/* One block, n_free > 0: after + 1 when free, else the lowest free id. */
+static int alloc_one(struct block_pool *pool, int after)
+{
+    int id = after + 1;
+    if (after < 0 || id >= pool->capacity || !is_free(pool, id)) {
+        int w = pool->low_word;
+        while (!pool->free_bits[w])
+            w++;
+        pool->low_word = w;
+        id = w * 64 + __builtin_ctzll(pool->free_bits[w]);
+    }
+    HR_ASSERT(pool->refcount[id] == 0);
+    pool->free_bits[id / 64] &= ~((uint64_t)1 << (id % 64));
+    pool->refcount[id] = 1;
+    pool->n_free--;
+    return id;
+}
+
+enum hr_status block_pool_alloc(struct block_pool *pool, int after, int *out, int n, char *err, size_t errlen)
 {
     if (n < 0)
         return hr_err(err, errlen, HR_ERR_INVALID, "block pool: cannot allocate %d blocks", n);
     if (n > pool->n_free)
         return hr_err(err, errlen, HR_ERR_FULL, "KV pool: %d blocks needed, %d of %d free", n,
                       pool->n_free, pool->capacity);
-    for (int i = 0; i < n; i++) {
-        int id = pool->free_ids[--pool->n_free];
-        HR_ASSERT(pool->refcount[id] == 0);
-        pool->refcount[id] = 1;
-        out[i] = id;
-    }
+    if (after >= pool->capacity)
+        after = -1;
+    for (int i = 0; i < n; i++)
+        after = out[i] = alloc_one(pool, after);
     return HR_OK;
 }
 
@@ -70,7 +94,10 @@ void block_pool_release(struct block_pool *pool, int id)
     HR_ASSERT(pool->refcount[id] > 0);        /* double release */
     if (--pool->refcount[id] == 0) {
         HR_ASSERT(pool->n_free < pool->capacity);
-        pool->free_ids[pool->n_free++] = id;
+        pool->free_bits[id / 64] |= (uint64_t)1 << (id % 64);
+        if (id / 64 < pool->low_word)
+            pool->low_word = id / 64;
+        pool->n_free++;
     }
 }
 
@@ -98,7 +125,7 @@ enum hr_status block_pool_make_writable(struct block_pool *pool, int *id, char *
     if (pool->refcount[old] == 1)
         return HR_OK;
     int fresh = -1;
-    enum hr_status st = block_pool_alloc(pool, &fresh, 1, err, errlen);
+    enum hr_status st = block_pool_alloc(pool, -1, &fresh, 1, err, errlen);
     if (st != HR_OK)
         return st;
     kv_store_copy_block(pool->kv, fresh, old);
@@ -112,12 +139,16 @@ void block_pool_export(const struct block_pool *pool, int id, void *dst)
 {
     check_id(pool, id);
     HR_ASSERT(pool->refcount[id] > 0);
-    memcpy(dst, kv_store_block(pool->kv, id), pool->kv->block_bytes);
+    const struct kv_store *kv = pool->kv;
+    for (int l = 0; l < kv->n_layers; l++)
+        memcpy((uint8_t *)dst + (size_t)l * kv->layer_bytes, kv_store_slice(kv, id, l), kv->layer_bytes);
 }
 
 void block_pool_import(struct block_pool *pool, int id, const void *src)
 {
     check_id(pool, id);
     HR_ASSERT(pool->refcount[id] == 1);
-    memcpy(kv_store_block(pool->kv, id), src, pool->kv->block_bytes);
+    const struct kv_store *kv = pool->kv;
+    for (int l = 0; l < kv->n_layers; l++)
+        memcpy(kv_store_slice(kv, id, l), (const uint8_t *)src + (size_t)l * kv->layer_bytes, kv->layer_bytes);
 }

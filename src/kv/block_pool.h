@@ -4,7 +4,11 @@
  * nodes, leases). A block with refcount > 1 is shared and must never be written: a writer
  * calls block_pool_make_writable first, which copies the block (every layer) when shared.
  * The pool is owned by the engine thread; nothing here is thread-safe.
- * The order of ids handed out is deterministic, but no result may depend on it. */
+ * The order of ids handed out is deterministic, but no result may depend on it.  It
+ * favours runs: a block follows its predecessor in the caller's table when that id is
+ * free, else the lowest free id is taken, so that a row's blocks tend to be one run of
+ * the layer-major KV store (decode attention reads runs much faster than scattered
+ * blocks). */
 #ifndef HEARTH_KV_BLOCK_POOL_H
 #define HEARTH_KV_BLOCK_POOL_H
 
@@ -18,8 +22,10 @@ struct block_pool {
     struct kv_store *kv;  /* not owned; must outlive the pool */
     int capacity;         /* kv->n_blocks */
     int n_free;
+    int n_words;
+    int low_word;         /* no free block lies in a word below this one */
     int32_t *refcount;    /* [capacity]; 0 = free */
-    int32_t *free_ids;    /* [capacity]; a stack: free_ids[0 .. n_free) are the free ids */
+    uint64_t *free_bits;  /* [n_words]; bit id % 64 of word id / 64 set = free */
 };
 
 /* Every block of kv starts free. Allocates the pool's bookkeeping (nothing after this). */
@@ -27,9 +33,10 @@ enum hr_status block_pool_init(struct block_pool *pool, struct kv_store *kv, cha
 /* No-op on NULL or a zeroed pool. Does not free the kv store. */
 void block_pool_free(struct block_pool *pool);
 
-/* Allocates n blocks (refcount 1 each) into out[0..n): all or nothing.
+/* Allocates n blocks (refcount 1 each) into out[0..n): all or nothing.  after: the id
+ * that out[0] follows in the caller's block table, or -1 (only a preference).
  * HR_ERR_FULL (nothing changed) when fewer than n are free; HR_ERR_INVALID when n < 0. */
-enum hr_status block_pool_alloc(struct block_pool *pool, int *out, int n, char *err, size_t errlen);
+enum hr_status block_pool_alloc(struct block_pool *pool, int after, int *out, int n, char *err, size_t errlen);
 
 /* One more reference to an allocated block. Retaining a free block is a bug (assert). */
 void block_pool_retain(struct block_pool *pool, int id);

@@ -49,7 +49,7 @@ enum hr_status kv_store_init(struct kv_store *kv, const struct model_config *cfg
         n = 1u << 30;
     kv->n_blocks = (int)n;
     /* 2 MiB aligned so that the kernel may back it with huge pages (opt-in on many
-     * systems): attention walks blocks scattered over the slab. */
+     * systems): attention walks slices all over the slab. */
     if (posix_memalign((void **)&kv->slab, (size_t)2 << 20, n * kv->block_bytes) != 0) {
         kv->slab = NULL;
         return hr_err(err, errlen, HR_ERR_NOMEM, "cannot allocate the KV pool (%zu bytes)",
@@ -74,5 +74,6 @@ void kv_store_free(struct kv_store *kv)
 
 void kv_store_copy_block(struct kv_store *kv, int dst, int src)
 {
-    memcpy(kv_store_block(kv, dst), kv_store_block(kv, src), kv->block_bytes);
+    for (int l = 0; l < kv->n_layers; l++)
+        memcpy(kv_store_slice(kv, dst, l), kv_store_slice(kv, src, l), kv->layer_bytes);
 }

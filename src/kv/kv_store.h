@@ -1,7 +1,10 @@
 /* Layer-complete paged KV storage: one slab allocated at start-up, cut into blocks of
  * block_size tokens; one block id addresses the K and V of every layer.
- * Within a block, for each layer: K then V, each [n_kv_heads, block_size, head_dim],
- * so that attention walks a head's positions contiguously. */
+ * The slab is layer-major: each layer has a region of n_blocks slices, and a block's
+ * slice of a layer holds K then V, each [n_kv_heads, block_size, head_dim].  A row
+ * whose blocks have consecutive ids (what the block pool prefers to hand out) thus
+ * keeps each layer's K and V in one run of memory, which decode attention reads at
+ * a much higher rate than slices scattered a whole block apart. */
 #ifndef HEARTH_KV_KV_STORE_H
 #define HEARTH_KV_KV_STORE_H
 
@@ -25,9 +28,9 @@ struct kv_store {
     int n_blocks;
     size_t elem_size;         /* 2 (bf16) or 4 (f32) */
     size_t head_bytes;        /* one head of K (or V) in one block: block_size * head_dim * elem */
-    size_t layer_bytes;       /* K + V of one layer in one block */
-    size_t block_bytes;       /* all layers of one block */
-    uint8_t *slab;            /* [n_blocks, n_layers, 2, n_kv_heads, block_size, head_dim] */
+    size_t layer_bytes;       /* K + V of one layer in one block: one slice */
+    size_t block_bytes;       /* all layers of one block: n_layers slices */
+    uint8_t *slab;            /* [n_layers, n_blocks, 2, n_kv_heads, block_size, head_dim] */
 };
 
 const char *kv_dtype_name(enum kv_dtype dt);
@@ -45,13 +48,14 @@ size_t kv_store_bytes_per_token(const struct model_config *cfg, enum kv_dtype dt
  * [block_size, head_dim] elements of the store's dtype. */
 static inline void *kv_store_head(const struct kv_store *kv, int block, int layer, int kvsel, int head)
 {
-    return kv->slab + (size_t)block * kv->block_bytes + (size_t)layer * kv->layer_bytes +
+    return kv->slab + ((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * kv->layer_bytes +
            ((size_t)kvsel * (size_t)kv->n_kv_heads + (size_t)head) * kv->head_bytes;
 }
 
-static inline void *kv_store_block(const struct kv_store *kv, int block)
+/* One layer's slice of a block: K then V [2, n_kv_heads, block_size, head_dim]. */
+static inline void *kv_store_slice(const struct kv_store *kv, int block, int layer)
 {
-    return kv->slab + (size_t)block * kv->block_bytes;
+    return kv_store_head(kv, block, layer, 0, 0);
 }
 
 /* Copies every layer of block src to block dst (copy-on-write). */

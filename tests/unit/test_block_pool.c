@@ -61,7 +61,7 @@ static void test_alloc_release(void)
     CHECK(block_pool_n_free(&pool) == 8);
 
     int ids[8];
-    CHECK_OK(block_pool_alloc(&pool, ids, 3, err, sizeof err), err);
+    CHECK_OK(block_pool_alloc(&pool, -1, ids, 3, err, sizeof err), err);
     CHECK(block_pool_n_free(&pool) == 5);
     for (int i = 0; i < 3; i++) {
         CHECK(ids[i] >= 0 && ids[i] < 8);
@@ -81,9 +81,9 @@ static void test_alloc_release(void)
     CHECK(block_pool_n_free(&pool) == 6);
 
     /* Zero blocks is fine and changes nothing; a negative count is invalid. */
-    CHECK_OK(block_pool_alloc(&pool, ids + 3, 0, err, sizeof err), err);
+    CHECK_OK(block_pool_alloc(&pool, -1, ids + 3, 0, err, sizeof err), err);
     CHECK(block_pool_n_free(&pool) == 6);
-    CHECK(block_pool_alloc(&pool, ids + 3, -1, err, sizeof err) == HR_ERR_INVALID);
+    CHECK(block_pool_alloc(&pool, -1, ids + 3, -1, err, sizeof err) == HR_ERR_INVALID);
 
     int rest[2] = {ids[0], ids[2]};
     block_pool_release_n(&pool, rest, 2);
@@ -93,7 +93,7 @@ static void test_alloc_release(void)
 
     /* Every id can be handed out once, and all come back. */
     int all[8];
-    CHECK_OK(block_pool_alloc(&pool, all, 8, err, sizeof err), err);
+    CHECK_OK(block_pool_alloc(&pool, -1, all, 8, err, sizeof err), err);
     int seen[8] = {0};
     for (int i = 0; i < 8; i++)
         seen[all[i]]++;
@@ -116,11 +116,11 @@ static void test_all_or_nothing(void)
     make_store(&kv, 8);
     CHECK_OK(block_pool_init(&pool, &kv, err, sizeof err), err);
     int a[8], b[8];
-    CHECK_OK(block_pool_alloc(&pool, a, 5, err, sizeof err), err);
+    CHECK_OK(block_pool_alloc(&pool, -1, a, 5, err, sizeof err), err);
     for (int i = 0; i < 8; i++)
         b[i] = -7;
     err[0] = 0;
-    CHECK(block_pool_alloc(&pool, b, 4, err, sizeof err) == HR_ERR_FULL);
+    CHECK(block_pool_alloc(&pool, -1, b, 4, err, sizeof err) == HR_ERR_FULL);
     CHECK_MSG(strstr(err, "4 blocks needed") && strstr(err, "3 of 8 free"), "message: %s", err);
     CHECK(block_pool_n_free(&pool) == 3);
     for (int i = 0; i < 8; i++)
@@ -132,9 +132,9 @@ static void test_all_or_nothing(void)
         CHECK(block_pool_refcount(&pool, i) == held);
     }
     /* Exactly what is free still succeeds. */
-    CHECK_OK(block_pool_alloc(&pool, b, 3, err, sizeof err), err);
+    CHECK_OK(block_pool_alloc(&pool, -1, b, 3, err, sizeof err), err);
     CHECK(block_pool_n_free(&pool) == 0);
-    CHECK(block_pool_alloc(&pool, b + 3, 1, err, sizeof err) == HR_ERR_FULL);
+    CHECK(block_pool_alloc(&pool, -1, b + 3, 1, err, sizeof err) == HR_ERR_FULL);
     block_pool_release_n(&pool, a, 5);
     block_pool_release_n(&pool, b, 3);
     CHECK(block_pool_n_free(&pool) == block_pool_capacity(&pool));
@@ -150,7 +150,7 @@ static void test_copy_on_write(void)
     CHECK_OK(block_pool_init(&pool, &kv, err, sizeof err), err);
 
     int shared;
-    CHECK_OK(block_pool_alloc(&pool, &shared, 1, err, sizeof err), err);
+    CHECK_OK(block_pool_alloc(&pool, -1, &shared, 1, err, sizeof err), err);
     fill_block(&kv, shared, 1.0f);
 
     /* Refcount 1: make_writable is a no-op. */
@@ -175,7 +175,7 @@ static void test_copy_on_write(void)
 
     /* A full pool: the copy fails and nothing changes. */
     int fill[2];
-    CHECK_OK(block_pool_alloc(&pool, fill, 2, err, sizeof err), err);
+    CHECK_OK(block_pool_alloc(&pool, -1, fill, 2, err, sizeof err), err);
     block_pool_retain(&pool, shared);
     int other = shared;
     CHECK(block_pool_make_writable(&pool, &other, err, sizeof err) == HR_ERR_FULL);
@@ -198,19 +198,20 @@ static void test_export_import(void)
     make_store(&kv, 4);
     CHECK_OK(block_pool_init(&pool, &kv, err, sizeof err), err);
     int a, b;
-    CHECK_OK(block_pool_alloc(&pool, &a, 1, err, sizeof err), err);
-    CHECK_OK(block_pool_alloc(&pool, &b, 1, err, sizeof err), err);
+    CHECK_OK(block_pool_alloc(&pool, -1, &a, 1, err, sizeof err), err);
+    CHECK_OK(block_pool_alloc(&pool, -1, &b, 1, err, sizeof err), err);
     fill_block(&kv, a, 3.0f);
     fill_block(&kv, b, 4.0f);
 
     unsigned char *host = malloc(kv.block_bytes);
     CHECK(host != NULL);
     block_pool_export(&pool, a, host);
-    CHECK(memcmp(host, kv_store_block(&kv, a), kv.block_bytes) == 0);
+    for (int l = 0; l < kv.n_layers; l++) /* layer by layer: K then V of each */
+        CHECK(memcmp(host + (size_t)l * kv.layer_bytes, kv_store_slice(&kv, a, l), kv.layer_bytes) == 0);
     /* Preempt: free the block, scribble over the slab, bring it back elsewhere. */
     block_pool_release(&pool, a);
     int c;
-    CHECK_OK(block_pool_alloc(&pool, &c, 1, err, sizeof err), err);
+    CHECK_OK(block_pool_alloc(&pool, -1, &c, 1, err, sizeof err), err);
     fill_block(&kv, c, 5.0f);
     block_pool_import(&pool, c, host);
     CHECK(block_has(&kv, c, 3.0f));
@@ -221,6 +222,51 @@ static void test_export_import(void)
     block_pool_release(&pool, c);
     CHECK(block_pool_n_free(&pool) == 4);
     block_pool_free(&pool);
+    kv_store_free(&kv);
+}
+
+/* Blocks follow their predecessor when it is free, else the lowest free id comes first,
+ * whatever order blocks were released in. */
+static void test_runs(void)
+{
+    struct kv_store kv;
+    struct block_pool pool;
+    make_store(&kv, 130); /* three bitmap words */
+    CHECK_OK(block_pool_init(&pool, &kv, err, sizeof err), err);
+    int a[130];
+    CHECK_OK(block_pool_alloc(&pool, -1, a, 130, err, sizeof err), err);
+    for (int i = 0; i < 130; i++)
+        CHECK(a[i] == i);
+    CHECK(block_pool_alloc(&pool, -1, a, 1, err, sizeof err) == HR_ERR_FULL);
+    /* free 129, 100..104 and 5..7, in descending order */
+    int rel[] = {129, 104, 103, 102, 101, 100, 7, 6, 5};
+    block_pool_release_n(&pool, rel, 9);
+    int b[3];
+    CHECK_OK(block_pool_alloc(&pool, 101, b, 3, err, sizeof err), err); /* run after 101: 102, 103, 104 */
+    CHECK(b[0] == 102 && b[1] == 103 && b[2] == 104);
+    CHECK_OK(block_pool_alloc(&pool, 50, b, 3, err, sizeof err), err); /* 51 busy: lowest free, then its run */
+    CHECK(b[0] == 5 && b[1] == 6 && b[2] == 7);
+    CHECK_OK(block_pool_alloc(&pool, 129, b, 2, err, sizeof err), err); /* nothing after the last id */
+    CHECK(b[0] == 100 && b[1] == 101);
+    CHECK_OK(block_pool_alloc(&pool, 7, b, 1, err, sizeof err), err); /* 8 busy */
+    CHECK(b[0] == 129);
+    CHECK(block_pool_n_free(&pool) == 0);
+    block_pool_free(&pool);
+    kv_store_free(&kv);
+}
+
+/* The store is layer-major: consecutive blocks' slices of one layer are one run of memory. */
+static void test_layout(void)
+{
+    struct kv_store kv;
+    make_store(&kv, 8);
+    for (int l = 0; l < kv.n_layers; l++)
+        for (int b = 0; b + 1 < kv.n_blocks; b++) {
+            CHECK((uint8_t *)kv_store_slice(&kv, b + 1, l) == (uint8_t *)kv_store_slice(&kv, b, l) + kv.layer_bytes);
+            CHECK((uint8_t *)kv_store_head(&kv, b, l, 1, 0) ==
+                  (uint8_t *)kv_store_head(&kv, b, l, 0, 0) + (size_t)kv.n_kv_heads * kv.head_bytes);
+        }
+    CHECK((uint8_t *)kv_store_slice(&kv, 0, 1) == kv.slab + (size_t)kv.n_blocks * kv.layer_bytes);
     kv_store_free(&kv);
 }
 
@@ -246,7 +292,7 @@ static int aborts(void (*fn)(struct block_pool *), struct block_pool *pool)
 static void do_double_release(struct block_pool *p)
 {
     int id;
-    if (block_pool_alloc(p, &id, 1, NULL, 0) != HR_OK)
+    if (block_pool_alloc(p, -1, &id, 1, NULL, 0) != HR_OK)
         _exit(2);
     block_pool_release(p, id);
     block_pool_release(p, id);
@@ -258,7 +304,7 @@ static void do_import_shared(struct block_pool *p)
 {
     int id;
     static unsigned char buf[4096 * 4];
-    if (block_pool_alloc(p, &id, 1, NULL, 0) != HR_OK)
+    if (block_pool_alloc(p, -1, &id, 1, NULL, 0) != HR_OK)
         _exit(2);
     block_pool_retain(p, id);
     block_pool_import(p, id, buf);
@@ -290,6 +336,8 @@ int main(void)
     TEST_RUN(test_all_or_nothing);
     TEST_RUN(test_copy_on_write);
     TEST_RUN(test_export_import);
+    TEST_RUN(test_runs);
+    TEST_RUN(test_layout);
     TEST_RUN(test_misuse_asserts);
     TEST_END();
 }

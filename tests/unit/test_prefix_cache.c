@@ -47,7 +47,7 @@ static void tree_free(struct tree_rig *t)
 static void publish(struct tree_rig *t, const char *salt, const int32_t *tok, int n, int32_t *table)
 {
     int nb = (n + BS - 1) / BS;
-    CHECK(block_pool_alloc(&t->pool, table, nb, NULL, 0) == HR_OK);
+    CHECK(block_pool_alloc(&t->pool, -1, table, nb, NULL, 0) == HR_OK);
     prefix_cache_insert(&t->pc, salt, tok, n / BS, table);
     block_pool_release_n(&t->pool, table, nb); /* the sequence ends; the cache keeps its blocks */
 }
