@@ -215,14 +215,16 @@ int bench_forward(int argc, char **argv)
                 ((uint16_t *)r.kv.slab)[i] = dtype_f32_to_bf16(f);
         }
     }
+    /* The batch sizes take turns step by step: the host's bandwidth wanders from one
+     * moment to the next, and the ratios compare batches measured side by side. */
     double dec_tps[BF_MAX_B] = {0}, dec_step_ms[BF_MAX_B] = {0};
-    for (int bi = 0; bi < n_b; bi++) {
-        int B = batches[bi];
-        double ts[64];
-        int n_ts = 0;
-        for (int s = -1; s < steps; s++) {
+    double ts[BF_MAX_B][64];
+    int n_ts = 0;
+    for (int s = -1; s < steps; s++) {
+        int ctx = (int)context + (s < 0 ? 0 : s);
+        for (int bi = 0; bi < n_b; bi++) {
+            int B = batches[bi];
             batch_reset(&r.b);
-            int ctx = (int)context + (s < 0 ? 0 : s);
             bench_tokens(tok, B, c->vocab_size, 1000 + (uint64_t)s);
             for (int i = 0; i < B; i++) {
                 if (batch_add_row(&r.b, i, tok + i, 1, ctx, r.tables + (size_t)i * r.blocks_per_seq, r.blocks_per_seq,
@@ -237,11 +239,15 @@ int bench_forward(int argc, char **argv)
                 goto out_tok;
             }
             if (s >= 0 && n_ts < 64)
-                ts[n_ts++] = t;
+                ts[bi][n_ts] = t;
         }
-        double med = bench_median(ts, n_ts);
+        if (s >= 0 && n_ts < 64)
+            n_ts++;
+    }
+    for (int bi = 0; bi < n_b; bi++) {
+        double med = bench_median(ts[bi], n_ts);
         dec_step_ms[bi] = med * 1e3;
-        dec_tps[bi] = B / med;
+        dec_tps[bi] = batches[bi] / med;
     }
 
     /* the ceilings again at the end: other load on the machine only lowers them */
