@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
@@ -56,6 +57,18 @@ struct mm_seg {
     int r0, m, mb, tasks;
 };
 
+/* Blocks of one launch in contiguous runs, one run per thread: a thread goes through
+ * its own run in order, so the weights it prefetches past the end of a block are the
+ * next block's, then helps with the other runs.  Who computes a block changes no bit. */
+#define MM_RUNS_MAX 64
+
+struct mm_runs {
+    const struct mm_plan *p;
+    int n_runs;
+    int end[MM_RUNS_MAX];
+    atomic_int next[MM_RUNS_MAX];
+};
+
 static struct mm_seg mm_segment(const struct mm_plan *p, int s)
 {
     struct mm_seg g;
@@ -92,10 +105,31 @@ static void mm_gemm(const struct mm_plan *p, const struct weights_mat *w, float 
     }
 }
 
+static void mm_block(const struct mm_plan *p, int t);
+
 static void mm_run(void *ctx, int t, int thread)
 {
     (void)thread;
-    const struct mm_plan *p = ctx;
+    mm_block(ctx, t);
+}
+
+static void mm_run_runs(void *ctx, int task, int thread)
+{
+    (void)task;
+    struct mm_runs *rs = ctx;
+    for (int i = 0; i < rs->n_runs; i++) {
+        int r = (thread + i) % rs->n_runs;
+        for (;;) {
+            int t = atomic_fetch_add_explicit(&rs->next[r], 1, memory_order_relaxed);
+            if (t >= rs->end[r])
+                break;
+            mm_block(rs->p, t);
+        }
+    }
+}
+
+static void mm_block(const struct mm_plan *p, int t)
+{
     int s = 0;
     struct mm_seg g = mm_segment(p, 0);
     while (t >= g.tasks) {
@@ -209,6 +243,21 @@ static void mm_launch(struct backend *be, struct mm_plan *p)
     int tasks = 0;
     for (int s = 0; s < p->n_seg; s++)
         tasks += mm_segment(p, s).tasks;
+    if (max_m <= MM_SMALL_M && c->pool.n_threads > 1 && tasks > 1) {
+        /* streaming weights: each thread's blocks in one run (cold starts at every
+         * block cost o_proj at m = 32 about 5%, measured) */
+        struct mm_runs rs;
+        rs.p = p;
+        rs.n_runs = c->pool.n_threads < MM_RUNS_MAX ? c->pool.n_threads : MM_RUNS_MAX;
+        if (rs.n_runs > tasks)
+            rs.n_runs = tasks;
+        for (int r = 0; r < rs.n_runs; r++) {
+            atomic_init(&rs.next[r], (int)((int64_t)tasks * r / rs.n_runs));
+            rs.end[r] = (int)((int64_t)tasks * (r + 1) / rs.n_runs);
+        }
+        threadpool_run(&c->pool, mm_run_runs, &rs, rs.n_runs);
+        return;
+    }
     threadpool_run(&c->pool, mm_run, p, tasks);
 }
 
