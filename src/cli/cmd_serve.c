@@ -33,6 +33,8 @@ static void serve_usage(void)
             "  --max-n N                     largest 'n' accepted (default 16)\n"
             "  --max-body-bytes N            largest request body, then 413 (default 8 MiB)\n"
             "  --reasoning-parser qwen3      return <think>...</think> as reasoning_content\n"
+            "  --tool-call-parser qwen3|none  with tools in the request, return <tool_call> blocks as\n"
+            "                                tool_calls (default qwen3)\n"
             "  --shutdown-grace-ms N         on SIGINT/SIGTERM, in-flight requests get this long (default 10000)\n"
             "  --idle-timeout-s N            close idle keep-alive connections after N s (default 300)\n"
             "  --log-level debug|info|warn|error\n"
@@ -96,6 +98,13 @@ static bool serve_option(int argc, char **argv, int *i, struct server_config *c,
             return false;
         }
         c->reasoning_qwen3 = true;
+    } else if (args_is(a, "--tool-call-parser")) {
+        SERVE_VALUE();
+        if (strcmp(v, "qwen3") != 0 && strcmp(v, "none") != 0) {
+            fprintf(stderr, "hearth serve: --tool-call-parser must be qwen3 or none, got '%s'\n", v);
+            return false;
+        }
+        c->tool_calls_qwen3 = strcmp(v, "qwen3") == 0;
     } else if (args_is(a, "--shutdown-grace-ms")) {
         SERVE_INT("--shutdown-grace-ms", 0, 3600L * 1000);
         c->shutdown_grace_ms = (int)n;

@@ -184,6 +184,7 @@ enum hr_status job_start(struct job *j, struct server *s, struct openai_request 
             .top_logprobs = q->top_logprobs_asked,
             .reasoning = chat && s->cfg.reasoning_qwen3,
             .reasoning_opened = opened,
+            .tool_calls = chat && s->cfg.tool_calls_qwen3 && q->tools,
             .token_text = job_token_text,
             .token_bytes = job_token_bytes,
             .token_ctx = j,

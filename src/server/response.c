@@ -30,6 +30,11 @@ enum hr_status response_init(struct response *r, const struct response_config *c
     for (int i = 0; i < cfg->n_choices; i++) {
         struct response_choice *c = &r->choices[i];
         reasoning_init(&c->parser, chat && cfg->reasoning, cfg->reasoning_opened);
+        toolcall_init(&c->calls_parser, chat && cfg->tool_calls);
+        if (chat && cfg->tool_calls && !(c->tool_calls = json_array())) {
+            response_free(r);
+            return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
+        }
         if (!cfg->logprobs)
             continue;
         if (chat) {
@@ -58,6 +63,8 @@ void response_free(struct response *r)
     for (int i = 0; r->choices && i < r->cfg.n_choices; i++) {
         strbuf_free(&r->choices[i].text);
         strbuf_free(&r->choices[i].reasoning);
+        toolcall_free(&r->choices[i].calls_parser);
+        json_decref(r->choices[i].tool_calls);
         json_decref(r->choices[i].logprobs);
     }
     free(r->choices);
@@ -103,10 +110,54 @@ const char *response_finish_str(enum hearth_finish_reason reason)
     return NULL;
 }
 
+/* A choice that stopped by itself after writing tool calls finished to call them. */
+static const char *response_choice_finish_str(const struct response_choice *c)
+{
+    if (c->finish == HEARTH_FINISH_STOP && json_array_size(c->tool_calls) > 0)
+        return "tool_calls";
+    return response_finish_str(c->finish);
+}
+
 static json_t *response_finish_json(const struct response_choice *c)
 {
-    const char *s = c->finished ? response_finish_str(c->finish) : NULL;
+    const char *s = c->finished ? response_choice_finish_str(c) : NULL;
     return s ? json_string(s) : json_null();
+}
+
+/* Choice i's content delta through its tool-call parser; the calls it completes are
+ * appended to the choice's list and, when new_calls is not NULL, to *new_calls. */
+static enum hr_status response_content(struct response *r, int i, const struct strbuf *in, bool end,
+                                       struct strbuf *out, json_t **new_calls)
+{
+    struct response_choice *c = &r->choices[i];
+    if (new_calls)
+        *new_calls = NULL;
+    if (!c->calls_parser.enabled) {
+        enum hr_status st = strbuf_append(out, in->data ? in->data : "", in->len);
+        return st;
+    }
+    json_t *found = json_array();
+    if (!found)
+        return HR_ERR_NOMEM;
+    char prefix[96];
+    const char *id = r->id ? r->id : "";
+    const char *dash = strchr(id, '-');
+    snprintf(prefix, sizeof prefix, "call_%s_%d_", dash ? dash + 1 : id, i);
+    enum hr_status st = toolcall_feed(&c->calls_parser, in->data ? in->data : "", in->len, out, found, prefix);
+    if (st == HR_OK && end)
+        st = toolcall_flush(&c->calls_parser, out);
+    size_t k;
+    json_t *call;
+    json_array_foreach(found, k, call)
+    {
+        json_t *plain = json_deep_copy(call);
+        if (!plain || json_object_del(plain, "index") != 0 || json_array_append_new(c->tool_calls, plain) != 0)
+            st = HR_ERR_NOMEM;
+    }
+    if (st == HR_OK && new_calls && json_array_size(found) > 0)
+        *new_calls = json_incref(found);
+    json_decref(found);
+    return st;
 }
 
 /* The common head of every body and chunk. */
@@ -232,7 +283,8 @@ static enum hr_status response_logprob(struct response *r, struct response_choic
 
 /* The choice object of a chunk. */
 static json_t *response_chunk_choice(const struct response *r, int i, const struct strbuf *text,
-                                     const struct strbuf *reasoning, json_t *logprobs, const char *finish)
+                                     const struct strbuf *reasoning, json_t *calls, json_t *logprobs,
+                                     const char *finish)
 {
     json_t *ch = json_object();
     json_object_set_new(ch, "index", json_integer(i));
@@ -242,11 +294,14 @@ static json_t *response_chunk_choice(const struct response *r, int i, const stru
             json_object_set_new(delta, "reasoning_content", openai_json_string(reasoning->data, reasoning->len));
         if (text && text->len)
             json_object_set_new(delta, "content", openai_json_string(text->data, text->len));
+        if (calls)
+            json_object_set_new(delta, "tool_calls", calls);
         if (!finish && json_object_size(delta) == 0)
             json_object_set_new(delta, "content", json_string(""));
         json_object_set_new(ch, "delta", delta);
     } else {
         json_object_set_new(ch, "text", text && text->len ? openai_json_string(text->data, text->len) : json_string(""));
+        json_decref(calls);
     }
     json_object_set_new(ch, "logprobs", logprobs ? logprobs : json_null());
     json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
@@ -267,7 +322,7 @@ enum hr_status response_prefix(struct response *r, int choice, const char *text,
     c->text_chars += response_code_points(text, len);
     if (r->cfg.stream && chunk && len) {
         struct strbuf t = {.data = (char *)text, .len = len};
-        *chunk = response_chunk(r, response_chunk_choice(r, choice, &t, NULL, NULL, NULL));
+        *chunk = response_chunk(r, response_chunk_choice(r, choice, &t, NULL, NULL, NULL, NULL));
         if (!*chunk)
             return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
     }
@@ -284,7 +339,7 @@ enum hr_status response_prompt_logprob(struct response *r, int choice, int32_t t
     json_t *lp = NULL;
     enum hr_status st = response_logprob(r, c, token, ev, &c->echo_chars, &lp, err, errlen);
     if (st == HR_OK && r->cfg.stream && chunk) {
-        *chunk = response_chunk(r, response_chunk_choice(r, choice, NULL, NULL, lp, NULL));
+        *chunk = response_chunk(r, response_chunk_choice(r, choice, NULL, NULL, NULL, lp, NULL));
         lp = NULL;
         if (!*chunk)
             st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
@@ -324,19 +379,26 @@ enum hr_status response_token(struct response *r, int choice, const struct heart
         st = response_logprob(r, c, ev->token, ev, &c->text_chars, &lp, err, errlen);
     else if (st != HR_OK)
         st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
+    struct strbuf content = {0};
+    json_t *calls = NULL;
+    if (st == HR_OK && response_content(r, choice, &dtext, false, &content, &calls) != HR_OK)
+        st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
     if (st == HR_OK) {
-        strbuf_append(&c->text, dtext.data ? dtext.data : "", dtext.len);
+        strbuf_append(&c->text, content.data ? content.data : "", content.len);
         strbuf_append(&c->reasoning, dreason.data ? dreason.data : "", dreason.len);
         if (c->text.oom || c->reasoning.oom)
             st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
     }
-    if (st == HR_OK && r->cfg.stream && chunk && (dtext.len || dreason.len || lp)) {
-        *chunk = response_chunk(r, response_chunk_choice(r, choice, &dtext, &dreason, lp, NULL));
+    if (st == HR_OK && r->cfg.stream && chunk && (content.len || dreason.len || calls || lp)) {
+        *chunk = response_chunk(r, response_chunk_choice(r, choice, &content, &dreason, calls, lp, NULL));
         lp = NULL;
+        calls = NULL;
         if (!*chunk)
             st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
     }
+    json_decref(calls);
     json_decref(lp);
+    strbuf_free(&content);
     strbuf_free(&dtext);
     strbuf_free(&dreason);
     return st;
@@ -351,21 +413,26 @@ enum hr_status response_finish(struct response *r, int choice, enum hearth_finis
     struct response_choice *c = &r->choices[choice];
     if (c->finished)
         return HR_OK;
-    struct strbuf dtext = {0}, dreason = {0};
+    struct strbuf dtext = {0}, dreason = {0}, content = {0};
+    json_t *calls = NULL;
     reasoning_flush(&c->parser, &dreason, &dtext);
-    strbuf_append(&c->text, dtext.data ? dtext.data : "", dtext.len);
+    enum hr_status st = response_content(r, choice, &dtext, true, &content, &calls);
+    strbuf_append(&c->text, content.data ? content.data : "", content.len);
     strbuf_append(&c->reasoning, dreason.data ? dreason.data : "", dreason.len);
     c->finished = true;
     c->finish = reason;
-    enum hr_status st = HR_OK;
-    if (dtext.oom || dreason.oom || c->text.oom || c->reasoning.oom)
+    if (st != HR_OK || dtext.oom || dreason.oom || c->text.oom || c->reasoning.oom)
         st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
     if (st == HR_OK && r->cfg.stream && chunk) {
-        const char *fs = response_finish_str(reason);
-        *chunk = response_chunk(r, response_chunk_choice(r, choice, &dtext, &dreason, NULL, fs ? fs : "stop"));
+        const char *fs = response_choice_finish_str(c);
+        *chunk =
+            response_chunk(r, response_chunk_choice(r, choice, &content, &dreason, calls, NULL, fs ? fs : "stop"));
+        calls = NULL;
         if (!*chunk)
             st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
     }
+    json_decref(calls);
+    strbuf_free(&content);
     strbuf_free(&dtext);
     strbuf_free(&dreason);
     return st;
@@ -409,8 +476,15 @@ json_t *response_body(const struct response *r)
         json_t *text = openai_json_string(c->text.data ? c->text.data : "", c->text.len);
         if (chat) {
             json_t *msg = json_object();
+            bool called = json_array_size(c->tool_calls) > 0;
             json_object_set_new(msg, "role", json_string("assistant"));
+            if (called && c->text.len == 0) {
+                json_decref(text);
+                text = json_null();
+            }
             json_object_set_new(msg, "content", text);
+            if (called)
+                json_object_set_new(msg, "tool_calls", json_incref(c->tool_calls));
             if (r->cfg.reasoning)
                 json_object_set_new(msg, "reasoning_content",
                                     c->reasoning.len ? openai_json_string(c->reasoning.data, c->reasoning.len)

@@ -16,6 +16,7 @@
 #include "server/openai.h"
 #include "server/reasoning.h"
 #include "server/strbuf.h"
+#include "server/toolcall.h"
 
 /* The text of one token on its own, malloc'd into *text (*len bytes).  Bytes that are
  * part of a UTF-8 character may come back as U+FFFD. */
@@ -36,6 +37,7 @@ struct response_config {
     int top_logprobs;
     bool reasoning;             /* split <think>...</think> into reasoning_content (chat) */
     bool reasoning_opened;      /* the prompt ends inside <think> */
+    bool tool_calls;            /* parse <tool_call> blocks of the content into tool_calls (chat) */
     response_token_text_fn token_text;
     response_token_bytes_fn token_bytes; /* NULL: the bytes of token_text's string */
     void *token_ctx;
@@ -45,6 +47,8 @@ struct response_choice {
     struct strbuf text;         /* completions text, or chat content */
     struct strbuf reasoning;    /* chat reasoning_content */
     struct reasoning parser;
+    struct toolcall calls_parser;
+    json_t *tool_calls;         /* chat: [ {index, id, type, function} ] found so far */
     json_t *logprobs;           /* completions: {tokens, token_logprobs, top_logprobs, text_offset};
                                    chat: [ {token, logprob, bytes, top_logprobs} ] */
     int64_t text_chars;         /* code points of the token strings so far (text_offset) */

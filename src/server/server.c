@@ -25,6 +25,7 @@ void server_config_default(struct server_config *c)
     c->shutdown_grace_ms = 10000;
     c->connection_limit = 1024;
     c->idle_timeout_s = 300;
+    c->tool_calls_qwen3 = true;
 }
 
 /* ---------------------------------------------------------------- model facts */

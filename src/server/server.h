@@ -34,6 +34,7 @@ struct server_config {
     int max_prompts;                 /* prompts per completions request at most */
     size_t max_body_bytes;           /* larger bodies: 413 */
     bool reasoning_qwen3;            /* --reasoning-parser qwen3 */
+    bool tool_calls_qwen3;           /* --tool-call-parser qwen3 (the default) or none */
     const char *served_model_name;   /* NULL: the model directory's base name */
     int shutdown_grace_ms;           /* on stop, in-flight requests get this long before they are cancelled */
     int connection_limit;            /* concurrent connections at most */

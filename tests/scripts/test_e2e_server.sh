@@ -46,6 +46,7 @@ startup_fails() { # WANT_RC PATTERN ARGS...: serve exits WANT_RC with PATTERN on
 }
 check "bad flag: exit 2 naming the flag" startup_fails 2 '--prefix-cache' --model "$tmp/model" --prefix-cache maybe
 check "bad --reasoning-parser: exit 2" startup_fails 2 '--reasoning-parser' --model "$tmp/model" --reasoning-parser x
+check "bad --tool-call-parser: exit 2" startup_fails 2 '--tool-call-parser' --model "$tmp/model" --tool-call-parser x
 check "bad --port: exit 2" startup_fails 2 '--port' --model "$tmp/model" --port 70000
 check "missing model: exit 1 with the reason" startup_fails 1 'did not load' --model "$tmp/no-such-model" --port 0
 

@@ -16,6 +16,7 @@
 #include "server/reasoning.h"
 #include "server/response.h"
 #include "server/sse.h"
+#include "server/toolcall.h"
 #include "test.h"
 
 #define LLVMFuzzerTestOneInput fuzz_openai_entry
@@ -570,6 +571,164 @@ static void test_chat_reasoning_response(void)
     response_free(&r);
 }
 
+/* ---------------------------------------------------------------- tool calls */
+
+/* Runs text through a tool-call parser fed in the given pieces (cut: one split point,
+ * or SIZE_MAX: byte by byte); returns the content and the calls as JSON text. */
+static void toolcall_run(const char *text, size_t cut, bool enabled, char **content, char **calls)
+{
+    size_t n = strlen(text);
+    struct toolcall p;
+    struct strbuf c = {0};
+    json_t *found = json_array();
+    toolcall_init(&p, enabled);
+    if (cut == SIZE_MAX) {
+        for (size_t i = 0; i < n; i++)
+            CHECK_OK(toolcall_feed(&p, text + i, 1, &c, found, "call_x_"), "feed");
+    } else {
+        CHECK_OK(toolcall_feed(&p, text, cut, &c, found, "call_x_"), "feed");
+        CHECK_OK(toolcall_feed(&p, text + cut, n - cut, &c, found, "call_x_"), "feed");
+    }
+    CHECK_OK(toolcall_flush(&p, &c), "flush");
+    toolcall_free(&p);
+    *content = strdup(c.data ? c.data : "");
+    *calls = json_dumps(found, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    strbuf_free(&c);
+    json_decref(found);
+}
+
+/* Every split into two feeds, and byte by byte, give the same content and calls. */
+static void toolcall_case(const char *text, bool enabled, const char *want_content, const char *want_calls)
+{
+    size_t n = strlen(text);
+    for (size_t cut = 0; cut <= n + 1; cut++) {
+        char *content, *calls;
+        toolcall_run(text, cut > n ? SIZE_MAX : cut, enabled, &content, &calls);
+        CHECK_MSG(!strcmp(content, want_content) && !strcmp(calls, want_calls),
+                  "'%s' cut %zu:\n content '%s' (want '%s')\n calls %s\n  want %s", text, cut, content, want_content,
+                  calls, want_calls);
+        free(content);
+        free(calls);
+    }
+}
+
+static void test_toolcall_parser(void)
+{
+    /* text, then a call: the whitespace before the call is dropped */
+    toolcall_case("Let me check.\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                  "</tool_call>",
+                  true, "Let me check.",
+                  "[{\"index\":0,\"id\":\"call_x_0\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                  "\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]");
+    /* two calls; arguments given as a string pass as they are; no arguments: {} */
+    toolcall_case("<tool_call>\n{\"name\": \"a\", \"arguments\": \"{\\\"x\\\": 1}\"}\n</tool_call>\n<tool_call>"
+                  "{\"name\":\"b\"}</tool_call>\n",
+                  true, "",
+                  "[{\"index\":0,\"id\":\"call_x_0\",\"type\":\"function\",\"function\":{\"name\":\"a\",\"arguments\":"
+                  "\"{\\\"x\\\": 1}\"}},{\"index\":1,\"id\":\"call_x_1\",\"type\":\"function\",\"function\":{\"name\":"
+                  "\"b\",\"arguments\":\"{}\"}}]");
+    /* content after a call keeps the whitespace between */
+    toolcall_case("<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>\n\nDone.\n", true, "\n\nDone.",
+                  "[{\"index\":0,\"id\":\"call_x_0\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+                  "\"{}\"}}]");
+    /* not a call: bad JSON, no name, arguments of the wrong type: the block stays content */
+    toolcall_case("A <tool_call>{not json}</tool_call> B", true, "A <tool_call>{not json}</tool_call> B", "[]");
+    toolcall_case("<tool_call>{\"arguments\": {}}</tool_call>", true, "<tool_call>{\"arguments\": {}}</tool_call>",
+                  "[]");
+    toolcall_case("<tool_call>{\"name\": \"f\", \"arguments\": 3}</tool_call>", true,
+                  "<tool_call>{\"name\": \"f\", \"arguments\": 3}</tool_call>", "[]");
+    /* an output that ends inside a block, or on a possible tag */
+    toolcall_case("Sure <tool_call>{\"name\": \"x\"", true, "Sure <tool_call>{\"name\": \"x\"", "[]");
+    toolcall_case("a <tool_ca", true, "a <tool_ca", "[]");
+    /* look-alikes and a lone close tag are content; without calls every byte is kept */
+    toolcall_case("a <toolbox> </tool_call> b  \n", true, "a <toolbox> </tool_call> b  \n", "[]");
+    toolcall_case("  \n", true, "  \n", "[]");
+    /* a close tag that looks like it is about to come, then does */
+    toolcall_case("<tool_call>{\"name\":\"g\",\"arguments\":{\"s\":\"</tool\"}}</tool_call>", true, "",
+                  "[{\"index\":0,\"id\":\"call_x_0\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":"
+                  "\"{\\\"s\\\":\\\"</tool\\\"}\"}}]");
+    /* disabled: a pass-through */
+    toolcall_case("x <tool_call>{\"name\":\"f\"}</tool_call>\n", false, "x <tool_call>{\"name\":\"f\"}</tool_call>\n",
+                  "[]");
+}
+
+/* A chat choice with tool calls, streamed: each call is one delta with index, id,
+ * type and function; the last chunk's finish_reason is "tool_calls"; the body has
+ * null content and the calls without index.  Cut short, the finish stays "length". */
+static void test_chat_tool_calls_response(void)
+{
+    char err[HR_ERRLEN];
+    for (int cut_short = 0; cut_short < 2; cut_short++) {
+        struct response r;
+        struct response_config cfg = {.endpoint = OPENAI_ENDPOINT_CHAT, .id = "chatcmpl-7", .model = "m",
+                                      .fingerprint = "f", .n_choices = 1, .stream = true, .reasoning = true,
+                                      .tool_calls = true};
+        CHECK_OK(response_init(&r, &cfg, err, sizeof err), err);
+        const char *pieces[] = {"<think>hm</think>\n\n<tool", "_call>\n{\"name\": \"get_weather\", ",
+                                "\"arguments\": {\"city\": \"Paris\"}}\n</tool_", "call>"};
+        char content[64] = "";
+        int n_call_deltas = 0;
+        for (int i = 0; i < 4; i++) {
+            struct hearth_event ev = tok_event(0, 1, pieces[i], 0);
+            json_t *chunk = NULL;
+            CHECK_OK(response_token(&r, 0, &ev, &chunk, err, sizeof err), err);
+            json_t *d = json_object_get(json_array_get(json_object_get(chunk, "choices"), 0), "delta");
+            if (json_object_get(d, "content"))
+                strcat(content, json_string_value(json_object_get(d, "content")));
+            json_t *calls = json_object_get(d, "tool_calls");
+            if (calls) {
+                n_call_deltas++;
+                char *s = json_dumps(calls, JSON_COMPACT | JSON_PRESERVE_ORDER);
+                const char *want = "[{\"index\":0,\"id\":\"call_7_0_0\",\"type\":\"function\",\"function\":{\"name\":"
+                                   "\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]";
+                CHECK_MSG(i == 3 && !strcmp(s, want), "piece %d: %s", i, s);
+                free(s);
+            }
+            json_decref(chunk);
+        }
+        CHECK(n_call_deltas == 1);
+        CHECK_MSG(!strcmp(content, ""), "content '%s'", content);
+        json_t *last = NULL;
+        CHECK_OK(response_finish(&r, 0, cut_short ? HEARTH_FINISH_LENGTH : HEARTH_FINISH_STOP, &last, err,
+                                 sizeof err),
+                 err);
+        const char *want_finish = cut_short ? "length" : "tool_calls";
+        json_t *ch = json_array_get(json_object_get(last, "choices"), 0);
+        CHECK(!strcmp(json_string_value(json_object_get(ch, "finish_reason")), want_finish));
+        CHECK(!json_object_get(json_object_get(ch, "delta"), "content"));
+        json_decref(last);
+        json_t *body = response_body(&r);
+        ch = json_array_get(json_object_get(body, "choices"), 0);
+        json_t *msg = json_object_get(ch, "message");
+        CHECK(json_is_null(json_object_get(msg, "content")));
+        CHECK(!strcmp(json_string_value(json_object_get(msg, "reasoning_content")), "hm"));
+        char *s = json_dumps(json_object_get(msg, "tool_calls"), JSON_COMPACT | JSON_PRESERVE_ORDER);
+        CHECK_MSG(!strcmp(s, "[{\"id\":\"call_7_0_0\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                             "\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]"),
+                  "%s", s);
+        free(s);
+        CHECK(!strcmp(json_string_value(json_object_get(ch, "finish_reason")), want_finish));
+        json_decref(body);
+        response_free(&r);
+    }
+    /* tools not asked for: the same text is plain content, no tool_calls key */
+    struct response r;
+    struct response_config cfg = {.endpoint = OPENAI_ENDPOINT_CHAT, .id = "chatcmpl-8", .model = "m",
+                                  .fingerprint = "f", .n_choices = 1};
+    CHECK_OK(response_init(&r, &cfg, err, sizeof err), err);
+    struct hearth_event ev = tok_event(0, 1, "<tool_call>{\"name\":\"f\"}</tool_call>", 0);
+    CHECK_OK(response_token(&r, 0, &ev, NULL, err, sizeof err), err);
+    CHECK_OK(response_finish(&r, 0, HEARTH_FINISH_STOP, NULL, err, sizeof err), err);
+    json_t *body = response_body(&r);
+    json_t *ch = json_array_get(json_object_get(body, "choices"), 0);
+    json_t *msg = json_object_get(ch, "message");
+    CHECK(!strcmp(json_string_value(json_object_get(msg, "content")), "<tool_call>{\"name\":\"f\"}</tool_call>"));
+    CHECK(!json_object_get(msg, "tool_calls"));
+    CHECK(!strcmp(json_string_value(json_object_get(ch, "finish_reason")), "stop"));
+    json_decref(body);
+    response_free(&r);
+}
+
 /* ---------------------------------------------------------------- reasoning */
 
 static void split_all(const char *text, bool opened, const char *want_r, const char *want_c)
@@ -804,6 +963,8 @@ int main(void)
     TEST_RUN(test_chat_body_and_stream);
     TEST_RUN(test_chat_reasoning_response);
     TEST_RUN(test_reasoning_parser);
+    TEST_RUN(test_toolcall_parser);
+    TEST_RUN(test_chat_tool_calls_response);
     TEST_RUN(test_sse_framing);
     TEST_RUN(test_auth);
     TEST_RUN(test_metrics_text);
