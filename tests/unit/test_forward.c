@@ -84,6 +84,9 @@ struct seq {
 
 /* Runs every sequence to completion: at each step each unfinished sequence adds a
  * chunk (sizes from chunk_fn), all in one batch. */
+/* When set, the chunks of sequences 1.. (sequence 0 keeps chunk_fn): mixed batches. */
+static int (*chunk_others)(int remaining);
+
 static int run_seqs(struct rig *r, struct seq *s, int n, int (*chunk_fn)(int remaining))
 {
     int V = r->m.cfg.vocab_size;
@@ -94,7 +97,7 @@ static int run_seqs(struct rig *r, struct seq *s, int n, int (*chunk_fn)(int rem
         for (int i = 0; i < n; i++) {
             if (s[i].done >= s[i].len)
                 continue;
-            int c = chunk_fn(s[i].len - s[i].done);
+            int c = (i > 0 && chunk_others ? chunk_others : chunk_fn)(s[i].len - s[i].done);
             if (r->b.n_tok + c > MAX_TOK)
                 continue;
             if (batch_add_row(&r->b, i, s[i].tok + s[i].done, c, s[i].done, s[i].table,
@@ -253,6 +256,12 @@ static void check_fixture(const char *fixture, enum kv_dtype dt)
             place(st.s, MAX_SEQ, 1);
             CHECK(run_seqs(&r2, st.s, MAX_SEQ, chunk_one));
             CHECK(same(&r2, &st, ref, "threads, batched decode"));
+            /* one row prefilling in chunks, the others decoding: both walks in one launch */
+            place(st.s, MAX_SEQ, 1);
+            chunk_others = chunk_one;
+            CHECK(run_seqs(&r2, st.s, MAX_SEQ, chunk_rand));
+            chunk_others = NULL;
+            CHECK(same(&r2, &st, ref, "threads, prefill beside decodes"));
             rig_free(&r2);
         }
         for (int i = 0; i < st.n; i++)

@@ -34,8 +34,17 @@ struct attn_task {
     const struct batch *b;
     const struct kv_store *kv;
     int layer, n_heads, group, qb; /* qb: tokens per task */
+    int split;  /* rows that take the whole-row walk are left out of attn_run's tasks */
+    int n_walk; /* tasks of the whole-row walk, ahead of attn_run's (split) */
     float scale;
 };
+
+/* Whether row r takes the whole-row walk (attn_run_rows): a decode row, short enough
+ * for the direct walk.  The store and variant must allow it too (attn_walk_store). */
+static int attn_walk_row(const struct attn_task *c, const struct batch_row *r)
+{
+    return r->query_len * c->group <= ATTN_DIRECT_ROWS && r->query_len * c->n_heads <= CPU_ATTN_MAX_ROWS;
+}
 
 /* dst[j, :] = K (sel 0) or V (sel 1) of position p0 + j widened to f32, j < n; the
  * positions may cross block boundaries. */
@@ -162,7 +171,12 @@ static void attn_run_rows(void *ctx, int task, int thread)
     const struct batch *b = c->b;
     int n_kv = c->kv->n_kv_heads, hd = c->kv->head_dim, G = c->group;
     struct cpu_attn_scratch *sc = &c->scratch[thread];
-    const struct batch_row *r = &b->rows[task];
+    int ri = task;
+    if (c->split) /* the task-th row that takes this walk */
+        for (ri = 0;; ri++)
+            if (attn_walk_row(c, &b->rows[ri]) && task-- == 0)
+                break;
+    const struct batch_row *r = &b->rows[ri];
     int t0 = r->query_offset, nq = r->query_len;
     int rows = nq * G; /* per KV head */
     attn_begin(c, sc, t0, 0, rows, rows * n_kv);
@@ -202,7 +216,7 @@ static void attn_run(void *ctx, int task, int thread)
     /* task -> (row, token block, kv head) */
     int kvh = task % n_kv, blk = task / n_kv, ri = 0;
     for (;; ri++) {
-        int nb = (b->rows[ri].query_len + c->qb - 1) / c->qb;
+        int nb = c->split && attn_walk_row(c, &b->rows[ri]) ? 0 : (b->rows[ri].query_len + c->qb - 1) / c->qb;
         if (blk < nb)
             break;
         blk -= nb;
@@ -261,6 +275,16 @@ static void attn_run(void *ctx, int task, int thread)
     attn_finish(c, sc, t0, kvh, rows, rows);
 }
 
+/* A batch of decode rows and longer rows: the whole-row walk's tasks, then attn_run's. */
+static void attn_run_split(void *ctx, int task, int thread)
+{
+    const struct attn_task *c = ctx;
+    if (task < c->n_walk)
+        attn_run_rows(ctx, task, thread);
+    else
+        attn_run(ctx, task - c->n_walk, thread);
+}
+
 void cpu_attention(struct backend *be, float *out, const float *q, const struct batch *b, const struct kv_store *kv,
                    int layer, int n_heads, float scale)
 {
@@ -271,20 +295,30 @@ void cpu_attention(struct backend *be, float *out, const float *q, const struct 
         .v = cb->v, .scratch = cb->attn, .out = out, .q = q, .b = b, .kv = kv, .layer = layer, .n_heads = n_heads,
         .group = G, .qb = CPU_ATTN_MAX_ROWS / G, .scale = scale,
     };
-    /* decode: enough rows to keep every thread busy, each short enough for the direct walk */
-    int max_q = 0;
-    for (int i = 0; i < b->n_rows; i++)
-        max_q = b->rows[i].query_len > max_q ? b->rows[i].query_len : max_q;
-    if (b->n_rows >= ATTN_ROWS_PER_THREAD * be->n_threads && max_q * G <= ATTN_DIRECT_ROWS &&
-        max_q * n_heads <= CPU_ATTN_MAX_ROWS && kv->n_kv_heads <= ATTN_ROWS_MAX_KV && kv->dtype == KV_DTYPE_BF16 &&
-        cb->v->attn_update_rows_bf16) {
+    /* Decode rows take the whole-row walk when there are enough of them to keep every
+     * thread busy, or when other rows' tasks fill the threads anyway (a prefill chunk
+     * in the batch); the walks give the same bits, so the choice is free. */
+    int walk_store = kv->n_kv_heads <= ATTN_ROWS_MAX_KV && kv->dtype == KV_DTYPE_BF16 && cb->v->attn_update_rows_bf16;
+    int n_walk = 0, n_other = 0, n_blocks = 0; /* n_other: token blocks of the other rows */
+    for (int i = 0; i < b->n_rows; i++) {
+        int nb = (b->rows[i].query_len + c.qb - 1) / c.qb;
+        n_blocks += nb;
+        if (walk_store && attn_walk_row(&c, &b->rows[i]))
+            n_walk++;
+        else
+            n_other += nb;
+    }
+    if (n_walk > 0 && n_other == 0 && b->n_rows >= ATTN_ROWS_PER_THREAD * be->n_threads) {
         threadpool_run(&cb->pool, attn_run_rows, &c, b->n_rows);
         return;
     }
-    int n_tasks = 0;
-    for (int i = 0; i < b->n_rows; i++)
-        n_tasks += (b->rows[i].query_len + c.qb - 1) / c.qb;
-    threadpool_run(&cb->pool, attn_run, &c, n_tasks * kv->n_kv_heads);
+    if (n_walk > 0 && n_other > 0) {
+        c.split = 1;
+        c.n_walk = n_walk;
+        threadpool_run(&cb->pool, attn_run_split, &c, n_walk + n_other * kv->n_kv_heads);
+        return;
+    }
+    threadpool_run(&cb->pool, attn_run, &c, n_blocks * kv->n_kv_heads);
 }
 
 /* ------------------------------------------------------------------ KV write */
