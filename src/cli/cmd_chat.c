@@ -78,9 +78,7 @@ int cli_chat(int argc, char **argv)
     const char *system = NULL;
     int thinking = -1;
     for (int i = 1; i < argc; i++) {
-        int r = engine_opts_parse(&ep, argc, argv, &i);
-        if (r == 0)
-            r = request_opts_parse(&ro, argc, argv, &i);
+        int r = request_opts_parse_with_engine(&ep, &ro, argc, argv, &i);
         if (r < 0)
             return 2;
         if (r > 0)

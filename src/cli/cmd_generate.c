@@ -88,9 +88,7 @@ int cli_generate(int argc, char **argv)
     request_opts_default(&ro);
     static int32_t ids[GENERATE_MAX_IDS];
     for (int i = 1; i < argc; i++) {
-        int r = engine_opts_parse(&ep, argc, argv, &i);
-        if (r == 0)
-            r = request_opts_parse(&ro, argc, argv, &i);
+        int r = request_opts_parse_with_engine(&ep, &ro, argc, argv, &i);
         if (r < 0)
             return 2;
         if (r > 0)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/args.h"
+#include "cli/engine_opts.h"
 
 const char request_opts_help[] =
     "sampling options (unset ones take the checkpoint's generation_config.json defaults):\n"
@@ -123,4 +124,11 @@ int request_opts_parse(struct request_opts *o, int argc, char **argv, int *i)
     if (args_is(a, "--cache-salt"))
         return (p->cache_salt = args_value(argc, argv, i)) ? 1 : -1;
     return 0;
+}
+
+int request_opts_parse_with_engine(struct hearth_engine_params *ep, struct request_opts *o, int argc, char **argv,
+                                   int *i)
+{
+    int r = engine_opts_parse(ep, argc, argv, i);
+    return r != 0 ? r : request_opts_parse(o, argc, argv, i);
 }

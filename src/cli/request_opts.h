@@ -15,6 +15,9 @@ struct request_opts {
 void request_opts_default(struct request_opts *o);
 /* Like engine_opts_parse: 1 consumed, 0 not ours, -1 bad value (message printed). */
 int request_opts_parse(struct request_opts *o, int argc, char **argv, int *i);
+/* An engine option (engine_opts_parse), else a request option: the same answers. */
+int request_opts_parse_with_engine(struct hearth_engine_params *ep, struct request_opts *o, int argc, char **argv,
+                                   int *i);
 
 extern const char request_opts_help[];
 

@@ -236,7 +236,8 @@ static bool sched_admit_group(struct hearth_engine *e, struct group *g)
             continue;
         }
         int nb = (s->n_tokens + bs - 1) / bs;
-        HR_ASSERT(block_pool_alloc(&e->pool, seq_last_block(s), s->table + s->n_table, nb - s->n_table, NULL, 0) == HR_OK);
+        HR_ASSERT(block_pool_alloc(&e->pool, seq_last_block(s), s->table + s->n_table, nb - s->n_table, NULL, 0) ==
+                  HR_OK);
         s->n_table = nb;
         if (s->lease.state == PREFIX_LEASE_OPEN) {
             prefix_cache_lease_prepare(&e->pc, &s->lease, s);

@@ -73,8 +73,6 @@ enum hr_status block_pool_alloc(struct block_pool *pool, int after, int *out, in
     if (n > pool->n_free)
         return hr_err(err, errlen, HR_ERR_FULL, "KV pool: %d blocks needed, %d of %d free", n,
                       pool->n_free, pool->capacity);
-    if (after >= pool->capacity)
-        after = -1;
     for (int i = 0; i < n; i++)
         after = out[i] = alloc_one(pool, after);
     return HR_OK;

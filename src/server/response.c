@@ -30,7 +30,10 @@ enum hr_status response_init(struct response *r, const struct response_config *c
     for (int i = 0; i < cfg->n_choices; i++) {
         struct response_choice *c = &r->choices[i];
         reasoning_init(&c->parser, chat && cfg->reasoning, cfg->reasoning_opened);
-        toolcall_init(&c->calls_parser, chat && cfg->tool_calls);
+        char prefix[64]; /* call ids: call_<response id without its kind>_<choice>_<n> */
+        const char *dash = strchr(r->id, '-');
+        snprintf(prefix, sizeof prefix, "call_%s_%d_", dash ? dash + 1 : r->id, i);
+        toolcall_init(&c->calls_parser, chat && cfg->tool_calls, prefix);
         if (chat && cfg->tool_calls && !(c->tool_calls = json_array())) {
             response_free(r);
             return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
@@ -124,39 +127,32 @@ static json_t *response_finish_json(const struct response_choice *c)
     return s ? json_string(s) : json_null();
 }
 
-/* Choice i's content delta through its tool-call parser; the calls it completes are
- * appended to the choice's list and, when new_calls is not NULL, to *new_calls. */
-static enum hr_status response_content(struct response *r, int i, const struct strbuf *in, bool end,
-                                       struct strbuf *out, json_t **new_calls)
+/* Choice i's content delta through its tool-call parser, in place; the calls it
+ * completes join the choice's list and come back in *new_calls as stream deltas
+ * (each with its index), or NULL when there are none. */
+static enum hr_status response_content(struct response *r, int i, struct strbuf *text, bool end, json_t **new_calls)
 {
     struct response_choice *c = &r->choices[i];
-    if (new_calls)
-        *new_calls = NULL;
-    if (!c->calls_parser.enabled) {
-        enum hr_status st = strbuf_append(out, in->data ? in->data : "", in->len);
-        return st;
-    }
-    json_t *found = json_array();
-    if (!found)
-        return HR_ERR_NOMEM;
-    char prefix[96];
-    const char *id = r->id ? r->id : "";
-    const char *dash = strchr(id, '-');
-    snprintf(prefix, sizeof prefix, "call_%s_%d_", dash ? dash + 1 : id, i);
-    enum hr_status st = toolcall_feed(&c->calls_parser, in->data ? in->data : "", in->len, out, found, prefix);
+    *new_calls = NULL;
+    if (!c->calls_parser.enabled)
+        return HR_OK;
+    size_t before = json_array_size(c->tool_calls);
+    struct strbuf content = {0};
+    enum hr_status st =
+        toolcall_feed(&c->calls_parser, text->data ? text->data : "", text->len, &content, c->tool_calls);
     if (st == HR_OK && end)
-        st = toolcall_flush(&c->calls_parser, out);
-    size_t k;
-    json_t *call;
-    json_array_foreach(found, k, call)
-    {
-        json_t *plain = json_deep_copy(call);
-        if (!plain || json_object_del(plain, "index") != 0 || json_array_append_new(c->tool_calls, plain) != 0)
+        st = toolcall_flush(&c->calls_parser, &content);
+    strbuf_free(text);
+    *text = content;
+    for (size_t k = before; st == HR_OK && k < json_array_size(c->tool_calls); k++) {
+        json_t *d = json_pack("{s:i}", "index", (int)k);
+        if (!*new_calls)
+            *new_calls = json_array();
+        if (!d || !*new_calls || json_object_update(d, json_array_get(c->tool_calls, k)) != 0 ||
+            json_array_append(*new_calls, d) != 0)
             st = HR_ERR_NOMEM;
+        json_decref(d);
     }
-    if (st == HR_OK && new_calls && json_array_size(found) > 0)
-        *new_calls = json_incref(found);
-    json_decref(found);
     return st;
 }
 
@@ -379,18 +375,17 @@ enum hr_status response_token(struct response *r, int choice, const struct heart
         st = response_logprob(r, c, ev->token, ev, &c->text_chars, &lp, err, errlen);
     else if (st != HR_OK)
         st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
-    struct strbuf content = {0};
     json_t *calls = NULL;
-    if (st == HR_OK && response_content(r, choice, &dtext, false, &content, &calls) != HR_OK)
+    if (st == HR_OK && response_content(r, choice, &dtext, false, &calls) != HR_OK)
         st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
     if (st == HR_OK) {
-        strbuf_append(&c->text, content.data ? content.data : "", content.len);
+        strbuf_append(&c->text, dtext.data ? dtext.data : "", dtext.len);
         strbuf_append(&c->reasoning, dreason.data ? dreason.data : "", dreason.len);
         if (c->text.oom || c->reasoning.oom)
             st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
     }
-    if (st == HR_OK && r->cfg.stream && chunk && (content.len || dreason.len || calls || lp)) {
-        *chunk = response_chunk(r, response_chunk_choice(r, choice, &content, &dreason, calls, lp, NULL));
+    if (st == HR_OK && r->cfg.stream && chunk && (dtext.len || dreason.len || calls || lp)) {
+        *chunk = response_chunk(r, response_chunk_choice(r, choice, &dtext, &dreason, calls, lp, NULL));
         lp = NULL;
         calls = NULL;
         if (!*chunk)
@@ -398,7 +393,6 @@ enum hr_status response_token(struct response *r, int choice, const struct heart
     }
     json_decref(calls);
     json_decref(lp);
-    strbuf_free(&content);
     strbuf_free(&dtext);
     strbuf_free(&dreason);
     return st;
@@ -413,11 +407,11 @@ enum hr_status response_finish(struct response *r, int choice, enum hearth_finis
     struct response_choice *c = &r->choices[choice];
     if (c->finished)
         return HR_OK;
-    struct strbuf dtext = {0}, dreason = {0}, content = {0};
+    struct strbuf dtext = {0}, dreason = {0};
     json_t *calls = NULL;
     reasoning_flush(&c->parser, &dreason, &dtext);
-    enum hr_status st = response_content(r, choice, &dtext, true, &content, &calls);
-    strbuf_append(&c->text, content.data ? content.data : "", content.len);
+    enum hr_status st = response_content(r, choice, &dtext, true, &calls);
+    strbuf_append(&c->text, dtext.data ? dtext.data : "", dtext.len);
     strbuf_append(&c->reasoning, dreason.data ? dreason.data : "", dreason.len);
     c->finished = true;
     c->finish = reason;
@@ -426,13 +420,12 @@ enum hr_status response_finish(struct response *r, int choice, enum hearth_finis
     if (st == HR_OK && r->cfg.stream && chunk) {
         const char *fs = response_choice_finish_str(c);
         *chunk =
-            response_chunk(r, response_chunk_choice(r, choice, &content, &dreason, calls, NULL, fs ? fs : "stop"));
+            response_chunk(r, response_chunk_choice(r, choice, &dtext, &dreason, calls, NULL, fs ? fs : "stop"));
         calls = NULL;
         if (!*chunk)
             st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");
     }
     json_decref(calls);
-    strbuf_free(&content);
     strbuf_free(&dtext);
     strbuf_free(&dreason);
     return st;

@@ -11,10 +11,11 @@ static const char toolcall_close_tag[] = "</tool_call>";
 #define TOOLCALL_OPEN_LEN (sizeof toolcall_open_tag - 1)
 #define TOOLCALL_CLOSE_LEN (sizeof toolcall_close_tag - 1)
 
-void toolcall_init(struct toolcall *t, bool enabled)
+void toolcall_init(struct toolcall *t, bool enabled, const char *id_prefix)
 {
     memset(t, 0, sizeof *t);
     t->enabled = enabled;
+    snprintf(t->id_prefix, sizeof t->id_prefix, "%s", id_prefix ? id_prefix : "call_");
 }
 
 void toolcall_free(struct toolcall *t)
@@ -58,7 +59,7 @@ static size_t toolcall_partial_open(const char *s, size_t n)
 }
 
 /* The body of a closed block (t->hold): a call, or the block back as content. */
-static enum hr_status toolcall_finish(struct toolcall *t, struct strbuf *co, json_t *calls, const char *id_prefix)
+static enum hr_status toolcall_finish(struct toolcall *t, struct strbuf *co, json_t *calls)
 {
     json_t *body = json_loadb(t->hold.data ? t->hold.data : "", t->hold.len, JSON_REJECT_DUPLICATES, NULL);
     json_t *name = json_object_get(body, "name");
@@ -71,24 +72,18 @@ static enum hr_status toolcall_finish(struct toolcall *t, struct strbuf *co, jso
                           : json_is_string(args) ? strdup(json_string_value(args))
                                                  : json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER);
         char id[96];
-        snprintf(id, sizeof id, "%s%d", id_prefix ? id_prefix : "call_", t->n_calls);
-        json_t *call = args_text ? json_pack("{s:i,s:s,s:s,s:{s:O,s:s}}", "index", t->n_calls, "id", id, "type",
-                                             "function", "function", "name", name, "arguments", args_text)
+        snprintf(id, sizeof id, "%s%d", t->id_prefix, t->n_calls);
+        json_t *call = args_text ? json_pack("{s:s,s:s,s:{s:O,s:s}}", "id", id, "type", "function", "function",
+                                             "name", name, "arguments", args_text)
                                  : NULL;
         free(args_text);
         if (!call || json_array_append_new(calls, call) != 0)
             st = HR_ERR_NOMEM;
         t->n_calls++;
-    } else {
-        struct strbuf raw = {0};
-        strbuf_append(&raw, toolcall_open_tag, TOOLCALL_OPEN_LEN);
-        strbuf_append(&raw, t->hold.data, t->hold.len);
-        strbuf_append(&raw, toolcall_close_tag, TOOLCALL_CLOSE_LEN);
-        if (raw.oom)
-            st = HR_ERR_NOMEM;
-        else
-            toolcall_text(t, raw.data, raw.len, co);
-        strbuf_free(&raw);
+    } else { /* the block as written, in pieces: toolcall_text gives the bytes of one piece */
+        toolcall_text(t, toolcall_open_tag, TOOLCALL_OPEN_LEN, co);
+        toolcall_text(t, t->hold.data, t->hold.len, co);
+        toolcall_text(t, toolcall_close_tag, TOOLCALL_CLOSE_LEN, co);
     }
     json_decref(body);
     strbuf_clear(&t->hold);
@@ -96,8 +91,7 @@ static enum hr_status toolcall_finish(struct toolcall *t, struct strbuf *co, jso
     return st;
 }
 
-static enum hr_status toolcall_step(struct toolcall *t, const char *s, size_t n, struct strbuf *co, json_t *calls,
-                                    const char *id_prefix)
+static enum hr_status toolcall_step(struct toolcall *t, const char *s, size_t n, struct strbuf *co, json_t *calls)
 {
     enum hr_status st = HR_OK;
     while (n > 0 && st == HR_OK) {
@@ -129,7 +123,7 @@ static enum hr_status toolcall_step(struct toolcall *t, const char *s, size_t n,
         if (at && (size_t)(at - seam) < k) {
             size_t in_body = (size_t)(at - seam), in_s = TOOLCALL_CLOSE_LEN - (k - in_body);
             t->hold.len -= k - in_body;
-            st = toolcall_finish(t, co, calls, id_prefix);
+            st = toolcall_finish(t, co, calls);
             s += in_s;
             n -= in_s;
             continue;
@@ -138,7 +132,7 @@ static enum hr_status toolcall_step(struct toolcall *t, const char *s, size_t n,
         if (!end)
             return strbuf_append(&t->hold, s, n);
         strbuf_append(&t->hold, s, (size_t)(end - s));
-        st = toolcall_finish(t, co, calls, id_prefix);
+        st = toolcall_finish(t, co, calls);
         size_t used = (size_t)(end - s) + TOOLCALL_CLOSE_LEN;
         s += used;
         n -= used;
@@ -151,19 +145,18 @@ static enum hr_status toolcall_status(const struct toolcall *t, const struct str
     return st == HR_OK && (t->hold.oom || t->ws.oom || co->oom) ? HR_ERR_NOMEM : st;
 }
 
-enum hr_status toolcall_feed(struct toolcall *t, const char *s, size_t n, struct strbuf *content_out, json_t *calls,
-                             const char *id_prefix)
+enum hr_status toolcall_feed(struct toolcall *t, const char *s, size_t n, struct strbuf *content_out, json_t *calls)
 {
     if (!t->enabled)
         return strbuf_append(content_out, s, n);
     if (t->inside || t->hold.len == 0)
-        return toolcall_status(t, content_out, toolcall_step(t, s, n, content_out, calls, id_prefix));
+        return toolcall_status(t, content_out, toolcall_step(t, s, n, content_out, calls));
     /* a possible start of the open tag was held: it comes first */
     struct strbuf cur = {0};
     strbuf_append(&cur, t->hold.data, t->hold.len);
     strbuf_append(&cur, s, n);
     strbuf_clear(&t->hold);
-    enum hr_status st = cur.oom ? HR_ERR_NOMEM : toolcall_step(t, cur.data, cur.len, content_out, calls, id_prefix);
+    enum hr_status st = cur.oom ? HR_ERR_NOMEM : toolcall_step(t, cur.data, cur.len, content_out, calls);
     strbuf_free(&cur);
     return toolcall_status(t, content_out, st);
 }
@@ -172,20 +165,11 @@ enum hr_status toolcall_flush(struct toolcall *t, struct strbuf *content_out)
 {
     if (!t->enabled)
         return HR_OK;
-    if (t->inside || t->hold.len) {
-        struct strbuf raw = {0};
-        if (t->inside)
-            strbuf_append(&raw, toolcall_open_tag, TOOLCALL_OPEN_LEN);
-        strbuf_append(&raw, t->hold.data, t->hold.len);
-        if (!raw.oom)
-            toolcall_text(t, raw.data, raw.len, content_out);
-        enum hr_status st = raw.oom ? HR_ERR_NOMEM : HR_OK;
-        strbuf_free(&raw);
-        strbuf_clear(&t->hold);
-        t->inside = false;
-        if (st != HR_OK)
-            return st;
-    }
+    if (t->inside) /* a block left open is content as written */
+        toolcall_text(t, toolcall_open_tag, TOOLCALL_OPEN_LEN, content_out);
+    toolcall_text(t, t->hold.data, t->hold.len, content_out);
+    strbuf_clear(&t->hold);
+    t->inside = false;
     if (t->n_calls == 0)
         strbuf_append(content_out, t->ws.data, t->ws.len);
     strbuf_clear(&t->ws);

@@ -22,17 +22,17 @@ struct toolcall {
     struct strbuf hold; /* outside: a possible start of <tool_call>; inside: the body so far */
     struct strbuf ws;   /* whitespace not yet passed on (outside) */
     int n_calls;        /* calls found so far */
+    char id_prefix[64]; /* a call's id: this, then its number */
 };
 
-/* enabled false: a pass-through. */
-void toolcall_init(struct toolcall *t, bool enabled);
+/* enabled false: a pass-through.  id_prefix: see struct toolcall (truncated to fit). */
+void toolcall_init(struct toolcall *t, bool enabled, const char *id_prefix);
 void toolcall_free(struct toolcall *t);
 
 /* Feeds content.  Appends what is decided to content_out and each completed call to
- * calls as {"index", "id", "type": "function", "function": {"name", "arguments"}};
- * ids are id_prefix followed by the call's index.  HR_ERR_NOMEM on allocation failure. */
-enum hr_status toolcall_feed(struct toolcall *t, const char *s, size_t n, struct strbuf *content_out, json_t *calls,
-                             const char *id_prefix);
+ * calls as {"id", "type": "function", "function": {"name", "arguments"}}.
+ * HR_ERR_NOMEM on allocation failure. */
+enum hr_status toolcall_feed(struct toolcall *t, const char *s, size_t n, struct strbuf *content_out, json_t *calls);
 /* The output ended: a block left open and held text become content; whitespace is
  * passed on unless a call was found. */
 enum hr_status toolcall_flush(struct toolcall *t, struct strbuf *content_out);

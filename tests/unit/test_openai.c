@@ -581,13 +581,13 @@ static void toolcall_run(const char *text, size_t cut, bool enabled, char **cont
     struct toolcall p;
     struct strbuf c = {0};
     json_t *found = json_array();
-    toolcall_init(&p, enabled);
+    toolcall_init(&p, enabled, "call_x_");
     if (cut == SIZE_MAX) {
         for (size_t i = 0; i < n; i++)
-            CHECK_OK(toolcall_feed(&p, text + i, 1, &c, found, "call_x_"), "feed");
+            CHECK_OK(toolcall_feed(&p, text + i, 1, &c, found), "feed");
     } else {
-        CHECK_OK(toolcall_feed(&p, text, cut, &c, found, "call_x_"), "feed");
-        CHECK_OK(toolcall_feed(&p, text + cut, n - cut, &c, found, "call_x_"), "feed");
+        CHECK_OK(toolcall_feed(&p, text, cut, &c, found), "feed");
+        CHECK_OK(toolcall_feed(&p, text + cut, n - cut, &c, found), "feed");
     }
     CHECK_OK(toolcall_flush(&p, &c), "flush");
     toolcall_free(&p);
@@ -618,18 +618,18 @@ static void test_toolcall_parser(void)
     toolcall_case("Let me check.\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
                   "</tool_call>",
                   true, "Let me check.",
-                  "[{\"index\":0,\"id\":\"call_x_0\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                  "[{\"id\":\"call_x_0\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
                   "\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]");
     /* two calls; arguments given as a string pass as they are; no arguments: {} */
     toolcall_case("<tool_call>\n{\"name\": \"a\", \"arguments\": \"{\\\"x\\\": 1}\"}\n</tool_call>\n<tool_call>"
                   "{\"name\":\"b\"}</tool_call>\n",
                   true, "",
-                  "[{\"index\":0,\"id\":\"call_x_0\",\"type\":\"function\",\"function\":{\"name\":\"a\",\"arguments\":"
-                  "\"{\\\"x\\\": 1}\"}},{\"index\":1,\"id\":\"call_x_1\",\"type\":\"function\",\"function\":{\"name\":"
+                  "[{\"id\":\"call_x_0\",\"type\":\"function\",\"function\":{\"name\":\"a\",\"arguments\":"
+                  "\"{\\\"x\\\": 1}\"}},{\"id\":\"call_x_1\",\"type\":\"function\",\"function\":{\"name\":"
                   "\"b\",\"arguments\":\"{}\"}}]");
     /* content after a call keeps the whitespace between */
     toolcall_case("<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>\n\nDone.\n", true, "\n\nDone.",
-                  "[{\"index\":0,\"id\":\"call_x_0\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+                  "[{\"id\":\"call_x_0\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
                   "\"{}\"}}]");
     /* not a call: bad JSON, no name, arguments of the wrong type: the block stays content */
     toolcall_case("A <tool_call>{not json}</tool_call> B", true, "A <tool_call>{not json}</tool_call> B", "[]");
@@ -645,7 +645,7 @@ static void test_toolcall_parser(void)
     toolcall_case("  \n", true, "  \n", "[]");
     /* a close tag that looks like it is about to come, then does */
     toolcall_case("<tool_call>{\"name\":\"g\",\"arguments\":{\"s\":\"</tool\"}}</tool_call>", true, "",
-                  "[{\"index\":0,\"id\":\"call_x_0\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":"
+                  "[{\"id\":\"call_x_0\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":"
                   "\"{\\\"s\\\":\\\"</tool\\\"}\"}}]");
     /* disabled: a pass-through */
     toolcall_case("x <tool_call>{\"name\":\"f\"}</tool_call>\n", false, "x <tool_call>{\"name\":\"f\"}</tool_call>\n",

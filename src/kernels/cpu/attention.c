@@ -46,23 +46,31 @@ static int attn_walk_row(const struct attn_task *c, const struct batch_row *r)
     return r->query_len * c->group <= ATTN_DIRECT_ROWS && r->query_len * c->n_heads <= CPU_ATTN_MAX_ROWS;
 }
 
+/* The positions from pos on, at most left of them, that lie in one block of row r:
+ * their count; the block and pos's offset in it come back in *blk and *off. */
+static int attn_span(const struct kv_store *kv, const struct batch_row *r, int pos, int left, int *blk, int *off)
+{
+    int bs = kv->block_size;
+    *blk = r->block_table[pos / bs];
+    *off = pos % bs;
+    return bs - *off < left ? bs - *off : left;
+}
+
 /* dst[j, :] = K (sel 0) or V (sel 1) of position p0 + j widened to f32, j < n; the
  * positions may cross block boundaries. */
 static void attn_gather(const struct attn_task *c, const struct batch_row *r, int kvh, int sel, int p0, int n,
                         float *dst)
 {
     const struct kv_store *kv = c->kv;
-    int bs = kv->block_size, hd = kv->head_dim;
-    for (int j = 0; j < n;) {
-        int pos = p0 + j;
-        int blk = r->block_table[pos / bs], off = pos % bs;
-        int run = bs - off < n - j ? bs - off : n - j;
+    int hd = kv->head_dim;
+    for (int j = 0, run; j < n; j += run) {
+        int blk, off;
+        run = attn_span(kv, r, p0 + j, n - j, &blk, &off);
         const void *h = kv_store_head(kv, blk, c->layer, sel, kvh);
         if (kv->dtype == KV_DTYPE_F32)
             memcpy(dst + (int64_t)j * hd, (const float *)h + (int64_t)off * hd, (size_t)run * hd * sizeof(float));
         else
             c->v->widen_bf16(dst + (int64_t)j * hd, (const uint16_t *)h + (int64_t)off * hd, (int64_t)run * hd);
-        j += run;
     }
 }
 
@@ -76,11 +84,10 @@ static void attn_direct(const struct attn_task *c, const struct batch_row *r, in
                         const uint16_t *qb, int rows, int p0, int n, float *s, const uint16_t **vrows)
 {
     const struct kv_store *kv = c->kv;
-    int bs = kv->block_size, hd = kv->head_dim;
-    for (int j = 0; j < n;) {
-        int pos = p0 + j;
-        int blk = r->block_table[pos / bs], off = pos % bs;
-        int run = bs - off < n - j ? bs - off : n - j;
+    int hd = kv->head_dim;
+    for (int j = 0, run; j < n; j += run) {
+        int blk, off;
+        run = attn_span(kv, r, p0 + j, n - j, &blk, &off);
         const uint16_t *k = (const uint16_t *)kv_store_head(kv, blk, c->layer, 0, kvh) + (int64_t)off * hd;
         const uint16_t *v = (const uint16_t *)kv_store_head(kv, blk, c->layer, 1, kvh) + (int64_t)off * hd;
         if (qb)
@@ -90,27 +97,24 @@ static void attn_direct(const struct attn_task *c, const struct batch_row *r, in
         if (vrows)
             for (int i = 0; i < run; i++)
                 vrows[j + i] = v + (int64_t)i * hd;
-        j += run;
     }
 }
 
-/* Asks for K and V of positions [p0, p0 + n) ahead of use: tiles of a row live in
- * blocks anywhere in the pool, which no hardware prefetcher can guess. */
+/* Asks for K and V of positions [p0, p0 + n) ahead of use: a head's tiles lie a whole
+ * layer slice apart, or in blocks anywhere in the pool, which no hardware prefetcher
+ * can guess. */
 static void attn_prefetch(const struct attn_task *c, const struct batch_row *r, int kvh, int p0, int n)
 {
     const struct kv_store *kv = c->kv;
-    int bs = kv->block_size;
     size_t row = (size_t)kv->head_dim * kv->elem_size;
-    for (int j = 0; j < n;) {
-        int pos = p0 + j;
-        int blk = r->block_table[pos / bs], off = pos % bs;
-        int run = bs - off < n - j ? bs - off : n - j;
+    for (int j = 0, run; j < n; j += run) {
+        int blk, off;
+        run = attn_span(kv, r, p0 + j, n - j, &blk, &off);
         for (int sel = 0; sel < 2; sel++) {
             const char *h = (const char *)kv_store_head(kv, blk, c->layer, sel, kvh) + (size_t)off * row;
             for (size_t b = 0; b < (size_t)run * row; b += 64)
                 __builtin_prefetch(h + b, 0, 2); /* to L2: more misses in flight than L1 allows */
         }
-        j += run;
     }
 }
 

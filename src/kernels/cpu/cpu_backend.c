@@ -105,31 +105,10 @@ static void mm_gemm(const struct mm_plan *p, const struct weights_mat *w, float 
     }
 }
 
-static void mm_block(const struct mm_plan *p, int t);
-
 static void mm_run(void *ctx, int t, int thread)
 {
     (void)thread;
-    mm_block(ctx, t);
-}
-
-static void mm_run_runs(void *ctx, int task, int thread)
-{
-    (void)task;
-    struct mm_runs *rs = ctx;
-    for (int i = 0; i < rs->n_runs; i++) {
-        int r = (thread + i) % rs->n_runs;
-        for (;;) {
-            int t = atomic_fetch_add_explicit(&rs->next[r], 1, memory_order_relaxed);
-            if (t >= rs->end[r])
-                break;
-            mm_block(rs->p, t);
-        }
-    }
-}
-
-static void mm_block(const struct mm_plan *p, int t)
-{
+    const struct mm_plan *p = ctx;
     int s = 0;
     struct mm_seg g = mm_segment(p, 0);
     while (t >= g.tasks) {
@@ -165,6 +144,22 @@ static void mm_block(const struct mm_plan *p, int t)
                     p->v->swiglu(yr, a + i * cc, b + i * cc, cc);
                 }
             }
+        }
+    }
+}
+
+/* A thread's own run of blocks first, then what is left of the others'. */
+static void mm_run_runs(void *ctx, int task, int thread)
+{
+    (void)task;
+    struct mm_runs *rs = ctx;
+    for (int i = 0; i < rs->n_runs; i++) {
+        int r = (thread + i) % rs->n_runs;
+        for (;;) {
+            int t = atomic_fetch_add_explicit(&rs->next[r], 1, memory_order_relaxed);
+            if (t >= rs->end[r])
+                break;
+            mm_run((void *)rs->p, t, thread);
         }
     }
 }

@@ -43,8 +43,7 @@ void cpu_scalar_exp(float *y, const float *x, int64_t n)
 
 void cpu_scalar_widen_bf16(float *dst, const uint16_t *src, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = dtype_bf16_to_f32(src[i]);
+    dtype_bf16_to_f32_n(dst, src, (size_t)n);
 }
 
 void cpu_scalar_swiglu(float *out, const float *g, const float *u, int64_t n)
