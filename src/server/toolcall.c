@@ -80,7 +80,7 @@ static enum hr_status toolcall_finish(struct toolcall *t, struct strbuf *co, jso
         if (!call || json_array_append_new(calls, call) != 0)
             st = HR_ERR_NOMEM;
         t->n_calls++;
-    } else { /* the block as written, in pieces: toolcall_text gives the bytes of one piece */
+    } else { /* the block as written (fed piece by piece, toolcall_text keeps the bytes) */
         toolcall_text(t, toolcall_open_tag, TOOLCALL_OPEN_LEN, co);
         toolcall_text(t, t->hold.data, t->hold.len, co);
         toolcall_text(t, toolcall_close_tag, TOOLCALL_CLOSE_LEN, co);
