@@ -3,7 +3,8 @@
  *   (memcmp), for f32/bf16/f16 weights and the bf16 x bf16 routine, k tails included;
  *   values agree with a float64 reference;
  * - exp: within a few ulp of libm's double exp, exact at 0, the right limits;
- * - SwiGLU and the attention tile update against float64 references;
+ * - SwiGLU and the attention tile update against float64 references; the
+ *   elementwise routines (norm scaling, RoPE, bf16 stores) equal their C definitions;
  * - the backend's matmul family: fused forms equal the plain ones bitwise, a row's
  *   result does not depend on the other rows or the thread count;
  * - the thread pool runs every task exactly once, with valid thread indices. */
@@ -253,6 +254,77 @@ static void test_swiglu(void)
         vs[i]->swiglu(o1, g, u, 7);
         vs[i]->swiglu(o1 + 7, g + 7, u + 7, N - 7);
         CHECK(!memcmp(o, o1, sizeof o));
+    }
+}
+
+/* The elementwise routines give the bits of their plain C definitions (written out
+ * here), at every length and for every kind of value. */
+static void test_elementwise(void)
+{
+    const struct cpu_variant *vs[8];
+    int nv = n_variants(vs);
+    enum { N = 1000 };
+    static float x[N], w[N], y[N], want[N], cs[N];
+    static uint16_t h[N];
+    static const uint32_t special[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xff800001u,
+                                       0x7fffffffu, 0x00000001u, 0x807fffffu, 0x7f7fffffu, 0xff7fffffu,
+                                       0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x00000000u, 0x80000000u};
+    int n_special = (int)(sizeof special / sizeof special[0]);
+    for (int i = 0; i < nv; i++) {
+        const struct cpu_variant *v = vs[i];
+        for (int j = 0; j < N; j++) {
+            x[j] = frand() * 50.0f;
+            w[j] = frand();
+            cs[j] = frand();
+        }
+        for (int j = 0; j < n_special; j++)
+            memcpy(&x[3 * j], &special[j], 4);
+        for (int n = 1; n <= 130; n += (n < 40 ? 1 : 17)) {
+            if (v->norm_scale) {
+                for (int j = 0; j < n; j++)
+                    want[j] = w[j] * (x[j] * 0.37f);
+                memset(y, 0, sizeof y);
+                v->norm_scale(y, x, w, 0.37f, n);
+                CHECK_MSG(!memcmp(y, want, sizeof(float) * n) && y[n] == 0.0f, "%s: norm_scale n=%d", v->name, n);
+            }
+            if (v->store_bf16) {
+                uint16_t got[N];
+                memset(got, 0xa5, sizeof got);
+                v->store_bf16(got, x, n);
+                for (int j = 0; j < n; j++)
+                    h[j] = dtype_f32_to_bf16(x[j]);
+                CHECK_MSG(!memcmp(got, h, 2 * (size_t)n) && got[n] == 0xa5a5, "%s: store_bf16 n=%d", v->name, n);
+            }
+            if (v->rope && n % 2 == 0) {
+                memcpy(y, x, sizeof(float) * n);
+                memcpy(want, x, sizeof(float) * n);
+                for (int j = 0; j < n / 2; j++) {
+                    float x1 = x[j], x2 = x[j + n / 2];
+                    want[j] = x1 * cs[2 * j] - x2 * cs[2 * j + 1];
+                    want[j + n / 2] = x2 * cs[2 * j] + x1 * cs[2 * j + 1];
+                }
+                y[n] = 12345.0f;
+                v->rope(y, cs, n);
+                CHECK_MSG(!memcmp(y, want, sizeof(float) * n) && y[n] == 12345.0f, "%s: rope hd=%d", v->name, n);
+            }
+        }
+        /* every 2^16th bit pattern through the bf16 rounding, ties and NaNs included */
+        if (v->store_bf16) {
+            int bad = 0;
+            for (uint32_t hi = 0; hi < 65536; hi += N) {
+                for (int j = 0; j < N; j++) {
+                    uint32_t u = ((hi + (uint32_t)j) << 16) | ((uint32_t)j * 0x9e37u & 0xffffu);
+                    if (j % 5 == 0)
+                        u = ((hi + (uint32_t)j) << 16) | 0x8000u; /* exactly half way */
+                    memcpy(&x[j], &u, 4);
+                }
+                uint16_t got[N];
+                v->store_bf16(got, x, N);
+                for (int j = 0; j < N; j++)
+                    bad += got[j] != dtype_f32_to_bf16(x[j]);
+            }
+            CHECK_MSG(bad == 0, "%s: store_bf16 differs from dtype_f32_to_bf16 on %d values", v->name, bad);
+        }
     }
 }
 
@@ -567,6 +639,7 @@ int main(void)
     TEST_RUN(test_to_bf16);
     TEST_RUN(test_exp);
     TEST_RUN(test_swiglu);
+    TEST_RUN(test_elementwise);
     TEST_RUN(test_attn_update);
     TEST_RUN(test_backend_matmuls);
     TEST_RUN(test_attn_prep_fused);

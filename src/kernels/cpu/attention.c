@@ -328,7 +328,8 @@ void cpu_attention(struct backend *be, float *out, const float *q, const struct 
 /* ------------------------------------------------------------------ KV write */
 
 /* One token's K and V rows, all KV heads, into its slot. */
-static void kvw_token(struct kv_store *kv, int layer, int64_t slot, const float *k, const float *v)
+static void kvw_token(const struct cpu_variant *cv, struct kv_store *kv, int layer, int64_t slot, const float *k,
+                      const float *v)
 {
     int hd = kv->head_dim, bs = kv->block_size;
     int blk = (int)(slot / bs), off = (int)(slot % bs);
@@ -339,15 +340,16 @@ static void kvw_token(struct kv_store *kv, int layer, int64_t slot, const float 
             if (kv->dtype == KV_DTYPE_F32)
                 memcpy((float *)dst + (int64_t)off * hd, src, (size_t)hd * sizeof(float));
             else
-                dtype_f32_to_bf16_n((uint16_t *)dst + (int64_t)off * hd, src, (size_t)hd);
+                cpu_store_bf16(cv, (uint16_t *)dst + (int64_t)off * hd, src, hd);
         }
     }
 }
 
 struct kvw_task {
+    const struct cpu_variant *v;
     struct kv_store *kv;
     const struct batch *b;
-    const float *k, *v;
+    const float *k, *vv;
     int layer;
 };
 
@@ -356,14 +358,14 @@ static void kvw_run(void *ctx, int t, int thread)
     (void)thread;
     const struct kvw_task *c = ctx;
     int64_t row = (int64_t)c->kv->n_kv_heads * c->kv->head_dim;
-    kvw_token(c->kv, c->layer, c->b->slots[t], c->k + t * row, c->v + t * row);
+    kvw_token(c->v, c->kv, c->layer, c->b->slots[t], c->k + t * row, c->vv + t * row);
 }
 
 void cpu_kv_write(struct backend *be, struct kv_store *kv, int layer, const struct batch *b, const float *k,
                   const float *v)
 {
     struct cpu_backend *cb = be->impl;
-    struct kvw_task c = {.kv = kv, .b = b, .k = k, .v = v, .layer = layer};
+    struct kvw_task c = {.v = cb->v, .kv = kv, .b = b, .k = k, .vv = v, .layer = layer};
     threadpool_run(&cb->pool, kvw_run, &c, b->n_tok);
 }
 
@@ -385,14 +387,8 @@ static void prep_row(const struct cpu_variant *v, float *x, const float *w, floa
 {
     float ss = cpu_dot_f32(v, x, x, hd);
     float inv = 1.0f / sqrtf(ss / (float)hd + eps);
-    for (int i = 0; i < hd; i++)
-        x[i] = w[i] * (x[i] * inv);
-    int half = hd / 2;
-    for (int i = 0; i < half; i++) {
-        float x1 = x[i], x2 = x[i + half], co = cs[2 * i], si = cs[2 * i + 1];
-        x[i] = x1 * co - x2 * si;
-        x[i + half] = x2 * co + x1 * si;
-    }
+    cpu_norm_scale(v, x, x, w, inv, hd);
+    cpu_rope_head(v, x, cs, hd);
 }
 
 static void prep_run(void *ctx, int task, int thread)
@@ -407,7 +403,7 @@ static void prep_run(void *ctx, int task, int thread)
             prep_row(c->v, c->q + ((int64_t)t * c->n_heads + h) * hd, c->q_norm, c->eps, cs, hd);
         for (int h = 0; h < nkv; h++)
             prep_row(c->v, c->k + ((int64_t)t * nkv + h) * hd, c->k_norm, c->eps, cs, hd);
-        kvw_token(c->kv, c->layer, c->b->slots[t], c->k + (int64_t)t * nkv * hd, c->vv + (int64_t)t * nkv * hd);
+        kvw_token(c->v, c->kv, c->layer, c->b->slots[t], c->k + (int64_t)t * nkv * hd, c->vv + (int64_t)t * nkv * hd);
     }
 }
 

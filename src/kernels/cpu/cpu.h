@@ -5,6 +5,7 @@
 #include "base/threadpool.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/variant.h"
+#include "model/dtype.h"
 
 /* Attention scratch per thread: query rows of one task (a block of tokens times the
  * query heads of one KV head) and one tile of K scores and V rows. */
@@ -39,6 +40,43 @@ static inline float cpu_dot_f32(const struct cpu_variant *v, const float *a, con
     float y;
     v->gemm_f32(&y, 1, a, n, b, n, 1, 1, n);
     return y;
+}
+
+/* y[i] = w[i] * (x[i] * s): RMSNorm's scaling, the product with s rounded first. */
+static inline void cpu_norm_scale(const struct cpu_variant *v, float *y, const float *x, const float *w, float s,
+                                  int n)
+{
+    if (v->norm_scale) {
+        v->norm_scale(y, x, w, s, n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        y[i] = w[i] * (x[i] * s);
+}
+
+/* RoPE on one head (halves rotated): x[i], x[i + hd/2] by the angle whose cosine and
+ * sine are cs[2i], cs[2i + 1]. */
+static inline void cpu_rope_head(const struct cpu_variant *v, float *x, const float *cs, int hd)
+{
+    if (v->rope) {
+        v->rope(x, cs, hd);
+        return;
+    }
+    int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        float x1 = x[i], x2 = x[i + half], co = cs[2 * i], si = cs[2 * i + 1];
+        x[i] = x1 * co - x2 * si;
+        x[i + half] = x2 * co + x1 * si;
+    }
+}
+
+/* dst[i] = dtype_f32_to_bf16(src[i]): round to nearest even, NaN kept a NaN. */
+static inline void cpu_store_bf16(const struct cpu_variant *v, uint16_t *dst, const float *src, int64_t n)
+{
+    if (v->store_bf16)
+        v->store_bf16(dst, src, n);
+    else
+        dtype_f32_to_bf16_n(dst, src, (size_t)n);
 }
 
 void cpu_attention(struct backend *be, float *out, const float *q, const struct batch *b, const struct kv_store *kv,

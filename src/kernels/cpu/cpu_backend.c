@@ -22,6 +22,10 @@ static struct cpu_backend *cpu_of(struct backend *be) { return be->impl; }
 #define MM_MB 48
 #define MM_NB 64
 #define MM_NB_MAX 512
+/* Small blocks: a thread that finishes its own run early takes the rest of another's
+ * a block at a time, so the last block bounds how long it waits (two cores here run
+ * a few percent apart; with 8 blocks per thread the QKV launch lost ~45 us a layer). */
+#define MM_BLOCKS_PER_THREAD 32
 #define MM_CHUNK 64 /* columns per epilogue chunk */
 /* The bf16 activations' rows are padded by 64 bytes: with k = 2048 they would be 4 KiB
  * apart, and the six rows a tile reads would share one L1 set (156 -> 218 GFLOP/s
@@ -220,16 +224,19 @@ static void mm_launch(struct backend *be, struct mm_plan *p)
         char err[HR_ERRLEN];
         enum hr_status st = cpu_reserve(be, rows, k, err, sizeof err);
         HR_ASSERT(st == HR_OK); /* sized at start-up by reserve */
-        /* about 64K elements a task */
+        /* about 64K elements a task, and every thread a share (x was just written by
+         * all of them: one thread alone waits on the others' caches) */
         int per = (1 << 16) / k > 1 ? (1 << 16) / k : 1;
+        int even = (rows + c->pool.n_threads - 1) / c->pool.n_threads;
+        per = per < even ? per : even;
         struct mm_cvt cv = {.v = c->v, .dst = c->xb, .src = p->x, .rows = rows, .k = k, .per_task = per};
         threadpool_run(&c->pool, mm_cvt_run, &cv, (rows + per - 1) / per);
         p->xb = c->xb;
     }
     if (max_m <= MM_SMALL_M) {
-        /* about eight blocks per thread, in whole 8-column tiles */
+        /* about MM_BLOCKS_PER_THREAD blocks per thread, in whole 8-column tiles */
         int nt = c->pool.n_threads;
-        int64_t nb = (cols + 8 * nt - 1) / (8 * nt);
+        int64_t nb = (cols + MM_BLOCKS_PER_THREAD * nt - 1) / (MM_BLOCKS_PER_THREAD * nt);
         nb = (nb + 7) / 8 * 8;
         p->nb = (int)(nb < 32 ? 32 : nb > MM_NB_MAX ? MM_NB_MAX : nb);
     } else {
@@ -321,8 +328,7 @@ static void rmsnorm_run(void *ctx, int t, int thread)
         float *y = c->y + (int64_t)r * c->dim;
         float ss = cpu_dot_f32(c->v, x, x, c->dim);
         float inv = 1.0f / sqrtf(ss / (float)c->dim + c->eps);
-        for (int i = 0; i < c->dim; i++)
-            y[i] = c->w[i] * (x[i] * inv);
+        cpu_norm_scale(c->v, y, x, c->w, inv, c->dim);
     }
 }
 
@@ -345,6 +351,7 @@ static void cpu_rmsnorm(struct backend *be, float *y, const float *x, const floa
 /* ------------------------------------------------------------------ rope */
 
 struct rope_task {
+    const struct cpu_variant *v;
     float *x;
     const float *cs;
     int n_tok, n_heads, head_dim, per_task;
@@ -358,20 +365,14 @@ static void rope_run(void *ctx, int task, int thread)
     int t1 = (task + 1) * c->per_task < c->n_tok ? (task + 1) * c->per_task : c->n_tok;
     for (int t = task * c->per_task; t < t1; t++) {
         const float *cs = c->cs + (int64_t)t * half * 2;
-        for (int h = 0; h < c->n_heads; h++) {
-            float *x = c->x + ((int64_t)t * c->n_heads + h) * c->head_dim;
-            for (int i = 0; i < half; i++) {
-                float x1 = x[i], x2 = x[i + half], co = cs[2 * i], si = cs[2 * i + 1];
-                x[i] = x1 * co - x2 * si;
-                x[i + half] = x2 * co + x1 * si;
-            }
-        }
+        for (int h = 0; h < c->n_heads; h++)
+            cpu_rope_head(c->v, c->x + ((int64_t)t * c->n_heads + h) * c->head_dim, cs, c->head_dim);
     }
 }
 
 static void cpu_rope(struct backend *be, float *x, int n_tok, int n_heads, int head_dim, const float *cos_sin)
 {
-    struct rope_task c = {.x = x, .cs = cos_sin, .n_tok = n_tok, .n_heads = n_heads, .head_dim = head_dim};
+    struct rope_task c = {.v = cpu_of(be)->v, .x = x, .cs = cos_sin, .n_tok = n_tok, .n_heads = n_heads, .head_dim = head_dim};
     c.per_task = rows_per_task(n_tok, n_heads * head_dim, be->n_threads);
     threadpool_run(&cpu_of(be)->pool, rope_run, &c, (n_tok + c.per_task - 1) / c.per_task);
 }

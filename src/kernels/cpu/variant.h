@@ -46,6 +46,12 @@ struct cpu_variant {
     void (*widen_bf16)(float *dst, const uint16_t *src, int64_t n);
     /* y[i] = exp(x[i]) with the variant's exp (tests measure it). */
     void (*exp)(float *y, const float *x, int64_t n);
+    /* Elementwise routines whose bits every implementation shares (each element one
+     * fixed sequence of IEEE operations); vectors only save time.  NULL: plain C
+     * (cpu.h's cpu_norm_scale, cpu_rope_head, cpu_store_bf16). */
+    void (*norm_scale)(float *y, const float *x, const float *w, float s, int64_t n);
+    void (*rope)(float *x, const float *cs, int hd);
+    void (*store_bf16)(uint16_t *dst, const float *src, int64_t n);
 };
 
 /* Positions per attention tile: a constant of the algorithm, never of the batch. */

@@ -73,6 +73,52 @@ void cpu_avx512_swiglu(float *out, const float *g, const float *u, int64_t n)
     }
 }
 
+/* ------------------------------------------------------------------ elementwise */
+
+void cpu_avx512_norm_scale(float *y, const float *x, const float *w, float s, int64_t n)
+{
+    __m512 sv = _mm512_set1_ps(s);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sv));
+        _mm512_mask_storeu_ps(y + i, m, v);
+    }
+}
+
+void cpu_avx512_rope(float *x, const float *cs, int hd)
+{
+    int half = hd / 2;
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int i = 0; i < half; i += 16) {
+        int left = half - i;
+        __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+        __mmask16 m0 = left >= 8 ? (__mmask16)0xffff : (__mmask16)((1u << (2 * left)) - 1u);
+        __mmask16 m1 = left >= 16 ? (__mmask16)0xffff : left > 8 ? (__mmask16)((1u << (2 * (left - 8))) - 1u) : 0;
+        __m512 c0 = _mm512_maskz_loadu_ps(m0, cs + 2 * i), c1 = _mm512_maskz_loadu_ps(m1, cs + 2 * i + 16);
+        __m512 co = _mm512_permutex2var_ps(c0, even, c1), si = _mm512_permutex2var_ps(c0, odd, c1);
+        __m512 x1 = _mm512_maskz_loadu_ps(m, x + i), x2 = _mm512_maskz_loadu_ps(m, x + i + half);
+        _mm512_mask_storeu_ps(x + i, m, _mm512_sub_ps(_mm512_mul_ps(x1, co), _mm512_mul_ps(x2, si)));
+        _mm512_mask_storeu_ps(x + i + half, m, _mm512_add_ps(_mm512_mul_ps(x2, co), _mm512_mul_ps(x1, si)));
+    }
+}
+
+/* dtype_f32_to_bf16's integer rounding, sixteen lanes at a time. */
+void cpu_avx512_store_bf16(uint16_t *dst, const float *src, int64_t n)
+{
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
+        __m512i hi = _mm512_srli_epi32(u, 16);
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(hi, one))), 16);
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, quiet));
+        _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(r));
+    }
+}
+
 /* Sum of 16 lanes by the GEMM's tree (gemm_avx512.c). */
 static inline float a512_sum16(__m512 v)
 {
