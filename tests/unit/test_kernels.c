@@ -4,7 +4,7 @@
  *   values agree with a float64 reference;
  * - exp: within a few ulp of libm's double exp, exact at 0, the right limits;
  * - SwiGLU and the attention tile update against float64 references; the
- *   elementwise routines (norm scaling, RoPE, bf16 stores) equal their C definitions;
+ *   elementwise routines (norm scaling, add, RoPE, bf16 stores) equal their C definitions;
  * - the backend's matmul family: fused forms equal the plain ones bitwise, a row's
  *   result does not depend on the other rows or the thread count;
  * - the thread pool runs every task exactly once, with valid thread indices. */
@@ -286,6 +286,13 @@ static void test_elementwise(void)
                 memset(y, 0, sizeof y);
                 v->norm_scale(y, x, w, 0.37f, n);
                 CHECK_MSG(!memcmp(y, want, sizeof(float) * n) && y[n] == 0.0f, "%s: norm_scale n=%d", v->name, n);
+            }
+            if (v->add) {
+                for (int j = 0; j < n; j++)
+                    want[j] = w[j] + x[j];
+                memcpy(y, w, sizeof(float) * (n + 1));
+                v->add(y, x, n);
+                CHECK_MSG(!memcmp(y, want, sizeof(float) * n) && !memcmp(&y[n], &w[n], 4), "%s: add n=%d", v->name, n);
             }
             if (v->store_bf16) {
                 uint16_t got[N];

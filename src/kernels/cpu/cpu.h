@@ -54,6 +54,17 @@ static inline void cpu_norm_scale(const struct cpu_variant *v, float *y, const f
         y[i] = w[i] * (x[i] * s);
 }
 
+/* y[i] = y[i] + x[i]. */
+static inline void cpu_add_f32(const struct cpu_variant *v, float *y, const float *x, int64_t n)
+{
+    if (v->add) {
+        v->add(y, x, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        y[i] = y[i] + x[i];
+}
+
 /* RoPE on one head (halves rotated): x[i], x[i + hd/2] by the angle whose cosine and
  * sine are cs[2i], cs[2i + 1]. */
 static inline void cpu_rope_head(const struct cpu_variant *v, float *x, const float *cs, int hd)

@@ -142,8 +142,7 @@ static void mm_run(void *ctx, int t, int thread)
             for (int i = 0; i < rr; i++) {
                 float *yr = y + (r0 + i) * ldy + c0;
                 if (p->epi == MM_ADD) {
-                    for (int j = 0; j < cc; j++)
-                        yr[j] = yr[j] + a[i * cc + j];
+                    cpu_add_f32(p->v, yr, a + i * cc, cc);
                 } else {
                     p->v->swiglu(yr, a + i * cc, b + i * cc, cc);
                 }
@@ -432,13 +431,12 @@ static void add_run(void *ctx, int t, int thread)
     (void)thread;
     const struct ew_task *c = ctx;
     int64_t i0 = (int64_t)t * EW_CHUNK, i1 = c->n - i0 < EW_CHUNK ? c->n : i0 + EW_CHUNK;
-    for (int64_t i = i0; i < i1; i++)
-        c->out[i] = c->out[i] + c->a[i];
+    cpu_add_f32(c->v, c->out + i0, c->a + i0, i1 - i0);
 }
 
 static void cpu_add(struct backend *be, float *y, const float *x, int64_t n)
 {
-    struct ew_task c = {.out = y, .a = x, .n = n};
+    struct ew_task c = {.v = cpu_of(be)->v, .out = y, .a = x, .n = n};
     threadpool_run(&cpu_of(be)->pool, add_run, &c, (int)((n + EW_CHUNK - 1) / EW_CHUNK));
 }
 

@@ -31,7 +31,7 @@ const struct cpu_variant cpu_variant_avx2 = {
     .swiglu = cpu_avx512_swiglu, .attn_update = cpu_avx512_attn_update,                                         \
     .attn_update_rows = cpu_avx512_attn_update_rows, .attn_update_rows_bf16 = cpu_avx512_attn_update_rows_bf16, \
     .exp = cpu_avx512_exp, .widen_bf16 = cpu_avx512_widen_bf16, .norm_scale = cpu_avx512_norm_scale,         \
-    .rope = cpu_avx512_rope, .store_bf16 = cpu_avx512_store_bf16
+    .add = cpu_avx512_add, .rope = cpu_avx512_rope, .store_bf16 = cpu_avx512_store_bf16
 
 const struct cpu_variant cpu_variant_avx512 = {
     .name = "avx512",

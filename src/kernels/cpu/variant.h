@@ -48,8 +48,9 @@ struct cpu_variant {
     void (*exp)(float *y, const float *x, int64_t n);
     /* Elementwise routines whose bits every implementation shares (each element one
      * fixed sequence of IEEE operations); vectors only save time.  NULL: plain C
-     * (cpu.h's cpu_norm_scale, cpu_rope_head, cpu_store_bf16). */
+     * (cpu.h's cpu_norm_scale, cpu_add_f32, cpu_rope_head, cpu_store_bf16). */
     void (*norm_scale)(float *y, const float *x, const float *w, float s, int64_t n);
+    void (*add)(float *y, const float *x, int64_t n); /* y[i] = y[i] + x[i] */
     void (*rope)(float *x, const float *cs, int hd);
     void (*store_bf16)(uint16_t *dst, const float *src, int64_t n);
 };

@@ -43,6 +43,7 @@ void cpu_avx512_attn_update(float *m, float *l, float *acc, float *s, int n, flo
 void cpu_avx512_attn_update_rows(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
                                  const float *v, int hd);
 void cpu_avx512_norm_scale(float *y, const float *x, const float *w, float s, int64_t n);
+void cpu_avx512_add(float *y, const float *x, int64_t n);
 void cpu_avx512_rope(float *x, const float *cs, int hd);
 void cpu_avx512_store_bf16(uint16_t *dst, const float *src, int64_t n);
 void cpu_avx512_attn_update_rows_bf16(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,

@@ -85,6 +85,14 @@ void cpu_avx512_norm_scale(float *y, const float *x, const float *w, float s, in
     }
 }
 
+void cpu_avx512_add(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), _mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
 void cpu_avx512_rope(float *x, const float *cs, int hd)
 {
     int half = hd / 2;
