@@ -143,6 +143,23 @@ static void check_bf16_as_f32(const struct cpu_variant *v)
         v->gemm_bf16(y1, N, x, K, w, K, m, N, K);
         v->gemm_f32(y2, N, x, K, wf, K, m, N, K);
         CHECK_MSG(!memcmp(y1, y2, sizeof(float) * m * N), "%s: gemm_bf16 differs from widened gemm_f32", v->name);
+        /* the attention-score forms prefetch elsewhere and change no bit */
+        if (v->scores_bf16) {
+            memset(y1, 0, sizeof y1);
+            memset(y2, 0, sizeof y2);
+            v->gemm_bf16(y1, N, x, K, w, K, m, N - 4, K);
+            v->scores_bf16(y2, N, x, K, w, K, m, N - 4, K, 4 * K * (ptrdiff_t)sizeof *w);
+            CHECK_MSG(!memcmp(y1, y2, sizeof(float) * m * N), "%s: scores_bf16 differs from gemm_bf16", v->name);
+        }
+        if (v->scores_bb) {
+            uint16_t xb[M * K];
+            v->to_bf16(xb, x, M * K);
+            memset(y1, 0, sizeof y1);
+            memset(y2, 0, sizeof y2);
+            v->gemm_bb(y1, N, xb, K, w, K, m, N - 4, K);
+            v->scores_bb(y2, N, xb, K, w, K, m, N - 4, K, 4 * K * (ptrdiff_t)sizeof *w);
+            CHECK_MSG(!memcmp(y1, y2, sizeof(float) * m * N), "%s: scores_bb differs from gemm_bb", v->name);
+        }
     }
 }
 
@@ -410,9 +427,14 @@ static void test_attn_update(void)
         memcpy(m3, m1, sizeof m1), memcpy(l3, l1, sizeof l1), memcpy(a3, a1, sizeof a1);
         memcpy(m4, m1, sizeof m1), memcpy(l4, l1, sizeof l1), memcpy(a4, a1, sizeof a1);
         vs[i]->attn_update_rows(m3, l3, a3, ss, nn, R, scale, vrev, HD2);
-        vs[i]->attn_update_rows_bf16(m4, l4, a4, ss, nn, R, scale, vrows, HD2);
+        vs[i]->attn_update_rows_bf16(m4, l4, a4, ss, nn, R, scale, vrows, HD2, 0);
         CHECK_MSG(!memcmp(m3, m4, sizeof m3) && !memcmp(l3, l4, sizeof l3) && !memcmp(a3, a4, sizeof a3),
                   "%s: attn_update_rows_bf16 differs from widening first", vs[i]->name);
+        /* prefetching the rows one further on (inside vb) changes no bit */
+        memcpy(m4, m1, sizeof m1), memcpy(l4, l1, sizeof l1), memcpy(a4, a1, sizeof a1);
+        vs[i]->attn_update_rows_bf16(m4, l4, a4, ss, nn, R, scale, vrows, HD2, -HD2 * (ptrdiff_t)sizeof *vb);
+        CHECK_MSG(!memcmp(m3, m4, sizeof m3) && !memcmp(l3, l4, sizeof l3) && !memcmp(a3, a4, sizeof a3),
+                  "%s: attn_update_rows_bf16 depends on its prefetch", vs[i]->name);
     }
 }
 

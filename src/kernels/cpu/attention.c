@@ -74,6 +74,24 @@ static void attn_gather(const struct attn_task *c, const struct batch_row *r, in
     }
 }
 
+/* Bytes from K (or V) of positions [p, p + n) to those of the next tile's positions
+ * [p + CPU_ATTN_TILE, ...) when those exist (up to last) and both runs lie in one
+ * block each (always when blocks hold a multiple of CPU_ATTN_TILE tokens); else 0.
+ * The walks prefetch that far ahead while they read: the next tile's K and V come in
+ * at the pace this one's are used (K ~10%, V ~10% of the step's attention; bursts of
+ * prefetches, or a whole tile at once, only got in the way). */
+static ptrdiff_t attn_ahead(const struct kv_store *kv, const struct batch_row *r, int layer, int p, int n, int last)
+{
+    int bs = kv->block_size, q = p + CPU_ATTN_TILE;
+    if (q > last || p % bs + n > bs || q % bs + n > bs)
+        return 0;
+    const char *a = (const char *)kv_store_head(kv, r->block_table[p / bs], layer, 0, 0) +
+                    (size_t)(p % bs) * kv->head_dim * kv->elem_size;
+    const char *b = (const char *)kv_store_head(kv, r->block_table[q / bs], layer, 0, 0) +
+                    (size_t)(q % bs) * kv->head_dim * kv->elem_size;
+    return b - a;
+}
+
 /* Scores straight from a bf16 store, no widening: by the bf16-weight GEMM from f32
  * query rows (q), or, in a compute-bf16 variant, by the bf16 GEMM from query rows
  * rounded to bf16 (qb != NULL; every path of that variant scores this way).  V rows
@@ -81,7 +99,7 @@ static void attn_gather(const struct attn_task *c, const struct batch_row *r, in
  * exact, so the f32 route gives the bits of the widened tile (test_kernels checks that
  * gemm_bf16 equals gemm_f32 over widened rows). */
 static void attn_direct(const struct attn_task *c, const struct batch_row *r, int kvh, const float *q,
-                        const uint16_t *qb, int rows, int p0, int n, float *s, const uint16_t **vrows)
+                        const uint16_t *qb, int rows, int p0, int n, int last, float *s, const uint16_t **vrows)
 {
     const struct kv_store *kv = c->kv;
     int hd = kv->head_dim;
@@ -90,8 +108,13 @@ static void attn_direct(const struct attn_task *c, const struct batch_row *r, in
         run = attn_span(kv, r, p0 + j, n - j, &blk, &off);
         const uint16_t *k = (const uint16_t *)kv_store_head(kv, blk, c->layer, 0, kvh) + (int64_t)off * hd;
         const uint16_t *v = (const uint16_t *)kv_store_head(kv, blk, c->layer, 1, kvh) + (int64_t)off * hd;
-        if (qb)
+        ptrdiff_t ahead = attn_ahead(kv, r, c->layer, p0 + j, run, last);
+        if (qb && c->v->scores_bb)
+            c->v->scores_bb(s + j, CPU_ATTN_TILE, qb, hd, k, hd, rows, run, hd, ahead);
+        else if (qb)
             c->v->gemm_bb(s + j, CPU_ATTN_TILE, qb, hd, k, hd, rows, run, hd);
+        else if (c->v->scores_bf16)
+            c->v->scores_bf16(s + j, CPU_ATTN_TILE, q, hd, k, hd, rows, run, hd, ahead);
         else
             c->v->gemm_bf16(s + j, CPU_ATTN_TILE, q, hd, k, hd, rows, run, hd);
         if (vrows)
@@ -165,10 +188,10 @@ static void attn_finish(const struct attn_task *c, const struct cpu_attn_scratch
 
 /* Decode batches of many rows: a task takes one row's token(s) with every KV head.
  * Per tile it scores every head (a block's K of one layer is one run of memory), then
- * updates every head (its V, the next run).  The hardware prefetcher follows such runs
- * (software prefetch only got in its way: measured), and they are read much faster
- * than one head's scattered 4 KB pieces.  Each head performs exactly the operations
- * of attn_run's direct walk. */
+ * updates every head (its V, the next run): runs are read much faster than one head's
+ * scattered 4 KB pieces, and as each row of K and V is read, the same row of the next
+ * tile is asked for (attn_ahead).  Each head performs exactly the operations of
+ * attn_run's direct walk. */
 static void attn_run_rows(void *ctx, int task, int thread)
 {
     const struct attn_task *c = ctx;
@@ -198,13 +221,14 @@ static void attn_run_rows(void *ctx, int task, int thread)
         for (int h = 0; h < n_kv; h++) {
             int i = h * rows + i0;
             attn_direct(c, r, h, sc->q + (int64_t)i * hd, bb ? sc->qb + (int64_t)i * hd : NULL, rows - i0, p0, n,
-                        sc->s + (int64_t)i * CPU_ATTN_TILE, vrows[h]);
+                        pos_last, sc->s + (int64_t)i * CPU_ATTN_TILE, vrows[h]);
         }
+        ptrdiff_t ahead = attn_ahead(c->kv, r, c->layer, p0, n, pos_last);
         for (int h = 0; h < n_kv; h++) {
             int i = h * rows + i0;
             c->v->attn_update_rows_bf16(sc->m + i, sc->l + i, sc->acc + (int64_t)i * hd,
                                         sc->s + (int64_t)i * CPU_ATTN_TILE, sc->n + i0, rows - i0, c->scale, vrows[h],
-                                        hd);
+                                        hd, ahead);
         }
     }
     attn_finish(c, sc, t0, 0, rows, rows * n_kv);
@@ -251,16 +275,16 @@ static void attn_run(void *ctx, int task, int thread)
         const uint16_t *qb = bb ? sc->qb + (int64_t)i0 * hd : NULL;
         if (direct) {
             const uint16_t *vrows[CPU_ATTN_TILE];
-            attn_direct(c, r, kvh, sc->q + (int64_t)i0 * hd, qb, rows - i0, p0, n, sc->s + (int64_t)i0 * CPU_ATTN_TILE,
-                        vrows);
+            attn_direct(c, r, kvh, sc->q + (int64_t)i0 * hd, qb, rows - i0, p0, n, pos_last,
+                        sc->s + (int64_t)i0 * CPU_ATTN_TILE, vrows);
             c->v->attn_update_rows_bf16(sc->m + i0, sc->l + i0, sc->acc + (int64_t)i0 * hd,
                                         sc->s + (int64_t)i0 * CPU_ATTN_TILE, sc->n + i0, rows - i0, c->scale, vrows,
-                                        hd);
+                                        hd, attn_ahead(c->kv, r, c->layer, p0, n, pos_last));
             continue;
         }
         /* K and V of the tile widened once for every row; scores by the f32 GEMM */
         if (bb) {
-            attn_direct(c, r, kvh, NULL, qb, rows - i0, p0, n, sc->s + (int64_t)i0 * CPU_ATTN_TILE, NULL);
+            attn_direct(c, r, kvh, NULL, qb, rows - i0, p0, n, pos_last, sc->s + (int64_t)i0 * CPU_ATTN_TILE, NULL);
         } else {
             attn_gather(c, r, kvh, 0, p0, n, sc->k);
             c->v->gemm_f32(sc->s + (int64_t)i0 * CPU_ATTN_TILE, CPU_ATTN_TILE, sc->q + (int64_t)i0 * hd, hd, sc->k,

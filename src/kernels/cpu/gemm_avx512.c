@@ -10,6 +10,7 @@
  * Columns beyond n in a partial tile re-read the last valid weight row and are not
  * stored: the duplicates are computed and thrown away, which changes nothing. */
 #include <immintrin.h>
+#include <stddef.h>
 
 #include "kernels/cpu/tree_avx512.h"
 #include "kernels/cpu/variant.h"
@@ -80,8 +81,9 @@ static inline __m512 a512_w_f16_m(const uint16_t *p, __mmask16 m)
                             a512_reduce4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]), nst - j);     \
     }                                                                                                           \
                                                                                                                 \
-    void cpu_avx512_gemm_##S(float *y, int64_t ldy, const float *x, int64_t ldx, const WT *w, int64_t ldw,      \
-                             int m, int n, int k)                                                               \
+    /* ahead != 0: prefetch w's rows that many bytes further on instead of the next tile's */                \
+    static inline void a512_gemm_##S(float *y, int64_t ldy, const float *x, int64_t ldx, const WT *w,            \
+                                     int64_t ldw, int m, int n, int k, ptrdiff_t ahead)                         \
     {                                                                                                           \
         if (m <= 2) {                                                                                           \
             /* decode: 8 columns per tile, the weights stream once */                                           \
@@ -92,6 +94,8 @@ static inline __m512 a512_w_f16_m(const uint16_t *p, __mmask16 m)
                 int nst = n - j < 8 ? n - j : 8;                                                                \
                 /* rows stored back to back: prefetch the next tile's bytes while this one streams */           \
                 uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 8) * (uintptr_t)ldw * sizeof(WT) : 0;  \
+                if (ahead)                                                                                      \
+                    pf = (uintptr_t)(w + (int64_t)j * ldw) + (uintptr_t)ahead;                                  \
                 if (m == 2)                                                                                     \
                     a512_tile_##S(y + j, ldy, x, ldx, wr, k, 2, 8, nst, pf, 0, 1);                                    \
                 else                                                                                            \
@@ -108,6 +112,8 @@ static inline __m512 a512_w_f16_m(const uint16_t *p, __mmask16 m)
             int nst = n - j < 4 ? n - j : 4;                                                                    \
             /* two column tiles ahead: one tile's pass is too short to cover the latency */                   \
             uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 8) * (uintptr_t)ldw * sizeof(WT) : 0;      \
+            if (ahead)                                                                                          \
+                pf = (uintptr_t)(w + (int64_t)j * ldw) + (uintptr_t)ahead;                                      \
             /* rows in ceil(m / 6) tiles as even as possible (32 = 6+6+5+5+5+5, 8 = 4+4) */                  \
             int n_rt = (m + A512_MR - 1) / A512_MR;                                                             \
             for (int t = 0, i = 0; t < n_rt; t++) {                                                             \
@@ -125,8 +131,20 @@ static inline __m512 a512_w_f16_m(const uint16_t *p, __mmask16 m)
                 }                                                                                               \
             }                                                                                                   \
         }                                                                                                       \
+    }                                                                                                           \
+                                                                                                                \
+    void cpu_avx512_gemm_##S(float *y, int64_t ldy, const float *x, int64_t ldx, const WT *w, int64_t ldw,      \
+                             int m, int n, int k)                                                               \
+    {                                                                                                           \
+        a512_gemm_##S(y, ldy, x, ldx, w, ldw, m, n, k, 0);                                                      \
     }
 
 A512_TILE(f32, float, a512_w_f32, a512_w_f32_m)
 A512_TILE(bf16, uint16_t, a512_w_bf16, a512_w_bf16_m)
 A512_TILE(f16, uint16_t, a512_w_f16, a512_w_f16_m)
+
+void cpu_avx512_scores_bf16(float *y, int64_t ldy, const float *x, int64_t ldx, const uint16_t *w, int64_t ldw, int m,
+                            int n, int k, ptrdiff_t ahead)
+{
+    a512_gemm_bf16(y, ldy, x, ldx, w, ldw, m, n, k, ahead);
+}

@@ -5,6 +5,7 @@
  * loads, then the fixed tree of gemm_avx512.c.  Tiles interleave independent
  * elements only, so every tile shape gives the bits of a lone dot product. */
 #include <immintrin.h>
+#include <stddef.h>
 
 #include "kernels/cpu/tree_avx512.h"
 #include "kernels/cpu/variant_impl.h"
@@ -58,8 +59,9 @@ static inline __attribute__((always_inline)) void bb_tile(float *y, int64_t ldy,
             a512_store4(y + i * ldy + j, a512_reduce4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]), nst - j);
 }
 
-void cpu_avx512bf16_gemm_bb(float *y, int64_t ldy, const uint16_t *x, int64_t ldx, const uint16_t *w, int64_t ldw,
-                            int m, int n, int k)
+/* ahead != 0: prefetch w's rows that many bytes further on instead of the next tile's. */
+static void bb_gemm(float *y, int64_t ldy, const uint16_t *x, int64_t ldx, const uint16_t *w, int64_t ldw, int m,
+                    int n, int k, ptrdiff_t ahead)
 {
     if (m <= 2) {
         for (int j = 0; j < n; j += 8) {
@@ -68,6 +70,8 @@ void cpu_avx512bf16_gemm_bb(float *y, int64_t ldy, const uint16_t *x, int64_t ld
                 wr[jj] = w + (int64_t)(j + jj < n ? j + jj : n - 1) * ldw;
             int nst = n - j < 8 ? n - j : 8;
             uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 8) * (uintptr_t)ldw * 2 : 0;
+            if (ahead)
+                pf = (uintptr_t)(w + (int64_t)j * ldw) + (uintptr_t)ahead;
             if (m == 2)
                 bb_tile(y + j, ldy, x, ldx, wr, k, 2, 8, nst, pf, 0, 1);
             else
@@ -82,6 +86,8 @@ void cpu_avx512bf16_gemm_bb(float *y, int64_t ldy, const uint16_t *x, int64_t ld
         int nst = n - j < 4 ? n - j : 4;
         /* two column tiles ahead: one tile's pass is too short to cover the latency */
         uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 2 * 4) * (uintptr_t)ldw * 2 : 0;
+        if (ahead)
+            pf = (uintptr_t)(w + (int64_t)j * ldw) + (uintptr_t)ahead;
         /* rows in ceil(m / 6) tiles as even as possible (32 = 6+6+5+5+5+5, 8 = 4+4) */
         int n_rt = (m + BB_MR - 1) / BB_MR;
         for (int t = 0, i = 0; t < n_rt; t++) {
@@ -99,6 +105,18 @@ void cpu_avx512bf16_gemm_bb(float *y, int64_t ldy, const uint16_t *x, int64_t ld
             }
         }
     }
+}
+
+void cpu_avx512bf16_gemm_bb(float *y, int64_t ldy, const uint16_t *x, int64_t ldx, const uint16_t *w, int64_t ldw,
+                            int m, int n, int k)
+{
+    bb_gemm(y, ldy, x, ldx, w, ldw, m, n, k, 0);
+}
+
+void cpu_avx512bf16_scores_bb(float *y, int64_t ldy, const uint16_t *x, int64_t ldx, const uint16_t *w,
+                              int64_t ldw, int m, int n, int k, ptrdiff_t ahead)
+{
+    bb_gemm(y, ldy, x, ldx, w, ldw, m, n, k, ahead);
 }
 
 /* Round to nearest even (VCVTNEPS2BF16). */

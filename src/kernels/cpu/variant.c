@@ -30,6 +30,7 @@ const struct cpu_variant cpu_variant_avx2 = {
     .gemm_f32 = cpu_avx512_gemm_f32, .gemm_bf16 = cpu_avx512_gemm_bf16, .gemm_f16 = cpu_avx512_gemm_f16,         \
     .swiglu = cpu_avx512_swiglu, .attn_update = cpu_avx512_attn_update,                                         \
     .attn_update_rows = cpu_avx512_attn_update_rows, .attn_update_rows_bf16 = cpu_avx512_attn_update_rows_bf16, \
+    .scores_bf16 = cpu_avx512_scores_bf16,                                                                      \
     .exp = cpu_avx512_exp, .widen_bf16 = cpu_avx512_widen_bf16, .norm_scale = cpu_avx512_norm_scale,         \
     .add = cpu_avx512_add, .rope = cpu_avx512_rope, .store_bf16 = cpu_avx512_store_bf16
 
@@ -45,5 +46,6 @@ const struct cpu_variant cpu_variant_avx512bf16 = {
     .name = "avx512bf16",
     CPU_VARIANT_AVX512_ROUTINES,
     .gemm_bb = cpu_avx512bf16_gemm_bb,
+    .scores_bb = cpu_avx512bf16_scores_bb,
     .to_bf16 = cpu_avx512bf16_to_bf16,
 };

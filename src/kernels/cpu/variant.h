@@ -6,6 +6,7 @@
 #ifndef HEARTH_KERNELS_CPU_VARIANT_H
 #define HEARTH_KERNELS_CPU_VARIANT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* y[i * ldy + j] = sum_k x[i * ldx + k] * w[j * ldw + k] for i < m, j < n. */
@@ -39,9 +40,17 @@ struct cpu_variant {
     void (*attn_update_rows)(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
                              const float *v, int hd);
     /* attn_update_rows with the tile's V rows in bf16 where they lie (v[j]: position
-     * j's row): the bits of widening them first.  NULL: widen first. */
+     * j's row): the bits of widening them first.  As it reads a row it prefetches the
+     * one `ahead` bytes further on (the next tile's; 0: none).  NULL: widen first. */
     void (*attn_update_rows_bf16)(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
-                                  const uint16_t *const *v, int hd);
+                                  const uint16_t *const *v, int hd, ptrdiff_t ahead);
+    /* gemm_bf16 and gemm_bb for attention scores: the same bits, prefetching the rows
+     * of w `ahead` bytes further on as they read them (the next tile's K).  NULL: the
+     * plain routines. */
+    void (*scores_bf16)(float *y, int64_t ldy, const float *x, int64_t ldx, const uint16_t *w, int64_t ldw, int m,
+                        int n, int k, ptrdiff_t ahead);
+    void (*scores_bb)(float *y, int64_t ldy, const uint16_t *x, int64_t ldx, const uint16_t *w, int64_t ldw, int m,
+                      int n, int k, ptrdiff_t ahead);
     /* dst[i] = src[i] widened from bf16 (exact: any implementation gives these bits). */
     void (*widen_bf16)(float *dst, const uint16_t *src, int64_t n);
     /* y[i] = exp(x[i]) with the variant's exp (tests measure it). */

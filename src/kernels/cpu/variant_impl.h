@@ -3,6 +3,7 @@
 #ifndef HEARTH_KERNELS_CPU_VARIANT_IMPL_H
 #define HEARTH_KERNELS_CPU_VARIANT_IMPL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* gemm_scalar.c, vmath_scalar.c */
@@ -47,11 +48,15 @@ void cpu_avx512_add(float *y, const float *x, int64_t n);
 void cpu_avx512_rope(float *x, const float *cs, int hd);
 void cpu_avx512_store_bf16(uint16_t *dst, const float *src, int64_t n);
 void cpu_avx512_attn_update_rows_bf16(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
-                                      const uint16_t *const *v, int hd);
+                                      const uint16_t *const *v, int hd, ptrdiff_t ahead);
+void cpu_avx512_scores_bf16(float *y, int64_t ldy, const float *x, int64_t ldx, const uint16_t *w, int64_t ldw, int m,
+                            int n, int k, ptrdiff_t ahead);
 
 /* gemm_bf16dot_avx512.c (AVX512_BF16) */
 void cpu_avx512bf16_gemm_bb(float *y, int64_t ldy, const uint16_t *x, int64_t ldx, const uint16_t *w, int64_t ldw,
                             int m, int n, int k);
+void cpu_avx512bf16_scores_bb(float *y, int64_t ldy, const uint16_t *x, int64_t ldx, const uint16_t *w,
+                              int64_t ldw, int m, int n, int k, ptrdiff_t ahead);
 void cpu_avx512bf16_to_bf16(uint16_t *dst, const float *src, int64_t n);
 
 #endif

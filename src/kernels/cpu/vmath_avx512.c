@@ -3,6 +3,7 @@
  * how many elements a call holds. */
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 
 #include "kernels/cpu/variant.h"
 #include "kernels/cpu/variant_impl.h"
@@ -189,9 +190,20 @@ static inline __attribute__((always_inline)) void a512_pv_tail(float *acc, const
 }
 
 /* One row: the definition every grouping of rows reproduces. */
+/* Asks for V row j's successor `ahead` bytes on (the next tile's row j) as row j is
+ * read: one row of requests per row consumed keeps the stream going without bursts. */
+static inline __attribute__((always_inline)) void a512_pf_row(const void *row, ptrdiff_t ahead, int hd, const int bf16)
+{
+    if (!ahead)
+        return;
+    const char *a = (const char *)row + ahead;
+    for (int o = 0; o < hd * (bf16 ? 2 : 4); o += 64)
+        _mm_prefetch(a + o, _MM_HINT_T1);
+}
+
 static inline __attribute__((always_inline)) void a512_update_row(float *m, float *l, float *acc, const float *s,
                                                                   int n, float scale, const void *const *v, int hd,
-                                                                  const int bf16)
+                                                                  const int bf16, ptrdiff_t ahead)
 {
     float p[16];
     float corr = a512_softmax_tile(m, l, s, n, scale, p);
@@ -203,6 +215,8 @@ static inline __attribute__((always_inline)) void a512_update_row(float *m, floa
         _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
             a[q] = _mm512_mul_ps(_mm512_loadu_ps(acc + d + 16 * q), cv);
         for (int j = 0; j < n; j++) {
+            if (d == 0)
+                a512_pf_row(v[j], ahead, hd, bf16);
             __m512 pj = _mm512_set1_ps(p[j]);
             _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
                 a[q] = _mm512_fmadd_ps(pj, a512_ldv(v[j], d + 16 * q, bf16), a[q]);
@@ -217,7 +231,8 @@ static inline __attribute__((always_inline)) void a512_update_row(float *m, floa
  * operations of a512_update_row, in the same order. */
 static inline __attribute__((always_inline)) void a512_update_rows(float *m, float *l, float *acc, float *s,
                                                                    const int *n, int rows, float scale,
-                                                                   const void *const *v, int hd, const int bf16)
+                                                                   const void *const *v, int hd, const int bf16,
+                                                                   ptrdiff_t ahead)
 {
     int r = 0;
     for (; r + 2 <= rows; r += 2) {
@@ -236,6 +251,8 @@ static inline __attribute__((always_inline)) void a512_update_rows(float *m, flo
             }
             int j = 0;
             for (; j < nmin; j++) {
+                if (d == 0)
+                    a512_pf_row(v[j], ahead, hd, bf16);
                 __m512 pa = _mm512_set1_ps(p0[j]), pb = _mm512_set1_ps(p1[j]);
                 _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) {
                     __m512 vq = a512_ldv(v[j], d + 16 * q, bf16);
@@ -263,7 +280,7 @@ static inline __attribute__((always_inline)) void a512_update_rows(float *m, flo
     }
     if (r < rows)
         a512_update_row(&m[r], &l[r], acc + (int64_t)r * hd, s + (int64_t)r * CPU_ATTN_TILE, n[r], scale, v, hd,
-                        bf16);
+                        bf16, r == 0 ? ahead : 0);
 }
 
 /* Row pointers of a contiguous f32 tile [n, hd]. */
@@ -277,7 +294,7 @@ void cpu_avx512_attn_update(float *m, float *l, float *acc, float *s, int n, flo
 {
     const void *rows[CPU_ATTN_TILE];
     a512_tile_rows(rows, v, n, hd);
-    a512_update_row(m, l, acc, s, n, scale, rows, hd, 0);
+    a512_update_row(m, l, acc, s, n, scale, rows, hd, 0, 0);
 }
 
 void cpu_avx512_attn_update_rows(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
@@ -285,11 +302,11 @@ void cpu_avx512_attn_update_rows(float *m, float *l, float *acc, float *s, const
 {
     const void *vr[CPU_ATTN_TILE];
     a512_tile_rows(vr, v, CPU_ATTN_TILE, hd);
-    a512_update_rows(m, l, acc, s, n, rows, scale, vr, hd, 0);
+    a512_update_rows(m, l, acc, s, n, rows, scale, vr, hd, 0, 0);
 }
 
 void cpu_avx512_attn_update_rows_bf16(float *m, float *l, float *acc, float *s, const int *n, int rows, float scale,
-                                      const uint16_t *const *v, int hd)
+                                      const uint16_t *const *v, int hd, ptrdiff_t ahead)
 {
-    a512_update_rows(m, l, acc, s, n, rows, scale, (const void *const *)v, hd, 1);
+    a512_update_rows(m, l, acc, s, n, rows, scale, (const void *const *)v, hd, 1, ahead);
 }
