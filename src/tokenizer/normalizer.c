@@ -84,13 +84,7 @@ static bool quick_yes(enum normalizer_form f, const uint8_t *s, size_t n)
     uint16_t flag = quick_flag(f);
     size_t i = 0;
     while (i < n) {
-        while (i + 8 <= n) {
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if (w & 0x8080808080808080ull)
-                break;
-            i += 8;
-        }
+        i = utf8_skip_ascii_words(s, i, n);
         if (i >= n)
             break;
         if (s[i] < 0x80) {

@@ -56,19 +56,26 @@ static inline enum utf8_scan utf8_scan(const uint8_t *s, size_t n, size_t *len)
     return UTF8_SCAN_OK;
 }
 
+/* i moved past the whole 8-byte words of ASCII that start at it (the fast path of
+ * every scan over mostly-ASCII text). */
+static inline size_t utf8_skip_ascii_words(const uint8_t *s, size_t i, size_t n)
+{
+    while (i + 8 <= n) {
+        uint64_t w;
+        __builtin_memcpy(&w, s + i, 8);
+        if (w & 0x8080808080808080ull)
+            break;
+        i += 8;
+    }
+    return i;
+}
+
 /* Offset of the first byte that does not start a whole valid character (n when all valid). */
 static inline size_t utf8_valid_prefix(const uint8_t *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {
-        /* ASCII in words of 8 bytes */
-        while (i + 8 <= n) {
-            uint64_t w;
-            __builtin_memcpy(&w, s + i, 8);
-            if (w & 0x8080808080808080ull)
-                break;
-            i += 8;
-        }
+        i = utf8_skip_ascii_words(s, i, n);
         if (i >= n)
             break;
         if (s[i] < 0x80) {
