@@ -118,6 +118,9 @@ static void *qwen3_take(struct arena *a, size_t bytes)
     return p;
 }
 
+/* The buffer at byte offset off of the work region (offsets are QWEN3_ALIGN-aligned). */
+static void *qwen3_at(unsigned char *w, size_t off) { return w + off; }
+
 static void qwen3_bufs_take(struct qwen3 *q, int n, int n_logits, struct qwen3_bufs *bu)
 {
     const struct model_config *c = &q->m->cfg;
@@ -129,24 +132,24 @@ static void qwen3_bufs_take(struct qwen3 *q, int n, int n_logits, struct qwen3_b
     struct qwen3_work o;
     size_t bytes = qwen3_work_layout(c, n, n_logits, &o);
     unsigned char *w = qwen3_take(a, bytes);
-    bu->q = (float *)(void *)(w + o.q);
-    bu->k = (float *)(void *)(w + o.k);
-    bu->v = (float *)(void *)(w + o.v);
-    bu->attn = (float *)(void *)(w + o.attn);
-    bu->gate = (float *)(void *)(w + o.gate);
-    bu->proj = (float *)(void *)(w + o.proj);
-    bu->router = (float *)(void *)(w + o.router);
-    bu->top_e = (int32_t *)(void *)(w + o.top_e);
-    bu->top_w = (float *)(void *)(w + o.top_w);
-    bu->row_of = (int32_t *)(void *)(w + o.row_of);
-    bu->row0 = (int32_t *)(void *)(w + o.row0);
-    bu->ecount = (int32_t *)(void *)(w + o.ecount);
-    bu->gw = (const struct weights_mat **)(void *)(w + o.gw);
-    bu->uw = (const struct weights_mat **)(void *)(w + o.uw);
-    bu->dw = (const struct weights_mat **)(void *)(w + o.dw);
-    bu->ex = (float *)(void *)(w + o.ex);
-    bu->eo = (float *)(void *)(w + o.eo);
-    bu->lx = (float *)(void *)(w + o.lx);
+    bu->q = qwen3_at(w, o.q);
+    bu->k = qwen3_at(w, o.k);
+    bu->v = qwen3_at(w, o.v);
+    bu->attn = qwen3_at(w, o.attn);
+    bu->gate = qwen3_at(w, o.gate);
+    bu->proj = qwen3_at(w, o.proj);
+    bu->router = qwen3_at(w, o.router);
+    bu->top_e = qwen3_at(w, o.top_e);
+    bu->top_w = qwen3_at(w, o.top_w);
+    bu->row_of = qwen3_at(w, o.row_of);
+    bu->row0 = qwen3_at(w, o.row0);
+    bu->ecount = qwen3_at(w, o.ecount);
+    bu->gw = qwen3_at(w, o.gw);
+    bu->uw = qwen3_at(w, o.uw);
+    bu->dw = qwen3_at(w, o.dw);
+    bu->ex = qwen3_at(w, o.ex);
+    bu->eo = qwen3_at(w, o.eo);
+    bu->lx = qwen3_at(w, o.lx);
 }
 
 enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend *be, int max_tok, char *err,
@@ -398,9 +401,9 @@ void qwen3_logits(struct qwen3 *q, const struct batch *b, int first, int n, floa
 /* ------------------------------------------------------------------ logits in the scratch */
 
 /* After the last layer only the residual stream is live, and it comes first in the
- * arena: the rest of it can hold logits rows, [lx | logits] for each piece. */
-/* Arena bytes the residual stream of n_tok tokens keeps, alignment slack included,
- * and the bytes of one logits row with its normed input. */
+ * arena: the rest of it can hold logits rows, [lx | logits] for each piece.  Below:
+ * the arena bytes the residual stream of n_tok tokens keeps, alignment slack
+ * included, and the bytes of one logits row with its normed input. */
 static size_t qwen3_kept_bytes(const struct model_config *c, int n_tok)
 {
     return qwen3_aligned((size_t)n_tok * c->hidden_size * sizeof(float)) + 2 * QWEN3_ALIGN;

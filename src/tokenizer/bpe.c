@@ -494,7 +494,6 @@ void bpe_scratch_free(struct bpe_scratch *sc)
 
 /* ------------------------------------------------------------- merging ---- */
 
-
 static inline bool heap_less(const struct bpe_heap_item *a, const struct bpe_heap_item *b)
 {
     return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;

@@ -99,7 +99,6 @@ static bool quick_yes(enum normalizer_form f, const uint8_t *s, size_t n)
     return true;
 }
 
-
 /* Normalizes s into sc->out[slot]; returns false when out of memory. */
 static bool apply_form(enum normalizer_form f, const uint8_t *s, size_t n, struct normalizer_scratch *sc,
                        int slot, size_t *out_len)

@@ -359,7 +359,6 @@ void pretok_free(struct pretok *pt)
 
 /* ------------------------------------------------------------- running ---- */
 
-
 #define OOM(err, errlen) hr_err(err, errlen, HR_ERR_NOMEM, "pre_tokenizer: out of memory")
 
 /* Fills level lv's spans with (start, end, is_match) covering s[0..n), the way the tokenizers

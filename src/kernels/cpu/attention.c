@@ -74,8 +74,8 @@ static void attn_gather(const struct attn_task *c, const struct batch_row *r, in
     }
 }
 
-/* Bytes from K (or V) of positions [p, p + n) to those of the next tile's positions
- * [p + CPU_ATTN_TILE, ...) when those exist (up to last) and both runs lie in one
+/* Bytes from K (or V) of the tile's positions [p, p + n) to those of the next tile's
+ * [p + CPU_ATTN_TILE, ...) when those exist (up to last) and both tiles lie in one
  * block each (always when blocks hold a multiple of CPU_ATTN_TILE tokens); else 0.
  * The walks prefetch that far ahead while they read: the next tile's K and V come in
  * at the pace this one's are used (K ~10%, V ~10% of the step's attention; bursts of
@@ -94,12 +94,14 @@ static ptrdiff_t attn_ahead(const struct kv_store *kv, const struct batch_row *r
 
 /* Scores straight from a bf16 store, no widening: by the bf16-weight GEMM from f32
  * query rows (q), or, in a compute-bf16 variant, by the bf16 GEMM from query rows
- * rounded to bf16 (qb != NULL; every path of that variant scores this way).  V rows
- * are returned by pointer when vrows != NULL.  s[i * CPU_ATTN_TILE + j].  Widening is
- * exact, so the f32 route gives the bits of the widened tile (test_kernels checks that
- * gemm_bf16 equals gemm_f32 over widened rows). */
+ * rounded to bf16 (qb != NULL; every path of that variant scores this way); the K
+ * rows `ahead` bytes on are prefetched as these are read (attn_ahead of the tile).  V
+ * rows are returned by pointer when vrows != NULL.  s[i * CPU_ATTN_TILE + j].
+ * Widening is exact, so the f32 route gives the bits of the widened tile (test_kernels
+ * checks that gemm_bf16 equals gemm_f32 over widened rows). */
 static void attn_direct(const struct attn_task *c, const struct batch_row *r, int kvh, const float *q,
-                        const uint16_t *qb, int rows, int p0, int n, int last, float *s, const uint16_t **vrows)
+                        const uint16_t *qb, int rows, int p0, int n, ptrdiff_t ahead, float *s,
+                        const uint16_t **vrows)
 {
     const struct kv_store *kv = c->kv;
     int hd = kv->head_dim;
@@ -108,7 +110,6 @@ static void attn_direct(const struct attn_task *c, const struct batch_row *r, in
         run = attn_span(kv, r, p0 + j, n - j, &blk, &off);
         const uint16_t *k = (const uint16_t *)kv_store_head(kv, blk, c->layer, 0, kvh) + (int64_t)off * hd;
         const uint16_t *v = (const uint16_t *)kv_store_head(kv, blk, c->layer, 1, kvh) + (int64_t)off * hd;
-        ptrdiff_t ahead = attn_ahead(kv, r, c->layer, p0 + j, run, last);
         if (qb && c->v->scores_bb)
             c->v->scores_bb(s + j, CPU_ATTN_TILE, qb, hd, k, hd, rows, run, hd, ahead);
         else if (qb)
@@ -218,12 +219,12 @@ static void attn_run_rows(void *ctx, int task, int thread)
             int pos = pos_first + i / G;
             sc->n[i] = pos + 1 - p0 < n ? pos + 1 - p0 : n;
         }
+        ptrdiff_t ahead = attn_ahead(c->kv, r, c->layer, p0, n, pos_last);
         for (int h = 0; h < n_kv; h++) {
             int i = h * rows + i0;
             attn_direct(c, r, h, sc->q + (int64_t)i * hd, bb ? sc->qb + (int64_t)i * hd : NULL, rows - i0, p0, n,
-                        pos_last, sc->s + (int64_t)i * CPU_ATTN_TILE, vrows[h]);
+                        ahead, sc->s + (int64_t)i * CPU_ATTN_TILE, vrows[h]);
         }
-        ptrdiff_t ahead = attn_ahead(c->kv, r, c->layer, p0, n, pos_last);
         for (int h = 0; h < n_kv; h++) {
             int i = h * rows + i0;
             c->v->attn_update_rows_bf16(sc->m + i, sc->l + i, sc->acc + (int64_t)i * hd,
@@ -264,7 +265,8 @@ static void attn_run(void *ctx, int task, int thread)
         int n = pos_last + 1 - p0 < CPU_ATTN_TILE ? pos_last + 1 - p0 : CPU_ATTN_TILE;
         /* tokens before this tile have finished: rows from i0 on take part */
         int i0 = p0 > pos_first ? (p0 - pos_first) * G : 0;
-        if (p0 + CPU_ATTN_TILE <= pos_last) {
+        ptrdiff_t ahead = attn_ahead(c->kv, r, c->layer, p0, n, pos_last);
+        if (!direct && p0 + CPU_ATTN_TILE <= pos_last) { /* the direct walk prefetches as it reads */
             int nn = pos_last + 1 - (p0 + CPU_ATTN_TILE);
             attn_prefetch(c, r, kvh, p0 + CPU_ATTN_TILE, nn < CPU_ATTN_TILE ? nn : CPU_ATTN_TILE);
         }
@@ -275,16 +277,16 @@ static void attn_run(void *ctx, int task, int thread)
         const uint16_t *qb = bb ? sc->qb + (int64_t)i0 * hd : NULL;
         if (direct) {
             const uint16_t *vrows[CPU_ATTN_TILE];
-            attn_direct(c, r, kvh, sc->q + (int64_t)i0 * hd, qb, rows - i0, p0, n, pos_last,
+            attn_direct(c, r, kvh, sc->q + (int64_t)i0 * hd, qb, rows - i0, p0, n, ahead,
                         sc->s + (int64_t)i0 * CPU_ATTN_TILE, vrows);
             c->v->attn_update_rows_bf16(sc->m + i0, sc->l + i0, sc->acc + (int64_t)i0 * hd,
                                         sc->s + (int64_t)i0 * CPU_ATTN_TILE, sc->n + i0, rows - i0, c->scale, vrows,
-                                        hd, attn_ahead(c->kv, r, c->layer, p0, n, pos_last));
+                                        hd, ahead);
             continue;
         }
         /* K and V of the tile widened once for every row; scores by the f32 GEMM */
         if (bb) {
-            attn_direct(c, r, kvh, NULL, qb, rows - i0, p0, n, pos_last, sc->s + (int64_t)i0 * CPU_ATTN_TILE, NULL);
+            attn_direct(c, r, kvh, NULL, qb, rows - i0, p0, n, ahead, sc->s + (int64_t)i0 * CPU_ATTN_TILE, NULL);
         } else {
             attn_gather(c, r, kvh, 0, p0, n, sc->k);
             c->v->gemm_f32(sc->s + (int64_t)i0 * CPU_ATTN_TILE, CPU_ATTN_TILE, sc->q + (int64_t)i0 * hd, hd, sc->k,

@@ -371,7 +371,9 @@ static void rope_run(void *ctx, int task, int thread)
 
 static void cpu_rope(struct backend *be, float *x, int n_tok, int n_heads, int head_dim, const float *cos_sin)
 {
-    struct rope_task c = {.v = cpu_of(be)->v, .x = x, .cs = cos_sin, .n_tok = n_tok, .n_heads = n_heads, .head_dim = head_dim};
+    struct rope_task c = {
+        .v = cpu_of(be)->v, .x = x, .cs = cos_sin, .n_tok = n_tok, .n_heads = n_heads, .head_dim = head_dim,
+    };
     c.per_task = rows_per_task(n_tok, n_heads * head_dim, be->n_threads);
     threadpool_run(&cpu_of(be)->pool, rope_run, &c, (n_tok + c.per_task - 1) / c.per_task);
 }

@@ -39,9 +39,9 @@ static inline __m512 a512_w_f16_m(const uint16_t *p, __mmask16 m)
  * nst <= nr columns are stored. */
 #define A512_TILE(S, WT, LOADW, LOADW_M)                                                                        \
     static inline __attribute__((always_inline)) void a512_tile_##S(float *y, int64_t ldy, const float *x,      \
-                                                                    int64_t ldx, const WT *const *wr, int k,     \
-                                                                    const int mr, const int nr, int nst,         \
-                                                                    uintptr_t pf, int pf_phase, int pf_every)    \
+                                                                    int64_t ldx, const WT *const *wr, int k,    \
+                                                                    const int mr, const int nr, int nst,        \
+                                                                    uintptr_t pf, int pf_phase, int pf_every)   \
     {                                                                                                           \
         __m512 acc[A512_MR][8];                                                                                 \
         _Pragma("GCC unroll 8") for (int i = 0; i < mr; i++)                                                    \
@@ -53,7 +53,7 @@ static inline __m512 a512_w_f16_m(const uint16_t *p, __mmask16 m)
                 /* a later tile, in address order, at the pace this one is read, spread over */                 \
                 /* the pf_every row tiles that pass over this one */                                            \
                 uintptr_t a = pf + (uintptr_t)kk * nr * sizeof(WT);                                             \
-                _Pragma("GCC unroll 8") for (int q = 0; q < nr * 16 * (int)sizeof(WT); q += 64)                  \
+                _Pragma("GCC unroll 8") for (int q = 0; q < nr * 16 * (int)sizeof(WT); q += 64)                 \
                     _mm_prefetch((const char *)(a + q), _MM_HINT_T1);                                           \
             }                                                                                                   \
             _Pragma("GCC unroll 8") for (int j = 0; j < nr; j++) wv[j] = LOADW(wr[j] + kk);                     \
@@ -81,8 +81,8 @@ static inline __m512 a512_w_f16_m(const uint16_t *p, __mmask16 m)
                             a512_reduce4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]), nst - j);     \
     }                                                                                                           \
                                                                                                                 \
-    /* ahead != 0: prefetch w's rows that many bytes further on instead of the next tile's */                \
-    static inline void a512_gemm_##S(float *y, int64_t ldy, const float *x, int64_t ldx, const WT *w,            \
+    /* ahead != 0: prefetch w's rows that many bytes further on instead of the next tile's */                   \
+    static inline void a512_gemm_##S(float *y, int64_t ldy, const float *x, int64_t ldx, const WT *w,           \
                                      int64_t ldw, int m, int n, int k, ptrdiff_t ahead)                         \
     {                                                                                                           \
         if (m <= 2) {                                                                                           \
@@ -93,28 +93,28 @@ static inline __m512 a512_w_f16_m(const uint16_t *p, __mmask16 m)
                     wr[jj] = w + (int64_t)(j + jj < n ? j + jj : n - 1) * ldw;                                  \
                 int nst = n - j < 8 ? n - j : 8;                                                                \
                 /* rows stored back to back: prefetch the next tile's bytes while this one streams */           \
-                uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 8) * (uintptr_t)ldw * sizeof(WT) : 0;  \
-                if (ahead)                                                                                      \
-                    pf = (uintptr_t)(w + (int64_t)j * ldw) + (uintptr_t)ahead;                                  \
+                uintptr_t pf = ahead      ? (uintptr_t)(w + (int64_t)j * ldw) + (uintptr_t)ahead                \
+                               : ldw == k ? (uintptr_t)w + (uintptr_t)(j + 8) * (uintptr_t)ldw * sizeof(WT)     \
+                                          : 0;                                                                  \
                 if (m == 2)                                                                                     \
-                    a512_tile_##S(y + j, ldy, x, ldx, wr, k, 2, 8, nst, pf, 0, 1);                                    \
+                    a512_tile_##S(y + j, ldy, x, ldx, wr, k, 2, 8, nst, pf, 0, 1);                              \
                 else                                                                                            \
-                    a512_tile_##S(y + j, ldy, x, ldx, wr, k, 1, 8, nst, pf, 0, 1);                                    \
+                    a512_tile_##S(y + j, ldy, x, ldx, wr, k, 1, 8, nst, pf, 0, 1);                              \
             }                                                                                                   \
             return;                                                                                             \
         }                                                                                                       \
-        /* the 4 weight rows of a column tile stay in L1 while every row tile passes; the passes          \
+        /* the 4 weight rows of a column tile stay in L1 while every row tile passes; the passes                \
          * share the prefetch of a later column tile */                                                         \
         for (int j = 0; j < n; j += 4) {                                                                        \
             const WT *wr[4];                                                                                    \
             for (int jj = 0; jj < 4; jj++)                                                                      \
                 wr[jj] = w + (int64_t)(j + jj < n ? j + jj : n - 1) * ldw;                                      \
             int nst = n - j < 4 ? n - j : 4;                                                                    \
-            /* two column tiles ahead: one tile's pass is too short to cover the latency */                   \
-            uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 8) * (uintptr_t)ldw * sizeof(WT) : 0;      \
-            if (ahead)                                                                                          \
-                pf = (uintptr_t)(w + (int64_t)j * ldw) + (uintptr_t)ahead;                                      \
-            /* rows in ceil(m / 6) tiles as even as possible (32 = 6+6+5+5+5+5, 8 = 4+4) */                  \
+            /* two column tiles ahead: one tile's pass is too short to cover the latency */                     \
+            uintptr_t pf = ahead      ? (uintptr_t)(w + (int64_t)j * ldw) + (uintptr_t)ahead                    \
+                           : ldw == k ? (uintptr_t)w + (uintptr_t)(j + 8) * (uintptr_t)ldw * sizeof(WT)         \
+                                      : 0;                                                                      \
+            /* rows in ceil(m / 6) tiles as even as possible (32 = 6+6+5+5+5+5, 8 = 4+4) */                     \
             int n_rt = (m + A512_MR - 1) / A512_MR;                                                             \
             for (int t = 0, i = 0; t < n_rt; t++) {                                                             \
                 int mr = (m - i) / (n_rt - t);                                                                  \
@@ -122,12 +122,12 @@ static inline __m512 a512_w_f16_m(const uint16_t *p, __mmask16 m)
                 const float *xt = x + (int64_t)i * ldx;                                                         \
                 i += mr;                                                                                        \
                 switch (mr) {                                                                                   \
-                case 1: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 1, 4, nst, pf, t, n_rt); break;                               \
-                case 2: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 2, 4, nst, pf, t, n_rt); break;                               \
-                case 3: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 3, 4, nst, pf, t, n_rt); break;                               \
-                case 4: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 4, 4, nst, pf, t, n_rt); break;                               \
-                case 5: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 5, 4, nst, pf, t, n_rt); break;                               \
-                default: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 6, 4, nst, pf, t, n_rt); break;                              \
+                case 1: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 1, 4, nst, pf, t, n_rt); break;                  \
+                case 2: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 2, 4, nst, pf, t, n_rt); break;                  \
+                case 3: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 3, 4, nst, pf, t, n_rt); break;                  \
+                case 4: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 4, 4, nst, pf, t, n_rt); break;                  \
+                case 5: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 5, 4, nst, pf, t, n_rt); break;                  \
+                default: a512_tile_##S(yt, ldy, xt, ldx, wr, k, 6, 4, nst, pf, t, n_rt); break;                 \
                 }                                                                                               \
             }                                                                                                   \
         }                                                                                                       \

@@ -69,9 +69,9 @@ static void bb_gemm(float *y, int64_t ldy, const uint16_t *x, int64_t ldx, const
             for (int jj = 0; jj < 8; jj++)
                 wr[jj] = w + (int64_t)(j + jj < n ? j + jj : n - 1) * ldw;
             int nst = n - j < 8 ? n - j : 8;
-            uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 8) * (uintptr_t)ldw * 2 : 0;
-            if (ahead)
-                pf = (uintptr_t)(w + (int64_t)j * ldw) + (uintptr_t)ahead;
+            uintptr_t pf = ahead      ? (uintptr_t)(w + (int64_t)j * ldw) + (uintptr_t)ahead
+                           : ldw == k ? (uintptr_t)w + (uintptr_t)(j + 8) * (uintptr_t)ldw * 2
+                                      : 0;
             if (m == 2)
                 bb_tile(y + j, ldy, x, ldx, wr, k, 2, 8, nst, pf, 0, 1);
             else
@@ -85,9 +85,9 @@ static void bb_gemm(float *y, int64_t ldy, const uint16_t *x, int64_t ldx, const
             wr[jj] = w + (int64_t)(j + jj < n ? j + jj : n - 1) * ldw;
         int nst = n - j < 4 ? n - j : 4;
         /* two column tiles ahead: one tile's pass is too short to cover the latency */
-        uintptr_t pf = ldw == k ? (uintptr_t)w + (uintptr_t)(j + 2 * 4) * (uintptr_t)ldw * 2 : 0;
-        if (ahead)
-            pf = (uintptr_t)(w + (int64_t)j * ldw) + (uintptr_t)ahead;
+        uintptr_t pf = ahead      ? (uintptr_t)(w + (int64_t)j * ldw) + (uintptr_t)ahead
+                       : ldw == k ? (uintptr_t)w + (uintptr_t)(j + 2 * 4) * (uintptr_t)ldw * 2
+                                  : 0;
         /* rows in ceil(m / 6) tiles as even as possible (32 = 6+6+5+5+5+5, 8 = 4+4) */
         int n_rt = (m + BB_MR - 1) / BB_MR;
         for (int t = 0, i = 0; t < n_rt; t++) {

@@ -1,6 +1,6 @@
-/* AVX-512 vector math: exp (vmath.h), SwiGLU, and the online-softmax update of one
- * attention tile.  Every lane computes its element alone, so the bits never depend on
- * how many elements a call holds. */
+/* AVX-512 vector math: exp (vmath.h), SwiGLU, the elementwise steps of the variant
+ * table, and the online-softmax update of one attention tile.  Every lane computes its
+ * element alone, so the bits never depend on how many elements a call holds. */
 #include <immintrin.h>
 #include <math.h>
 #include <stddef.h>
@@ -8,6 +8,12 @@
 #include "kernels/cpu/variant.h"
 #include "kernels/cpu/variant_impl.h"
 #include "kernels/cpu/vmath.h"
+
+/* The first `left` of sixteen lanes (all of them when left >= 16). */
+static inline __mmask16 a512_lanes(int64_t left)
+{
+    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+}
 
 static inline __m512 a512_exp(__m512 x)
 {
@@ -38,7 +44,7 @@ void cpu_avx512_exp(float *y, const float *x, int64_t n)
     for (; i + 16 <= n; i += 16)
         _mm512_storeu_ps(y + i, a512_exp(_mm512_loadu_ps(x + i)));
     if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        __mmask16 m = a512_lanes(n - i);
         _mm512_mask_storeu_ps(y + i, m, a512_exp(_mm512_maskz_loadu_ps(m, x + i)));
     }
 }
@@ -51,7 +57,7 @@ void cpu_avx512_widen_bf16(float *dst, const uint16_t *src, int64_t n)
         _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
     }
     if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        __mmask16 m = a512_lanes(n - i);
         __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + i));
         _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
     }
@@ -69,8 +75,9 @@ void cpu_avx512_swiglu(float *out, const float *g, const float *u, int64_t n)
     for (; i + 16 <= n; i += 16)
         _mm512_storeu_ps(out + i, a512_swiglu(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
     if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(out + i, m, a512_swiglu(_mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, u + i)));
+        __mmask16 m = a512_lanes(n - i);
+        __m512 v = a512_swiglu(_mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, u + i));
+        _mm512_mask_storeu_ps(out + i, m, v);
     }
 }
 
@@ -80,7 +87,7 @@ void cpu_avx512_norm_scale(float *y, const float *x, const float *w, float s, in
 {
     __m512 sv = _mm512_set1_ps(s);
     for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        __mmask16 m = a512_lanes(n - i);
         __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sv));
         _mm512_mask_storeu_ps(y + i, m, v);
     }
@@ -89,8 +96,9 @@ void cpu_avx512_norm_scale(float *y, const float *x, const float *w, float s, in
 void cpu_avx512_add(float *y, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), _mm512_maskz_loadu_ps(m, x + i)));
+        __mmask16 m = a512_lanes(n - i);
+        __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), _mm512_maskz_loadu_ps(m, x + i));
+        _mm512_mask_storeu_ps(y + i, m, v);
     }
 }
 
@@ -101,9 +109,8 @@ void cpu_avx512_rope(float *x, const float *cs, int hd)
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     for (int i = 0; i < half; i += 16) {
         int left = half - i;
-        __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-        __mmask16 m0 = left >= 8 ? (__mmask16)0xffff : (__mmask16)((1u << (2 * left)) - 1u);
-        __mmask16 m1 = left >= 16 ? (__mmask16)0xffff : left > 8 ? (__mmask16)((1u << (2 * (left - 8))) - 1u) : 0;
+        /* cs holds 2 * left values from 2i on: 16 in c0, the rest in c1 */
+        __mmask16 m = a512_lanes(left), m0 = a512_lanes(2 * left), m1 = left > 8 ? a512_lanes(2 * (left - 8)) : 0;
         __m512 c0 = _mm512_maskz_loadu_ps(m0, cs + 2 * i), c1 = _mm512_maskz_loadu_ps(m1, cs + 2 * i + 16);
         __m512 co = _mm512_permutex2var_ps(c0, even, c1), si = _mm512_permutex2var_ps(c0, odd, c1);
         __m512 x1 = _mm512_maskz_loadu_ps(m, x + i), x2 = _mm512_maskz_loadu_ps(m, x + i + half);
@@ -118,7 +125,7 @@ void cpu_avx512_store_bf16(uint16_t *dst, const float *src, int64_t n)
     const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
     const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
     for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        __mmask16 m = a512_lanes(n - i);
         __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
         __m512i hi = _mm512_srli_epi32(u, 16);
         __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(hi, one))), 16);
@@ -181,7 +188,7 @@ static inline __attribute__((always_inline)) void a512_pv_tail(float *acc, const
 {
     __m512 cv = _mm512_set1_ps(corr);
     for (int d = d0; d < hd; d += 16) {
-        __mmask16 dm = hd - d >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - d)) - 1u);
+        __mmask16 dm = a512_lanes(hd - d);
         __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(dm, acc + d), cv);
         for (int j = 0; j < n; j++)
             a = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), a512_ldv_m(v[j], d, dm, bf16), a);
@@ -189,7 +196,6 @@ static inline __attribute__((always_inline)) void a512_pv_tail(float *acc, const
     }
 }
 
-/* One row: the definition every grouping of rows reproduces. */
 /* Asks for V row j's successor `ahead` bytes on (the next tile's row j) as row j is
  * read: one row of requests per row consumed keeps the stream going without bursts. */
 static inline __attribute__((always_inline)) void a512_pf_row(const void *row, ptrdiff_t ahead, int hd, const int bf16)
@@ -201,6 +207,7 @@ static inline __attribute__((always_inline)) void a512_pf_row(const void *row, p
         _mm_prefetch(a + o, _MM_HINT_T1);
 }
 
+/* One row: the definition every grouping of rows reproduces. */
 static inline __attribute__((always_inline)) void a512_update_row(float *m, float *l, float *acc, const float *s,
                                                                   int n, float scale, const void *const *v, int hd,
                                                                   const int bf16, ptrdiff_t ahead)
