@@ -7,7 +7,10 @@
  *   decode batch 1: bytes of weights read per token / time, over the read bandwidth;
  *   decode batch B: tokens/s and its ratio to batch 1.
  * The decode contexts are distinct KV blocks filled with random values (decode time
- * does not depend on what the KV holds), so no long prefill is needed.  Prints JSON. */
+ * does not depend on what the KV holds), so no long prefill is needed; with
+ * --shared-context every row's context is the same blocks (a shared prefix, as prefix
+ * reuse or n > 1 gives), so attention reads one context's KV from memory and the rest
+ * from cache: the step without most of its KV traffic.  Prints JSON. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +31,7 @@ static void bf_usage(void)
 {
     fprintf(stderr, "usage: hearth bench forward --model DIR [--threads 2] [--kernel V] [--kv-dtype bf16|f32]\n"
                     "                            [--prompt 512] [--context 512] [--batches 1,8,32] [--steps 8]\n"
-                    "                            [--repeat 3] [--no-ceilings]\n");
+                    "                            [--repeat 3] [--shared-context] [--no-ceilings]\n");
 }
 
 static int bf_parse_list(const char *s, int *out, int cap)
@@ -70,7 +73,7 @@ int bench_forward(int argc, char **argv)
 {
     const char *model_dir = NULL, *kernel = NULL;
     long threads = 2, prompt = 512, context = 512, steps = 8, repeat = 3;
-    int batches[BF_MAX_B] = {1, 8, 32}, n_b = 3, ceilings = 1;
+    int batches[BF_MAX_B] = {1, 8, 32}, n_b = 3, ceilings = 1, shared = 0;
     enum kv_dtype kvdt = KV_DTYPE_BF16;
     char err[HR_ERRLEN];
     for (int i = 1; i < argc; i++) {
@@ -111,6 +114,8 @@ int bench_forward(int argc, char **argv)
             }
         } else if (!strcmp(a, "--no-ceilings")) {
             ceilings = 0;
+        } else if (!strcmp(a, "--shared-context")) {
+            shared = 1;
         } else {
             fprintf(stderr, "hearth bench forward: unknown option '%s'\n", a);
             bf_usage();
@@ -168,6 +173,10 @@ int bench_forward(int argc, char **argv)
         HR_ASSERT(block_pool_alloc(&pool, -1, r.tables + (size_t)i * r.blocks_per_seq, r.blocks_per_seq, NULL, 0) ==
                   HR_OK);
     block_pool_free(&pool);
+    /* a shared context: the whole blocks before the first decode position are row 0's
+     * for every row (each row writes its new tokens into blocks of its own) */
+    for (int i = 1; shared && i < max_b; i++)
+        memcpy(r.tables + (size_t)i * r.blocks_per_seq, r.tables, (size_t)(context / BF_BS) * sizeof *r.tables);
 
     /* ---- prefill: one prompt from an empty context */
     bench_tokens(tok, (int)prompt, c->vocab_size, 7);
@@ -200,7 +209,7 @@ int bench_forward(int argc, char **argv)
     double pre_gflops = pre_flops / pre_s * 1e-9;
     int bf16_compute = r.be.bf16_compute;
 
-    /* ---- decode: random KV contents, distinct blocks per sequence */
+    /* ---- decode: random KV contents, distinct blocks per sequence unless shared */
     {
         uint64_t st = 88172645463325252ull;
         size_t n = r.kv.block_bytes * (size_t)r.kv.n_blocks / r.kv.elem_size;
@@ -261,7 +270,8 @@ int bench_forward(int argc, char **argv)
     double comp_ceil = bf16_compute ? ceil.dot_bf16_gflops : ceil.fma_f32_gflops;
     printf("{\n  \"benchmark\": \"forward\",\n  \"model\": \"%s\",\n  \"backend\": \"%s\",\n  \"threads\": %ld,\n",
            model_dir, r.be.name, threads);
-    printf("  \"kv_dtype\": \"%s\",\n  \"compute\": \"%s\",\n", kv_dtype_name(kvdt), bf16_compute ? "bf16" : "f32");
+    printf("  \"kv_dtype\": \"%s\",\n  \"compute\": \"%s\",\n  \"shared_context\": %s,\n", kv_dtype_name(kvdt),
+           bf16_compute ? "bf16" : "f32", shared ? "true" : "false");
     printf("  \"ceilings\": {\"fma_f32_gflops\": %.1f, \"dot_bf16_gflops\": %.1f, \"read_gbs\": %.2f},\n",
            ceil.fma_f32_gflops, ceil.dot_bf16_gflops, ceil.read_gbs);
     printf("  \"prefill\": {\"tokens\": %ld, \"seconds\": %.4f, \"tokens_per_s\": %.1f, \"gflops\": %.1f, "
@@ -273,7 +283,9 @@ int bench_forward(int argc, char **argv)
     for (int bi = 0; bi < n_b; bi++) {
         int B = batches[bi];
         double gbs = (double)wbytes / (dec_step_ms[bi] * 1e-3) * 1e-9;
-        double kv_gbs = (double)B * context * kv_store_bytes_per_token(c, kvdt) / (dec_step_ms[bi] * 1e-3) * 1e-9;
+        /* distinct KV bytes: one context when the rows share it */
+        double kv_gbs = (double)(shared ? 1 : B) * context * kv_store_bytes_per_token(c, kvdt) /
+                        (dec_step_ms[bi] * 1e-3) * 1e-9;
         double gflops = (double)B * (mm_flops + 2.0 * (double)(r.m.w.lm_head.rows * r.m.w.lm_head.cols) +
                                      4.0 * c->n_heads * c->head_dim * (double)(context + 1) * c->n_layers) /
                         (dec_step_ms[bi] * 1e-3) * 1e-9;
