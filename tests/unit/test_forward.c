@@ -270,10 +270,97 @@ static void check_fixture(const char *fixture, enum kv_dtype dt)
     }
 }
 
+/* Decode rows that share the blocks of a common prefix, as the prefix cache and n > 1
+ * give: attention takes the shared tiles for all of them at once, and each row's
+ * logits must still be those of the row alone.  Layout 0: rows 0-6 share block 0,
+ * rows 0-3 block 1 too; layout 1: rows 0-3 share blocks 0-1, rows 4-6 their own
+ * block 0.  Row 7 shares nothing.  The shared positions are computed once (by row 0,
+ * and row 4 in layout 1); the others start after them. */
+static void check_shared(const char *fixture, enum kv_dtype dt)
+{
+    const char *vars[4];
+    int nv = backend_cpu_variants(vars, 4);
+    for (int v = 0; v < nv; v++) {
+        for (int th = 1; th <= 3; th++) {
+            struct rig r;
+            if (!rig_init(&r, fixture, vars[v], th, dt)) {
+                CHECK_MSG(0, "cannot set up %s/%s", fixture, vars[v]);
+                rig_free(&r);
+                continue;
+            }
+            int V = r.m.cfg.vocab_size;
+            for (int layout = 0; layout < 2; layout++) {
+                for (int pass = 0; pass < 2; pass++) {
+                    struct set st;
+                    float *ref[MAX_SEQ];
+                    make_set(&st, MAX_SEQ, V);
+                    for (int i = 0; i < MAX_SEQ; i++) {
+                        st.s[i].len = 48 + (int)rnd(MAX_LEN - 48 + 1);
+                        for (int t = 0; t < st.s[i].len; t++)
+                            st.s[i].tok[t] = (int32_t)rnd((uint32_t)V);
+                    }
+                    int lead[MAX_SEQ], blocks[MAX_SEQ]; /* row i shares its first blocks[i] with row lead[i] */
+                    for (int i = 0; i < MAX_SEQ; i++) {
+                        lead[i] = i;
+                        blocks[i] = 0;
+                        if (i >= 1 && i <= 3)
+                            lead[i] = 0, blocks[i] = 2;
+                        if (i >= 4 && i <= 6)
+                            lead[i] = layout ? 4 : 0, blocks[i] = 1;
+                    }
+                    if (layout)
+                        blocks[4] = 0;
+                    for (int i = 0; i < MAX_SEQ; i++)
+                        memcpy(st.s[i].tok, st.s[lead[i]].tok, (size_t)blocks[i] * BS * sizeof(int32_t));
+                    reference(&r, &st, ref);
+
+                    place(st.s, MAX_SEQ, 1);
+                    for (int i = 0; i < MAX_SEQ; i++)
+                        memcpy(st.s[i].table, st.s[lead[i]].table, (size_t)blocks[i] * sizeof(int32_t));
+                    /* the shared prefixes, once each, by their leading rows */
+                    for (int i = 0; i < MAX_SEQ; i++) {
+                        int led = 0, len = st.s[i].len;
+                        for (int j = 0; j < MAX_SEQ; j++)
+                            led = j != i && lead[j] == i && blocks[j] > led ? blocks[j] : led;
+                        if (led) {
+                            st.s[i].len = led * BS;
+                            CHECK(run_seqs(&r, &st.s[i], 1, chunk_all));
+                            st.s[i].len = len;
+                        } else if (lead[i] != i) {
+                            st.s[i].done = blocks[i] * BS;
+                        }
+                    }
+                    /* decode steps of every row, then random chunks beside the decodes */
+                    chunk_others = pass ? chunk_rand : NULL;
+                    CHECK(run_seqs(&r, st.s, MAX_SEQ, chunk_one));
+                    chunk_others = NULL;
+                    for (int i = 0; i < MAX_SEQ; i++) {
+                        int p = lead[i] == i ? 0 : blocks[i] * BS;
+                        CHECK_MSG(memcmp(ref[i] + (int64_t)p * V, st.s[i].out + (int64_t)p * V,
+                                         (size_t)(st.s[i].len - p) * V * sizeof(float)) == 0,
+                                  "%s/%s, %d threads, layout %d pass %d: row %d differs", fixture, vars[v], th,
+                                  layout, pass, i);
+                    }
+                    for (int i = 0; i < MAX_SEQ; i++)
+                        free(ref[i]);
+                    free_set(&st);
+                }
+            }
+            rig_free(&r);
+        }
+    }
+}
+
 static void test_dense_f32_kv(void) { check_fixture("qwen3-tiny", KV_DTYPE_F32); }
 static void test_dense_bf16_kv(void) { check_fixture("qwen3-tiny-bf16", KV_DTYPE_BF16); }
 static void test_moe_f32(void) { check_fixture("qwen3moe-tiny", KV_DTYPE_BF16); }
 static void test_moe_bf16_sharded(void) { check_fixture("qwen3moe-tiny-bf16", KV_DTYPE_F32); }
+static void test_shared_prefix(void)
+{
+    check_shared("qwen3-tiny-bf16", KV_DTYPE_BF16);
+    check_shared("qwen3-tiny", KV_DTYPE_F32);
+    check_shared("qwen3moe-tiny", KV_DTYPE_BF16);
+}
 
 /* A dense model whose every width is off the kernels' vector and tile sizes (hidden
  * 72, head_dim 40, intermediate 100, three query heads per KV head), random bf16
@@ -357,6 +444,7 @@ static void test_odd_shapes(void)
     CHECK(make_odd_model(dir, sizeof dir));
     check_fixture(dir, KV_DTYPE_BF16);
     check_fixture(dir, KV_DTYPE_F32);
+    check_shared(dir, KV_DTYPE_BF16);
     testfs_rmtree(dir);
 }
 
@@ -409,6 +497,7 @@ int main(void)
     TEST_RUN(test_dense_bf16_kv);
     TEST_RUN(test_moe_f32);
     TEST_RUN(test_moe_bf16_sharded);
+    TEST_RUN(test_shared_prefix);
     TEST_RUN(test_odd_shapes);
     TEST_RUN(test_injected_failure);
     TEST_RUN(test_bad_token);

@@ -12,11 +12,16 @@
  * dot product of head_dim), and the softmax/V update takes the rows together.  Tokens
  * whose position lies before the tile simply sit it out; how the tokens are grouped
  * changes nothing.  A decode batch of many rows instead gives each task one row with
- * every KV head (attn_run_rows), for the memory's sake.
+ * every KV head (attn_run_rows), for the memory's sake.  Decode rows whose block
+ * tables begin with the same blocks (a prefix they share, through the prefix cache or
+ * n > 1) go through those tiles together, each tile read and widened once for all of
+ * them, and then each through its own tiles (attn_run_chunk).
  *
  * A compute-bf16 variant over a bf16 store scores with the bf16 dot product, the query
  * rows rounded to bf16 (on every path, so still one definition per variant). */
+#include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
@@ -25,6 +30,24 @@
 #define ATTN_DIRECT_ROWS 4
 #define ATTN_ROWS_PER_THREAD 4 /* decode rows per thread before tasks take whole rows */
 #define ATTN_ROWS_MAX_KV 64
+#define ATTN_GROUP_MAX_ROWS 1024 /* larger batches are not searched for shared prefixes */
+
+/* Decode rows that share their first tiles, in chunks: chunk c is rows[first[c] ..
+ * first[c + 1]), whose first tiles[c] tiles lie in the same blocks. */
+struct attn_groups {
+    int n_chunks;
+    int rows[ATTN_GROUP_MAX_ROWS];         /* batch rows, chunk by chunk */
+    int first[ATTN_GROUP_MAX_ROWS + 1];    /* [n_chunks + 1] */
+    int tiles[ATTN_GROUP_MAX_ROWS];        /* [n_chunks] */
+    unsigned char in[ATTN_GROUP_MAX_ROWS]; /* [n_rows] 1: the row is in a chunk */
+};
+
+/* Which walk a row takes. */
+enum attn_kind {
+    ATTN_KIND_RUN,   /* attn_run: (token block, KV head) tasks */
+    ATTN_KIND_WALK,  /* attn_run_rows: the whole row, every KV head */
+    ATTN_KIND_CHUNK, /* attn_run_chunk: with the rows it shares tiles with */
+};
 
 struct attn_task {
     const struct cpu_variant *v;
@@ -33,9 +56,12 @@ struct attn_task {
     const float *q;                   /* [n_tok, n_heads, head_dim] */
     const struct batch *b;
     const struct kv_store *kv;
-    int layer, n_heads, group, qb; /* qb: tokens per task */
-    int split;  /* rows that take the whole-row walk are left out of attn_run's tasks */
-    int n_walk; /* tasks of the whole-row walk, ahead of attn_run's (split) */
+    const struct attn_groups *groups; /* NULL: no chunks */
+    int layer, n_heads, group, qb;    /* qb: tokens per task */
+    int walk;                         /* decode rows take the whole-row walk (attn_walk_row) */
+    int all_walk;                     /* every row does: walk task i is row i */
+    /* tasks: chunks x KV heads, then the whole-row walks, then attn_run's */
+    int n_chunk_tasks, n_walk;
     float scale;
 };
 
@@ -44,6 +70,15 @@ struct attn_task {
 static int attn_walk_row(const struct attn_task *c, const struct batch_row *r)
 {
     return r->query_len * c->group <= ATTN_DIRECT_ROWS && r->query_len * c->n_heads <= CPU_ATTN_MAX_ROWS;
+}
+
+static enum attn_kind attn_kind_of(const struct attn_task *c, int ri)
+{
+    if (c->groups && c->groups->in[ri])
+        return ATTN_KIND_CHUNK;
+    if (c->walk && attn_walk_row(c, &c->b->rows[ri]))
+        return ATTN_KIND_WALK;
+    return ATTN_KIND_RUN;
 }
 
 /* The positions from pos on, at most left of them, that lie in one block of row r:
@@ -173,17 +208,66 @@ static void attn_begin(const struct attn_task *c, struct cpu_attn_scratch *sc, i
         c->v->to_bf16(sc->qb, sc->q, (int64_t)all * hd);
 }
 
-/* Writes the `all` rows' outputs: acc / l. */
+/* o = acc / l: one output row. */
+static void attn_out_row(float *o, const float *acc, float l, int hd)
+{
+    float inv = 1.0f / l;
+    for (int d = 0; d < hd; d++)
+        o[d] = acc[d] * inv;
+}
+
+/* Writes the `all` rows' outputs. */
 static void attn_finish(const struct attn_task *c, const struct cpu_attn_scratch *sc, int t0, int kvh0, int rows,
                         int all)
 {
     int hd = c->kv->head_dim;
-    for (int i = 0; i < all; i++) {
-        float *o = c->out + attn_row_at(c, t0, kvh0, rows, i);
-        const float *a = sc->acc + (int64_t)i * hd;
-        float inv = 1.0f / sc->l[i];
-        for (int d = 0; d < hd; d++)
-            o[d] = a[d] * inv;
+    for (int i = 0; i < all; i++)
+        attn_out_row(c->out + attn_row_at(c, t0, kvh0, rows, i), sc->acc + (int64_t)i * hd, sc->l[i], hd);
+}
+
+/* Whether `rows` rows take a tile straight from a bf16 store (few rows: widening the
+ * tile would cost more than it saves). */
+static int attn_direct_ok(const struct attn_task *c, int rows)
+{
+    return rows <= ATTN_DIRECT_ROWS && c->kv->dtype == KV_DTYPE_BF16 && c->v->attn_update_rows_bf16;
+}
+
+/* One tile, positions [p0, p0 + n) of row r's KV, for scratch rows [i0, i0 + rows)
+ * (sc->n: how many of the positions each takes): scores, then softmax and V update.
+ * The walk reads up to position `last`; the next tile's K and V are asked for ahead. */
+static void attn_tile(const struct attn_task *c, struct cpu_attn_scratch *sc, const struct batch_row *r, int kvh,
+                      int i0, int rows, int p0, int n, int last, int direct)
+{
+    int hd = c->kv->head_dim;
+    ptrdiff_t ahead = attn_ahead(c->kv, r, c->layer, p0, n, last);
+    const uint16_t *qb = attn_scores_bb(c) ? sc->qb + (int64_t)i0 * hd : NULL;
+    float *s = sc->s + (int64_t)i0 * CPU_ATTN_TILE;
+    if (direct) { /* prefetches as it reads */
+        const uint16_t *vrows[CPU_ATTN_TILE];
+        attn_direct(c, r, kvh, sc->q + (int64_t)i0 * hd, qb, rows, p0, n, ahead, s, vrows);
+        c->v->attn_update_rows_bf16(sc->m + i0, sc->l + i0, sc->acc + (int64_t)i0 * hd, s, sc->n + i0, rows,
+                                    c->scale, vrows, hd, ahead);
+        return;
+    }
+    if (p0 + CPU_ATTN_TILE <= last) {
+        int nn = last + 1 - (p0 + CPU_ATTN_TILE);
+        attn_prefetch(c, r, kvh, p0 + CPU_ATTN_TILE, nn < CPU_ATTN_TILE ? nn : CPU_ATTN_TILE);
+    }
+    /* K and V of the tile widened once for every row; scores by the f32 GEMM */
+    if (qb) {
+        attn_direct(c, r, kvh, NULL, qb, rows, p0, n, ahead, s, NULL);
+    } else {
+        attn_gather(c, r, kvh, 0, p0, n, sc->k);
+        c->v->gemm_f32(s, CPU_ATTN_TILE, sc->q + (int64_t)i0 * hd, hd, sc->k, hd, rows, n, hd);
+    }
+    attn_gather(c, r, kvh, 1, p0, n, sc->v);
+    if (c->v->attn_update_rows) {
+        c->v->attn_update_rows(sc->m + i0, sc->l + i0, sc->acc + (int64_t)i0 * hd, s, sc->n + i0, rows, c->scale,
+                               sc->v, hd);
+    } else {
+        for (int i = i0; i < i0 + rows; i++)
+            c->v->attn_update(&sc->m[i], &sc->l[i], sc->acc + (int64_t)i * hd, sc->s + (int64_t)i * CPU_ATTN_TILE,
+                              sc->n[i], c->scale, sc->v, hd);
     }
 }
 
@@ -193,16 +277,15 @@ static void attn_finish(const struct attn_task *c, const struct cpu_attn_scratch
  * scattered 4 KB pieces, and as each row of K and V is read, the same row of the next
  * tile is asked for (attn_ahead).  Each head performs exactly the operations of
  * attn_run's direct walk. */
-static void attn_run_rows(void *ctx, int task, int thread)
+static void attn_run_rows(const struct attn_task *c, int task, int thread)
 {
-    const struct attn_task *c = ctx;
     const struct batch *b = c->b;
     int n_kv = c->kv->n_kv_heads, hd = c->kv->head_dim, G = c->group;
     struct cpu_attn_scratch *sc = &c->scratch[thread];
     int ri = task;
-    if (c->split) /* the task-th row that takes this walk */
+    if (!c->all_walk) /* the task-th row that takes this walk */
         for (ri = 0;; ri++)
-            if (attn_walk_row(c, &b->rows[ri]) && task-- == 0)
+            if (attn_kind_of(c, ri) == ATTN_KIND_WALK && task-- == 0)
                 break;
     const struct batch_row *r = &b->rows[ri];
     int t0 = r->query_offset, nq = r->query_len;
@@ -235,17 +318,16 @@ static void attn_run_rows(void *ctx, int task, int thread)
     attn_finish(c, sc, t0, 0, rows, rows * n_kv);
 }
 
-static void attn_run(void *ctx, int task, int thread)
+static void attn_run(const struct attn_task *c, int task, int thread)
 {
-    const struct attn_task *c = ctx;
     const struct batch *b = c->b;
-    int n_kv = c->kv->n_kv_heads, hd = c->kv->head_dim, G = c->group;
+    int n_kv = c->kv->n_kv_heads, G = c->group;
     struct cpu_attn_scratch *sc = &c->scratch[thread];
 
     /* task -> (row, token block, kv head) */
     int kvh = task % n_kv, blk = task / n_kv, ri = 0;
     for (;; ri++) {
-        int nb = c->split && attn_walk_row(c, &b->rows[ri]) ? 0 : (b->rows[ri].query_len + c->qb - 1) / c->qb;
+        int nb = attn_kind_of(c, ri) != ATTN_KIND_RUN ? 0 : (b->rows[ri].query_len + c->qb - 1) / c->qb;
         if (blk < nb)
             break;
         blk -= nb;
@@ -255,64 +337,153 @@ static void attn_run(void *ctx, int task, int thread)
     int nq = r->query_len - blk * c->qb < c->qb ? r->query_len - blk * c->qb : c->qb;
     int rows = nq * G; /* row i: token t0 + i / G, head kvh * G + i % G */
     attn_begin(c, sc, t0, kvh, rows, rows);
-    int bb = attn_scores_bb(c);
 
     int pos_first = b->positions[t0], pos_last = b->positions[t0 + nq - 1];
-    /* few rows: widening a tile would cost more than it saves */
-    int direct = rows <= ATTN_DIRECT_ROWS && c->kv->dtype == KV_DTYPE_BF16 && c->v->attn_update_rows_bf16;
+    int direct = attn_direct_ok(c, rows);
     attn_prefetch(c, r, kvh, 0, pos_last + 1 < CPU_ATTN_TILE ? pos_last + 1 : CPU_ATTN_TILE);
     for (int p0 = 0; p0 <= pos_last; p0 += CPU_ATTN_TILE) {
         int n = pos_last + 1 - p0 < CPU_ATTN_TILE ? pos_last + 1 - p0 : CPU_ATTN_TILE;
         /* tokens before this tile have finished: rows from i0 on take part */
         int i0 = p0 > pos_first ? (p0 - pos_first) * G : 0;
-        ptrdiff_t ahead = attn_ahead(c->kv, r, c->layer, p0, n, pos_last);
-        if (!direct && p0 + CPU_ATTN_TILE <= pos_last) { /* the direct walk prefetches as it reads */
-            int nn = pos_last + 1 - (p0 + CPU_ATTN_TILE);
-            attn_prefetch(c, r, kvh, p0 + CPU_ATTN_TILE, nn < CPU_ATTN_TILE ? nn : CPU_ATTN_TILE);
-        }
         for (int i = i0; i < rows; i++) {
             int pos = pos_first + i / G;
             sc->n[i] = pos + 1 - p0 < n ? pos + 1 - p0 : n;
         }
-        const uint16_t *qb = bb ? sc->qb + (int64_t)i0 * hd : NULL;
-        if (direct) {
-            const uint16_t *vrows[CPU_ATTN_TILE];
-            attn_direct(c, r, kvh, sc->q + (int64_t)i0 * hd, qb, rows - i0, p0, n, ahead,
-                        sc->s + (int64_t)i0 * CPU_ATTN_TILE, vrows);
-            c->v->attn_update_rows_bf16(sc->m + i0, sc->l + i0, sc->acc + (int64_t)i0 * hd,
-                                        sc->s + (int64_t)i0 * CPU_ATTN_TILE, sc->n + i0, rows - i0, c->scale, vrows,
-                                        hd, ahead);
-            continue;
-        }
-        /* K and V of the tile widened once for every row; scores by the f32 GEMM */
-        if (bb) {
-            attn_direct(c, r, kvh, NULL, qb, rows - i0, p0, n, ahead, sc->s + (int64_t)i0 * CPU_ATTN_TILE, NULL);
-        } else {
-            attn_gather(c, r, kvh, 0, p0, n, sc->k);
-            c->v->gemm_f32(sc->s + (int64_t)i0 * CPU_ATTN_TILE, CPU_ATTN_TILE, sc->q + (int64_t)i0 * hd, hd, sc->k,
-                           hd, rows - i0, n, hd);
-        }
-        attn_gather(c, r, kvh, 1, p0, n, sc->v);
-        if (c->v->attn_update_rows) {
-            c->v->attn_update_rows(sc->m + i0, sc->l + i0, sc->acc + (int64_t)i0 * hd,
-                                   sc->s + (int64_t)i0 * CPU_ATTN_TILE, sc->n + i0, rows - i0, c->scale, sc->v, hd);
-        } else {
-            for (int i = i0; i < rows; i++)
-                c->v->attn_update(&sc->m[i], &sc->l[i], sc->acc + (int64_t)i * hd,
-                                  sc->s + (int64_t)i * CPU_ATTN_TILE, sc->n[i], c->scale, sc->v, hd);
-        }
+        attn_tile(c, sc, r, kvh, i0, rows - i0, p0, n, pos_last, direct);
     }
     attn_finish(c, sc, t0, kvh, rows, rows);
 }
 
-/* A batch of decode rows and longer rows: the whole-row walk's tasks, then attn_run's. */
-static void attn_run_split(void *ctx, int task, int thread)
+/* ------------------------------------------------------------------ shared prefixes */
+
+static int attn_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* How many leading tiles the n rows all hold in the same blocks, and wholly before
+ * their own positions (so each row takes every position of them). */
+static int attn_shared_tiles(const struct kv_store *kv, const struct batch *b, const int *rows, int n)
+{
+    int tiles = INT_MAX;
+    for (int i = 0; i < n; i++) {
+        int pos = b->positions[b->rows[rows[i]].query_offset];
+        tiles = pos / CPU_ATTN_TILE < tiles ? pos / CPU_ATTN_TILE : tiles;
+    }
+    int bs = kv->block_size, need = (int)(((int64_t)tiles * CPU_ATTN_TILE + bs - 1) / bs), same = 0;
+    const int32_t *t0 = b->rows[rows[0]].block_table;
+    for (; same < need; same++)
+        for (int i = 1; i < n; i++)
+            if (b->rows[rows[i]].block_table[same] != t0[same])
+                goto out;
+out:;
+    int t = (int)((int64_t)same * bs / CPU_ATTN_TILE);
+    return t < tiles ? t : tiles;
+}
+
+/* Finds decode rows (one token each) whose block tables begin with the same block and
+ * splits each such set into chunks of at most CPU_ATTN_MAX_ROWS query rows, enough
+ * of them to give every thread tasks.  Returns the number of chunks. */
+static int attn_group_rows(const struct attn_task *c, struct attn_groups *g, int n_threads)
+{
+    const struct batch *b = c->b;
+    g->n_chunks = 0;
+    if (b->n_rows < 2 || b->n_rows > ATTN_GROUP_MAX_ROWS)
+        return 0;
+    memset(g->in, 0, (size_t)b->n_rows);
+    uint64_t key[ATTN_GROUP_MAX_ROWS]; /* first block, then row: rows of a set in order */
+    int n = 0;
+    for (int i = 0; i < b->n_rows; i++) {
+        const struct batch_row *r = &b->rows[i];
+        if (r->query_len == 1 && b->positions[r->query_offset] >= CPU_ATTN_TILE)
+            key[n++] = (uint64_t)(uint32_t)r->block_table[0] << 32 | (uint32_t)i;
+    }
+    qsort(key, (size_t)n, sizeof *key, attn_cmp_u64);
+    int per = CPU_ATTN_MAX_ROWS / c->group; /* rows per chunk at most */
+    int want = (ATTN_ROWS_PER_THREAD * n_threads + c->kv->n_kv_heads - 1) / c->kv->n_kv_heads;
+    int used = 0;
+    for (int s = 0, e; s < n; s = e) {
+        for (e = s + 1; e < n && key[e] >> 32 == key[s] >> 32; e++)
+            ;
+        int m = e - s, *rows = g->rows + used;
+        if (m < 2)
+            continue;
+        for (int i = 0; i < m; i++)
+            rows[i] = (int)(uint32_t)key[s + i];
+        int tiles = attn_shared_tiles(c->kv, b, rows, m);
+        if (tiles < 1)
+            continue;
+        int nch = (m + per - 1) / per, more = want < m / 2 ? want : m / 2; /* two rows a chunk at least */
+        nch = nch > more ? nch : more;
+        for (int k = 0; k < nch; k++) {
+            g->first[g->n_chunks] = used + (int)((int64_t)m * k / nch);
+            g->tiles[g->n_chunks++] = tiles;
+        }
+        for (int i = 0; i < m; i++)
+            g->in[rows[i]] = 1;
+        used += m;
+    }
+    g->first[g->n_chunks] = used;
+    return g->n_chunks;
+}
+
+/* A chunk of rows with one KV head: the shared tiles once for all of them, then each
+ * row's own tiles.  Every row goes through its tiles in position order with the
+ * operations of any other walk. */
+static void attn_run_chunk(const struct attn_task *c, int chunk, int kvh, int thread)
+{
+    const struct batch *b = c->b;
+    const struct attn_groups *g = c->groups;
+    int hd = c->kv->head_dim, G = c->group;
+    struct cpu_attn_scratch *sc = &c->scratch[thread];
+    const int *rows = g->rows + g->first[chunk];
+    int m = g->first[chunk + 1] - g->first[chunk], nr = m * G, shared = g->tiles[chunk] * CPU_ATTN_TILE;
+    /* scratch row i: query head kvh * G + i % G of row rows[i / G] */
+    for (int i = 0; i < nr; i++) {
+        int64_t at = ((int64_t)b->rows[rows[i / G]].query_offset * c->n_heads + kvh * G + i % G) * hd;
+        memcpy(sc->q + (int64_t)i * hd, c->q + at, (size_t)hd * sizeof(float));
+        sc->m[i] = -INFINITY;
+        sc->l[i] = 0.0f;
+        sc->n[i] = CPU_ATTN_TILE;
+    }
+    memset(sc->acc, 0, (size_t)nr * hd * sizeof(float));
+    if (attn_scores_bb(c))
+        c->v->to_bf16(sc->qb, sc->q, (int64_t)nr * hd);
+
+    const struct batch_row *r0 = &b->rows[rows[0]];
+    int direct = attn_direct_ok(c, nr);
+    attn_prefetch(c, r0, kvh, 0, CPU_ATTN_TILE);
+    for (int p0 = 0; p0 < shared; p0 += CPU_ATTN_TILE)
+        attn_tile(c, sc, r0, kvh, 0, nr, p0, CPU_ATTN_TILE, shared - 1, direct);
+    direct = attn_direct_ok(c, G);
+    for (int j = 0; j < m; j++) {
+        const struct batch_row *r = &b->rows[rows[j]];
+        int pos = b->positions[r->query_offset];
+        for (int p0 = shared; p0 <= pos; p0 += CPU_ATTN_TILE) {
+            int n = pos + 1 - p0 < CPU_ATTN_TILE ? pos + 1 - p0 : CPU_ATTN_TILE;
+            for (int i = j * G; i < (j + 1) * G; i++)
+                sc->n[i] = n;
+            attn_tile(c, sc, r, kvh, j * G, G, p0, n, pos, direct);
+        }
+        for (int i = j * G; i < (j + 1) * G; i++)
+            attn_out_row(c->out + ((int64_t)r->query_offset * c->n_heads + kvh * G + i % G) * hd,
+                         sc->acc + (int64_t)i * hd, sc->l[i], hd);
+    }
+}
+
+/* ------------------------------------------------------------------ launch */
+
+static void attn_run_any(void *ctx, int task, int thread)
 {
     const struct attn_task *c = ctx;
-    if (task < c->n_walk)
-        attn_run_rows(ctx, task, thread);
+    int n_kv = c->kv->n_kv_heads;
+    if (task < c->n_chunk_tasks)
+        attn_run_chunk(c, task / n_kv, task % n_kv, thread);
+    else if ((task -= c->n_chunk_tasks) < c->n_walk)
+        attn_run_rows(c, task, thread);
     else
-        attn_run(ctx, task - c->n_walk, thread);
+        attn_run(c, task - c->n_walk, thread);
 }
 
 void cpu_attention(struct backend *be, float *out, const float *q, const struct batch *b, const struct kv_store *kv,
@@ -325,30 +496,30 @@ void cpu_attention(struct backend *be, float *out, const float *q, const struct 
         .v = cb->v, .scratch = cb->attn, .out = out, .q = q, .b = b, .kv = kv, .layer = layer, .n_heads = n_heads,
         .group = G, .qb = CPU_ATTN_MAX_ROWS / G, .scale = scale,
     };
+    struct attn_groups g;
+    if (attn_group_rows(&c, &g, be->n_threads) > 0) {
+        c.groups = &g;
+        c.n_chunk_tasks = g.n_chunks * kv->n_kv_heads;
+    }
     /* Decode rows take the whole-row walk when there are enough of them to keep every
-     * thread busy, or when other rows' tasks fill the threads anyway (a prefill chunk
-     * in the batch); the walks give the same bits, so the choice is free. */
-    int walk_store = kv->n_kv_heads <= ATTN_ROWS_MAX_KV && kv->dtype == KV_DTYPE_BF16 && cb->v->attn_update_rows_bf16;
-    int n_walk = 0, n_other = 0, n_blocks = 0; /* n_other: token blocks of the other rows */
+     * thread busy, or when other tasks fill the threads anyway; the walks give the
+     * same bits, so the choice is free. */
+    c.walk = kv->n_kv_heads <= ATTN_ROWS_MAX_KV && kv->dtype == KV_DTYPE_BF16 && cb->v->attn_update_rows_bf16;
+    int n_walk = 0, n_other = 0; /* n_other: attn_run's token blocks */
     for (int i = 0; i < b->n_rows; i++) {
-        int nb = (b->rows[i].query_len + c.qb - 1) / c.qb;
-        n_blocks += nb;
-        if (walk_store && attn_walk_row(&c, &b->rows[i]))
-            n_walk++;
-        else
-            n_other += nb;
+        enum attn_kind k = attn_kind_of(&c, i);
+        n_walk += k == ATTN_KIND_WALK;
+        n_other += k == ATTN_KIND_RUN ? (b->rows[i].query_len + c.qb - 1) / c.qb : 0;
     }
-    if (n_walk > 0 && n_other == 0 && b->n_rows >= ATTN_ROWS_PER_THREAD * be->n_threads) {
-        threadpool_run(&cb->pool, attn_run_rows, &c, b->n_rows);
-        return;
+    if (n_walk > 0 && n_other == 0 && c.n_chunk_tasks == 0 && n_walk < ATTN_ROWS_PER_THREAD * be->n_threads) {
+        c.walk = 0; /* a few decode rows alone: (row, KV head) tasks spread them over the threads */
+        for (int i = 0; i < b->n_rows; i++)
+            n_other += (b->rows[i].query_len + c.qb - 1) / c.qb;
+        n_walk = 0;
     }
-    if (n_walk > 0 && n_other > 0) {
-        c.split = 1;
-        c.n_walk = n_walk;
-        threadpool_run(&cb->pool, attn_run_split, &c, n_walk + n_other * kv->n_kv_heads);
-        return;
-    }
-    threadpool_run(&cb->pool, attn_run, &c, n_blocks * kv->n_kv_heads);
+    c.n_walk = n_walk;
+    c.all_walk = n_walk == b->n_rows;
+    threadpool_run(&cb->pool, attn_run_any, &c, c.n_chunk_tasks + n_walk + n_other * kv->n_kv_heads);
 }
 
 /* ------------------------------------------------------------------ KV write */
