@@ -343,9 +343,9 @@ struct template_value *template_builtin_value(enum template_builtin b);
 struct template_value *template_ref(struct template_value *v);
 void template_unref(struct template_render *r, struct template_value *v);
 
-/* Constructors: a new reference, or NULL with the error recorded in r (memory limits). */
-/* A value of the type with one reference, its size (plus extra bytes it owns)
- * counted against the memory limit; NULL with the render's error set. */
+/* Constructors: a new reference, or NULL with the error recorded in r (memory limits).
+ * template_value_new: a value of the type, its size (plus extra bytes it owns) counted
+ * against the memory limit but not as a step; the typed ones that allocate count one. */
 struct template_value *template_value_new(struct template_render *r, enum template_type type, size_t extra);
 struct template_value *template_int(struct template_render *r, int64_t i);
 struct template_value *template_float(struct template_render *r, double f);
@@ -375,12 +375,12 @@ bool template_truthy(const struct template_value *v);
 bool template_is_iterator(const struct template_value *v);
 /* Python ==; recursion bounded (cycles through namespaces compare unequal). */
 bool template_equal(const struct template_value *a, const struct template_value *b);
-/* Python ordering: sets *cmp to -1/0/1; false (error recorded, at names the node) when the
- * types cannot be ordered. case_insensitive lowers strings first (sort filters). */
 /* needle in hay, Python semantics (undefined is an empty iterable): the `in`
  * operator and the `in` test. */
 bool template_contains(struct template_render *r, const struct template_node *at, const struct template_value *needle,
                        const struct template_value *hay, bool *res);
+/* Python ordering: sets *cmp to -1/0/1; false (error recorded, at names the node) when the
+ * types cannot be ordered. case_insensitive lowers strings first (sort filters). */
 bool template_compare(struct template_render *r, const struct template_node *at,
                       const struct template_value *a, const struct template_value *b,
                       bool case_insensitive, int *cmp);

@@ -82,10 +82,11 @@ struct seq {
     float *out;        /* [len, vocab] logits of every position */
 };
 
-/* Runs every sequence to completion: at each step each unfinished sequence adds a
- * chunk (sizes from chunk_fn), all in one batch. */
 /* When set, the chunks of sequences 1.. (sequence 0 keeps chunk_fn): mixed batches. */
 static int (*chunk_others)(int remaining);
+
+/* Runs every sequence to completion: at each step each unfinished sequence adds a
+ * chunk (sizes from chunk_fn), all in one batch. */
 
 static int run_seqs(struct rig *r, struct seq *s, int n, int (*chunk_fn)(int remaining))
 {

@@ -66,7 +66,7 @@ struct attn_task {
 };
 
 /* Whether row r takes the whole-row walk (attn_run_rows): a decode row, short enough
- * for the direct walk.  The store and variant must allow it too (attn_walk_store). */
+ * for the direct walk.  The store and variant must allow it too (attn_task.walk). */
 static int attn_walk_row(const struct attn_task *c, const struct batch_row *r)
 {
     return r->query_len * c->group <= ATTN_DIRECT_ROWS && r->query_len * c->n_heads <= CPU_ATTN_MAX_ROWS;
@@ -193,19 +193,30 @@ static int64_t attn_row_at(const struct attn_task *c, int t0, int kvh0, int rows
     return ((int64_t)(t0 + ii / G) * c->n_heads + (kvh0 + i / rows) * G + ii % G) * c->kv->head_dim;
 }
 
-/* Loads `all` query rows and clears their running state (and rounds them to bf16
- * where the variant scores so). */
-static void attn_begin(const struct attn_task *c, struct cpu_attn_scratch *sc, int t0, int kvh0, int rows, int all)
+/* Scratch row i takes the query row at offset `at` of q (and of out): loads it and
+ * clears its running state. */
+static void attn_load_row(const struct attn_task *c, struct cpu_attn_scratch *sc, int i, int64_t at)
 {
     int hd = c->kv->head_dim;
-    for (int i = 0; i < all; i++) {
-        memcpy(sc->q + (int64_t)i * hd, c->q + attn_row_at(c, t0, kvh0, rows, i), (size_t)hd * sizeof(float));
-        sc->m[i] = -INFINITY;
-        sc->l[i] = 0.0f;
-    }
-    memset(sc->acc, 0, (size_t)all * hd * sizeof(float));
+    memcpy(sc->q + (int64_t)i * hd, c->q + at, (size_t)hd * sizeof(float));
+    memset(sc->acc + (int64_t)i * hd, 0, (size_t)hd * sizeof(float));
+    sc->m[i] = -INFINITY;
+    sc->l[i] = 0.0f;
+}
+
+/* After the `all` rows are loaded: rounds them to bf16 where the variant scores so. */
+static void attn_loaded(const struct attn_task *c, struct cpu_attn_scratch *sc, int all)
+{
     if (attn_scores_bb(c))
-        c->v->to_bf16(sc->qb, sc->q, (int64_t)all * hd);
+        c->v->to_bf16(sc->qb, sc->q, (int64_t)all * c->kv->head_dim);
+}
+
+/* Loads the `all` rows of attn_row_at's numbering. */
+static void attn_begin(const struct attn_task *c, struct cpu_attn_scratch *sc, int t0, int kvh0, int rows, int all)
+{
+    for (int i = 0; i < all; i++)
+        attn_load_row(c, sc, i, attn_row_at(c, t0, kvh0, rows, i));
+    attn_loaded(c, sc, all);
 }
 
 /* o = acc / l: one output row. */
@@ -223,6 +234,16 @@ static void attn_finish(const struct attn_task *c, const struct cpu_attn_scratch
     int hd = c->kv->head_dim;
     for (int i = 0; i < all; i++)
         attn_out_row(c->out + attn_row_at(c, t0, kvh0, rows, i), sc->acc + (int64_t)i * hd, sc->l[i], hd);
+}
+
+/* cnt[i], i < rows: how many positions of the tile [p0, p0 + n) row i takes, its
+ * token's position being first + i / G (G rows a token). */
+static void attn_counts(int *cnt, int rows, int G, int first, int p0, int n)
+{
+    for (int i = 0; i < rows; i++) {
+        int pos = first + i / G;
+        cnt[i] = pos + 1 - p0 < n ? pos + 1 - p0 : n;
+    }
 }
 
 /* Whether `rows` rows take a tile straight from a bf16 store (few rows: widening the
@@ -298,10 +319,7 @@ static void attn_run_rows(const struct attn_task *c, int task, int thread)
     for (int p0 = 0; p0 <= pos_last; p0 += CPU_ATTN_TILE) {
         int n = pos_last + 1 - p0 < CPU_ATTN_TILE ? pos_last + 1 - p0 : CPU_ATTN_TILE;
         int i0 = p0 > pos_first ? (p0 - pos_first) * G : 0;
-        for (int i = i0; i < rows; i++) {
-            int pos = pos_first + i / G;
-            sc->n[i] = pos + 1 - p0 < n ? pos + 1 - p0 : n;
-        }
+        attn_counts(sc->n + i0, rows - i0, G, pos_first + i0 / G, p0, n);
         ptrdiff_t ahead = attn_ahead(c->kv, r, c->layer, p0, n, pos_last);
         for (int h = 0; h < n_kv; h++) {
             int i = h * rows + i0;
@@ -345,10 +363,7 @@ static void attn_run(const struct attn_task *c, int task, int thread)
         int n = pos_last + 1 - p0 < CPU_ATTN_TILE ? pos_last + 1 - p0 : CPU_ATTN_TILE;
         /* tokens before this tile have finished: rows from i0 on take part */
         int i0 = p0 > pos_first ? (p0 - pos_first) * G : 0;
-        for (int i = i0; i < rows; i++) {
-            int pos = pos_first + i / G;
-            sc->n[i] = pos + 1 - p0 < n ? pos + 1 - p0 : n;
-        }
+        attn_counts(sc->n + i0, rows - i0, G, pos_first + i0 / G, p0, n);
         attn_tile(c, sc, r, kvh, i0, rows - i0, p0, n, pos_last, direct);
     }
     attn_finish(c, sc, t0, kvh, rows, rows);
@@ -371,13 +386,13 @@ static int attn_shared_tiles(const struct kv_store *kv, const struct batch *b, c
         int pos = b->positions[b->rows[rows[i]].query_offset];
         tiles = pos / CPU_ATTN_TILE < tiles ? pos / CPU_ATTN_TILE : tiles;
     }
-    int bs = kv->block_size, need = (int)(((int64_t)tiles * CPU_ATTN_TILE + bs - 1) / bs), same = 0;
+    /* the leading blocks every row's table has alike, of those the tiles need */
+    int bs = kv->block_size, need = (int)(((int64_t)tiles * CPU_ATTN_TILE + bs - 1) / bs), same = need;
     const int32_t *t0 = b->rows[rows[0]].block_table;
-    for (; same < need; same++)
-        for (int i = 1; i < n; i++)
-            if (b->rows[rows[i]].block_table[same] != t0[same])
-                goto out;
-out:;
+    for (int i = 1; i < n; i++)
+        for (int k = 0; k < same; k++)
+            if (b->rows[rows[i]].block_table[k] != t0[k])
+                same = k;
     int t = (int)((int64_t)same * bs / CPU_ATTN_TILE);
     return t < tiles ? t : tiles;
 }
@@ -428,6 +443,14 @@ static int attn_group_rows(const struct attn_task *c, struct attn_groups *g, int
     return g->n_chunks;
 }
 
+/* A chunk's scratch row i: query head kvh * G + i % G of the (one) token of batch row
+ * rows[i / G], at this offset of q and out. */
+static int64_t attn_chunk_row_at(const struct attn_task *c, const int *rows, int kvh, int i)
+{
+    int G = c->group;
+    return ((int64_t)c->b->rows[rows[i / G]].query_offset * c->n_heads + kvh * G + i % G) * c->kv->head_dim;
+}
+
 /* A chunk of rows with one KV head: the shared tiles once for all of them, then each
  * row's own tiles.  Every row goes through its tiles in position order with the
  * operations of any other walk. */
@@ -439,17 +462,11 @@ static void attn_run_chunk(const struct attn_task *c, int chunk, int kvh, int th
     struct cpu_attn_scratch *sc = &c->scratch[thread];
     const int *rows = g->rows + g->first[chunk];
     int m = g->first[chunk + 1] - g->first[chunk], nr = m * G, shared = g->tiles[chunk] * CPU_ATTN_TILE;
-    /* scratch row i: query head kvh * G + i % G of row rows[i / G] */
     for (int i = 0; i < nr; i++) {
-        int64_t at = ((int64_t)b->rows[rows[i / G]].query_offset * c->n_heads + kvh * G + i % G) * hd;
-        memcpy(sc->q + (int64_t)i * hd, c->q + at, (size_t)hd * sizeof(float));
-        sc->m[i] = -INFINITY;
-        sc->l[i] = 0.0f;
-        sc->n[i] = CPU_ATTN_TILE;
+        attn_load_row(c, sc, i, attn_chunk_row_at(c, rows, kvh, i));
+        sc->n[i] = CPU_ATTN_TILE; /* the shared tiles lie wholly before every row's position */
     }
-    memset(sc->acc, 0, (size_t)nr * hd * sizeof(float));
-    if (attn_scores_bb(c))
-        c->v->to_bf16(sc->qb, sc->q, (int64_t)nr * hd);
+    attn_loaded(c, sc, nr);
 
     const struct batch_row *r0 = &b->rows[rows[0]];
     int direct = attn_direct_ok(c, nr);
@@ -462,13 +479,11 @@ static void attn_run_chunk(const struct attn_task *c, int chunk, int kvh, int th
         int pos = b->positions[r->query_offset];
         for (int p0 = shared; p0 <= pos; p0 += CPU_ATTN_TILE) {
             int n = pos + 1 - p0 < CPU_ATTN_TILE ? pos + 1 - p0 : CPU_ATTN_TILE;
-            for (int i = j * G; i < (j + 1) * G; i++)
-                sc->n[i] = n;
+            attn_counts(sc->n + j * G, G, G, pos, p0, n);
             attn_tile(c, sc, r, kvh, j * G, G, p0, n, pos, direct);
         }
         for (int i = j * G; i < (j + 1) * G; i++)
-            attn_out_row(c->out + ((int64_t)r->query_offset * c->n_heads + kvh * G + i % G) * hd,
-                         sc->acc + (int64_t)i * hd, sc->l[i], hd);
+            attn_out_row(c->out + attn_chunk_row_at(c, rows, kvh, i), sc->acc + (int64_t)i * hd, sc->l[i], hd);
     }
 }
 
