@@ -10,7 +10,7 @@
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
 #include "cli/request_opts.h"
-#include "tokenizer/template.h"
+#include "template/template.h"
 
 static void chat_usage(void)
 {

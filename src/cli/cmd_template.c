@@ -5,7 +5,7 @@
 
 #include "base/fileio.h"
 #include "cli/cli.h"
-#include "tokenizer/template.h"
+#include "template/template.h"
 
 #define INPUT_MAX_BYTES ((size_t)256 << 20)
 

@@ -7,7 +7,7 @@
 #include <stdatomic.h>
 
 #include "cache/prefix_cache.h"
-#include "engine/batch.h"
+#include "kv/batch.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sequence.h"

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "engine/batch.h"
+#include "kv/batch.h"
 #include "kv/kv_store.h"
 #include "model/weights.h"
 

@@ -6,7 +6,7 @@
 #include <limits.h>
 
 #include "base/arena.h"
-#include "engine/batch.h"
+#include "kv/batch.h"
 #include "kernels/backend.h"
 #include "kv/kv_store.h"
 #include "model/config.h"

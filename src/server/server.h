@@ -14,7 +14,7 @@
 #include "base/status.h"
 #include "server/auth.h"
 #include "server/metrics.h"
-#include "tokenizer/template.h"
+#include "template/template.h"
 
 enum server_state {
     SERVER_STATE_LOADING,  /* listening; the engine is being loaded */

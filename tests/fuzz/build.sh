@@ -16,7 +16,7 @@ base="src/base/status.c src/base/log.c src/base/fileio.c"
 $cc $flags -o "$out/fuzz_safetensors" tests/fuzz/fuzz_safetensors.c src/model/safetensors.c $base -ljansson
 $cc $flags -o "$out/fuzz_config" tests/fuzz/fuzz_config.c src/model/config.c $base -ljansson -lm
 $cc $flags -o "$out/fuzz_openai" tests/fuzz/fuzz_openai.c src/server/openai.c $base -ljansson -lm
-$cc $flags -o "$out/fuzz_template" tests/fuzz/fuzz_template.c src/tokenizer/template*.c $base -ljansson -lm
+$cc $flags -o "$out/fuzz_template" tests/fuzz/fuzz_template.c src/template/template*.c $base -ljansson -lm
 echo "built $out/fuzz_safetensors $out/fuzz_config $out/fuzz_openai $out/fuzz_template"
 secs=${1:-${FUZZ_SECONDS:-0}}
 if [ "$secs" -gt 0 ]; then

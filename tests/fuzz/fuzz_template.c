@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/template.h"
+#include "template/template.h"
 
 static const char FUZZ_TEMPLATE_CONTEXT[] =
     "{\"messages\": ["

@@ -2,7 +2,7 @@
  * malformed batch is rejected with a status (never an assert). */
 #include <string.h>
 
-#include "engine/batch.h"
+#include "kv/batch.h"
 #include "test.h"
 
 #define NB 16

@@ -10,7 +10,7 @@
 
 #include "base/fileio.h"
 #include "test.h"
-#include "tokenizer/template.h"
+#include "template/template.h"
 
 /* Renders src with the JSON context ctx (NULL: none). Returns the output or NULL (status in *st). */
 static char *render(const char *src, const char *ctx, const struct chat_template_limits *lim,

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/template_internal.h"
+#include "template/template_internal.h"
 
 /* ============================================================================ buffers */
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/template_internal.h"
+#include "template/template_internal.h"
 
 /* Expression and statement nesting allowed in a template (bounds the parser's recursion). */
 #define PARSE_MAX_DEPTH 128

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tokenizer/template_internal.h"
+#include "template/template_internal.h"
 
 /* Jinja's sandbox caps range() at this many items. */
 #define RANGE_MAX 100000

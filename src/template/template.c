@@ -1,7 +1,7 @@
 /* Chat templates: parse once, render many times (the render itself is in template_eval.c). */
 #include <string.h>
 
-#include "tokenizer/template_internal.h"
+#include "template/template_internal.h"
 
 void chat_template_limits_default(struct chat_template_limits *lim)
 {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/template_internal.h"
+#include "template/template_internal.h"
 
 /* Containers nested deeper than this are refused (bounds every recursion over values). */
 #define VALUE_MAX_DEPTH 200

@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 
 #include "base/fileio.h"
-#include "tokenizer/template.h"
+#include "template/template.h"
 
 #define CONFIG_MAX_BYTES ((size_t)64 << 20)
 

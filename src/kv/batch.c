@@ -1,5 +1,5 @@
 /* Batch layout: building the derived arrays and validating every identity. */
-#include "engine/batch.h"
+#include "kv/batch.h"
 
 #include <stdlib.h>
 #include <string.h>

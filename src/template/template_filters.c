@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/template_internal.h"
+#include "template/template_internal.h"
 
 typedef struct template_value *(*filter_fn)(struct template_render *r, const struct template_node *at,
                                             struct template_value *v, const struct template_callargs *a);

@@ -5,8 +5,8 @@
  * tokens[query_offset .. query_offset + query_len) (query_offset is the exclusive
  * prefix sum of query_len).  A position p of a row lives in KV slot
  * block_table[p / block_size] * block_size + p % block_size. */
-#ifndef HEARTH_ENGINE_BATCH_H
-#define HEARTH_ENGINE_BATCH_H
+#ifndef HEARTH_KV_BATCH_H
+#define HEARTH_KV_BATCH_H
 
 #include <stdint.h>
 

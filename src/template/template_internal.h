@@ -1,4 +1,4 @@
-/* Internals of the chat-template engine shared by src/tokenizer/template_*.c.
+/* Internals of the chat-template engine shared by src/template/template_*.c.
  * Module prefix: template_ (the public API in template.h is chat_template_*).
  *
  * Pipeline: template_lex (source -> tokens, whitespace control) -> template_parse (tokens -> AST,
@@ -9,8 +9,8 @@
  *
  * Errors inside a render are recorded once in the render state (first error wins) and signalled
  * by a NULL value or a false return; callers just propagate. */
-#ifndef HEARTH_TOKENIZER_TEMPLATE_INTERNAL_H
-#define HEARTH_TOKENIZER_TEMPLATE_INTERNAL_H
+#ifndef HEARTH_TEMPLATE_TEMPLATE_INTERNAL_H
+#define HEARTH_TEMPLATE_TEMPLATE_INTERNAL_H
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "tokenizer/template.h"
+#include "template/template.h"
 
 struct template_render;
 

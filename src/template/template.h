@@ -7,8 +7,8 @@
  * for the few places where that oracle and Python differ and which side we take).
  *
  * A parsed template is immutable: any number of threads may render it at once. */
-#ifndef HEARTH_TOKENIZER_TEMPLATE_H
-#define HEARTH_TOKENIZER_TEMPLATE_H
+#ifndef HEARTH_TEMPLATE_TEMPLATE_H
+#define HEARTH_TEMPLATE_TEMPLATE_H
 
 #include <jansson.h>
 #include <stdbool.h>

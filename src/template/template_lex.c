@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/template_internal.h"
+#include "template/template_internal.h"
 
 struct lexer {
     const char *src; /* [n] normalised source */
