@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 bin=${1:-build/hearth}
 found=0
 for b in bench/*.sh; do
-  [ "$(basename "$b")" = run.sh ] && continue
+  case "$(basename "$b")" in run.sh | ab.sh) continue ;; esac # ab.sh compares two binaries
   found=1
   echo "== $b"
   HEARTH_BIN=$bin bash "$b"

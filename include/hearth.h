@@ -43,9 +43,14 @@ const char *hr_status_str(enum hr_status st);
 
 /* ------------------------------------------------------------------ engine */
 
+/* The longest cache_salt a request may carry, in bytes (the one definition). */
+#define HEARTH_CACHE_SALT_MAX 256
+
 struct hearth_engine_params {
     const char *model_dir;      /* Hugging Face directory: config.json, *.safetensors, tokenizer.json */
     int n_threads;              /* kernel threads (>= 1) */
+    const char *device;         /* NULL/"auto" (CUDA when built in and a GPU is present, else the CPU),
+                                   "cpu" or "cuda" */
     const char *kernel;         /* NULL/"auto", "avx512", "avx512bf16", "avx2", "scalar" */
     const char *compute;        /* NULL/"f32", or "bf16": activations rounded to bf16 for the bf16
                                    dot-product instructions (the avx512bf16 kernel); exact either way */
@@ -127,7 +132,8 @@ struct hearth_request_params {
     int n_stop_token_ids;
     bool skip_special_tokens;   /* in the text of token events (default false here; servers set it) */
 
-    const char *cache_salt;     /* prefix-cache namespace of this request (tenant isolation), or NULL */
+    const char *cache_salt;     /* prefix-cache namespace of this request (tenant isolation), or NULL;
+                                   at most HEARTH_CACHE_SALT_MAX bytes */
 };
 
 void hearth_request_params_default(struct hearth_request_params *p);

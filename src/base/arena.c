@@ -9,6 +9,7 @@ enum hr_status arena_init(struct arena *a, size_t cap, char *err, size_t errlen)
     a->used = a->high_water = 0;
     a->cap = cap;
     a->base = NULL;
+    a->owned = 1;
     if (cap && posix_memalign((void **)&a->base, 64, cap) != 0) {
         a->cap = 0;
         return hr_err(err, errlen, HR_ERR_NOMEM, "arena: cannot allocate %zu bytes", cap);
@@ -16,11 +17,20 @@ enum hr_status arena_init(struct arena *a, size_t cap, char *err, size_t errlen)
     return HR_OK;
 }
 
+void arena_init_at(struct arena *a, void *base, size_t cap)
+{
+    a->base = base;
+    a->cap = cap;
+    a->used = a->high_water = 0;
+    a->owned = 0;
+}
+
 void arena_free(struct arena *a)
 {
     if (!a)
         return;
-    free(a->base);
+    if (a->owned)
+        free(a->base);
     a->base = NULL;
     a->cap = a->used = 0;
 }

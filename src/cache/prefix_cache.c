@@ -12,7 +12,6 @@
 
 #define PREFIX_ROOTS_MAX 4096
 #define PREFIX_NO_PARENT (-1)
-#define PREFIX_SALT_MAX 256
 
 struct prefix_node {
     int32_t parent;            /* node index, PREFIX_NO_PARENT for roots */
@@ -36,7 +35,7 @@ static uint64_t prefix_block_hash(const struct prefix_cache *pc, const int32_t *
 
 static uint64_t prefix_ns_hash(const struct prefix_cache *pc, const char *salt)
 {
-    unsigned char buf[16 + PREFIX_SALT_MAX];
+    unsigned char buf[16 + HEARTH_CACHE_SALT_MAX];
     size_t n = strlen(salt);
     memcpy(buf, &pc->ns_base, 8);
     memcpy(buf + 8, &pc->epoch, 8);
@@ -197,7 +196,7 @@ static const char *prefix_salt(const char *salt) { return salt ? salt : ""; }
 static int prefix_root(struct prefix_cache *pc, const char *salt, bool create)
 {
     salt = prefix_salt(salt);
-    if (strlen(salt) > PREFIX_SALT_MAX)
+    if (strlen(salt) > HEARTH_CACHE_SALT_MAX)
         return -1;
     uint64_t h = prefix_ns_hash(pc, salt);
     for (int i = pc->buckets[prefix_bucket(pc, PREFIX_NO_PARENT, h)]; i >= 0; i = pc->nodes[i].chain) {
@@ -375,20 +374,6 @@ void prefix_cache_invalidate(struct prefix_cache *pc)
     pc->st.entries = 0;
     pc->epoch++;
     pc->st.invalidations_total++;
-}
-
-int prefix_cache_list_blocks(const struct prefix_cache *pc, int32_t *out, int cap)
-{
-    int n = 0;
-    for (int i = 0; i < pc->cap; i++) {
-        const struct prefix_node *nd = &pc->nodes[i];
-        if (!nd->used || nd->block < 0)
-            continue;
-        if (n < cap)
-            out[n] = nd->block;
-        n++;
-    }
-    return n;
 }
 
 int64_t prefix_cache_blocks_held(const struct prefix_cache *pc) { return pc->st.entries; }

@@ -99,8 +99,6 @@ int prefix_cache_evict_one(struct prefix_cache *pc, int keep);
 /* Drops every node (a reset or a reload): bumps the epoch. */
 void prefix_cache_invalidate(struct prefix_cache *pc);
 
-/* Lists the blocks the tree holds into out[0..cap); returns how many it holds. */
-int prefix_cache_list_blocks(const struct prefix_cache *pc, int32_t *out, int cap);
 
 /* Blocks the tree references. */
 int64_t prefix_cache_blocks_held(const struct prefix_cache *pc);

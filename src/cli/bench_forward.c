@@ -145,16 +145,17 @@ int bench_forward(int argc, char **argv)
         r.blocks_per_seq = pblocks;
     int n_blocks = r.blocks_per_seq * max_b;
     if (model_load(&r.m, model_dir, err, sizeof err) != HR_OK ||
-        backend_cpu_init(&r.be, (int)threads, kernel, err, sizeof err) != HR_OK ||
-        kv_store_init(&r.kv, &r.m.cfg, kvdt, BF_BS, (size_t)n_blocks * BF_BS * kv_store_bytes_per_token(&r.m.cfg, kvdt),
-                      err, sizeof err) != HR_OK ||
+        backend_create(&r.be, "cpu", &(struct backend_opts){.n_threads = (int)threads, .kernel = kernel}, err,
+                       sizeof err) != HR_OK ||
+        model_kv_init(&r.kv, &r.be, &r.m.cfg, kvdt, BF_BS,
+                      (size_t)n_blocks * BF_BS * model_kv_bytes_per_token(&r.m.cfg, kvdt), err, sizeof err) != HR_OK ||
         qwen3_init(&r.q, &r.m, &r.be, max_tok, err, sizeof err) != HR_OK ||
         batch_init(&r.b, BF_BS, max_b, max_tok, err, sizeof err) != HR_OK) {
         fprintf(stderr, "hearth bench forward: %s\n", err);
         goto out;
     }
     const struct model_config *c = &r.m.cfg;
-    r.logits = malloc((size_t)max_b * c->vocab_size * sizeof *r.logits);
+    r.logits = r.be.ops->alloc(&r.be, (size_t)max_b * c->vocab_size * sizeof *r.logits, err, sizeof err);
     r.tables = malloc((size_t)n_blocks * sizeof *r.tables);
     int32_t *tok = malloc((size_t)max_tok * sizeof *tok);
     if (!r.logits || !r.tables || !tok) {
@@ -164,7 +165,7 @@ int bench_forward(int argc, char **argv)
     }
     /* each sequence's blocks as the engine's block pool hands them out */
     struct block_pool pool;
-    if (block_pool_init(&pool, &r.kv, err, sizeof err) != HR_OK) {
+    if (block_pool_init(&pool, r.kv.n_blocks, err, sizeof err) != HR_OK) {
         fprintf(stderr, "hearth bench forward: %s\n", err);
         free(tok);
         goto out;
@@ -212,17 +213,30 @@ int bench_forward(int argc, char **argv)
     /* ---- decode: random KV contents, distinct blocks per sequence unless shared */
     {
         uint64_t st = 88172645463325252ull;
-        size_t n = r.kv.block_bytes * (size_t)r.kv.n_blocks / r.kv.elem_size;
-        for (size_t i = 0; i < n; i++) {
-            st ^= st << 13;
-            st ^= st >> 7;
-            st ^= st << 17;
-            float f = (float)((st >> 40) & 0xffff) / 32768.0f - 1.0f;
-            if (r.kv.dtype == KV_DTYPE_F32)
-                ((float *)r.kv.slab)[i] = f;
-            else
-                ((uint16_t *)r.kv.slab)[i] = dtype_f32_to_bf16(f);
+        size_t n = r.kv.block_bytes / r.kv.elem_size;
+        void *blk = malloc(r.kv.block_bytes);
+        if (!blk) {
+            fprintf(stderr, "hearth bench forward: out of memory\n");
+            goto out_tok;
         }
+        for (int id = 0; id < r.kv.n_blocks; id++) {
+            for (size_t i = 0; i < n; i++) {
+                st ^= st << 13;
+                st ^= st >> 7;
+                st ^= st << 17;
+                float f = (float)((st >> 40) & 0xffff) / 32768.0f - 1.0f;
+                if (r.kv.dtype == KV_DTYPE_F32)
+                    ((float *)blk)[i] = f;
+                else
+                    ((uint16_t *)blk)[i] = dtype_f32_to_bf16(f);
+            }
+            if (r.be.ops->kv_import(&r.be, &r.kv, id, blk, err, sizeof err) != HR_OK) {
+                fprintf(stderr, "hearth bench forward: %s\n", err);
+                free(blk);
+                goto out_tok;
+            }
+        }
+        free(blk);
     }
     /* The batch sizes take turns step by step: the host's bandwidth wanders from one
      * moment to the next, and the ratios compare batches measured side by side. */
@@ -284,7 +298,7 @@ int bench_forward(int argc, char **argv)
         int B = batches[bi];
         double gbs = (double)wbytes / (dec_step_ms[bi] * 1e-3) * 1e-9;
         /* distinct KV bytes: one context when the rows share it */
-        double kv_gbs = (double)(shared ? 1 : B) * context * kv_store_bytes_per_token(c, kvdt) /
+        double kv_gbs = (double)(shared ? 1 : B) * context * model_kv_bytes_per_token(c, kvdt) /
                         (dec_step_ms[bi] * 1e-3) * 1e-9;
         double gflops = (double)B * (mm_flops + 2.0 * (double)(r.m.w.lm_head.rows * r.m.w.lm_head.cols) +
                                      4.0 * c->n_heads * c->head_dim * (double)(context + 1) * c->n_layers) /
@@ -301,11 +315,12 @@ int bench_forward(int argc, char **argv)
 out_tok:
     free(tok);
 out:
-    free(r.logits);
+    if (r.logits)
+        r.be.ops->mem_free(&r.be, r.logits);
     free(r.tables);
     batch_free(&r.b);
     qwen3_free(&r.q);
-    kv_store_free(&r.kv);
+    model_kv_free(&r.kv, &r.be);
     backend_free(&r.be);
     model_free(&r.m);
     return rc;

@@ -146,7 +146,8 @@ int bench_kernels(int argc, char **argv)
         return 1;
     }
     struct backend be;
-    if (backend_cpu_init(&be, (int)n_threads, kernel, err, sizeof err) != HR_OK) {
+    if (backend_create(&be, "cpu", &(struct backend_opts){.n_threads = (int)n_threads, .kernel = kernel}, err,
+                       sizeof err) != HR_OK) {
         fprintf(stderr, "hearth bench kernels: %s\n", err);
         return 2;
     }
@@ -155,7 +156,9 @@ int bench_kernels(int argc, char **argv)
         max_m = ms[i] > max_m ? ms[i] : max_m;
     for (size_t s = 0; s < sizeof bk_shapes / sizeof bk_shapes[0]; s++)
         max_k = bk_shapes[s].k > max_k ? bk_shapes[s].k : max_k;
-    if (be.ops->reserve(&be, max_m, max_k, err, sizeof err) != HR_OK) {
+    /* The matmul scratch for max_m rows of max_k inputs (a geometry of that width). */
+    struct model_config geo = {.hidden_size = max_k, .head_dim = 2};
+    if (be.ops->reserve(&be, &geo, max_m, err, sizeof err) != HR_OK) {
         fprintf(stderr, "hearth bench kernels: %s\n", err);
         backend_free(&be);
         return 1;

@@ -53,13 +53,38 @@ static void prefix_usage(void)
             engine_opts_help);
 }
 
-static int prefix_max_refcount(const struct hearth_engine *e)
+static int prefix_vocab(const struct hearth_engine *e)
 {
-    int m = 0;
-    for (int i = 0; i < e->pool.capacity; i++)
-        if (e->pool.refcount[i] > m)
-            m = e->pool.refcount[i];
-    return m;
+    struct hearth_model_info mi;
+    hearth_engine_model_info(e, &mi);
+    return mi.vocab_size;
+}
+
+/* The logits hook of a measured request: every sampled row's logits into the digest. */
+struct prefix_hook {
+    struct hearth_engine *e;
+    struct bench_digest *logits;
+    int first_ctx;     /* context_len of the request's first step, -1 before it */
+    int flip;          /* HEARTH_TEST_FLIP_WARM_LOGIT: flip a bit of the warm run's logits */
+    float *copy;       /* [vocab] room for the flipped row */
+};
+
+static void prefix_on_logits(void *ctx, int row, const float *lg, int vocab)
+{
+    (void)row;
+    struct prefix_hook *h = ctx;
+    if (h->first_ctx < 0)
+        h->first_ctx = engine_last_step(h->e)->context_len;
+    /* Test hook: proves that a single flipped bit is caught. */
+    if (h->flip && h->first_ctx > 0 && h->copy) {
+        memcpy(h->copy, lg, (size_t)vocab * sizeof(float));
+        uint32_t u;
+        memcpy(&u, h->copy, 4);
+        u ^= 1;
+        memcpy(h->copy, &u, 4);
+        lg = h->copy;
+    }
+    bench_digest_add(h->logits, lg, (size_t)vocab * sizeof(float));
 }
 
 /* Runs one request to the end on e, stepping by hand. */
@@ -82,7 +107,18 @@ static int prefix_run_request(struct hearth_engine *e, const int32_t *prompt, in
         fprintf(stderr, "hearth bench prefix: %s\n", err);
         return 0;
     }
-    int V = e->m.cfg.vocab_size, steps = 0, done = 0;
+    int steps = 0, done = 0;
+    struct hearth_stats hs;
+    hearth_engine_stats(e, &hs);
+    struct prefix_hook hook = {.e = e, .logits = &out->logits, .first_ctx = -1,
+                               .flip = hs.prefix_cache.enabled && getenv("HEARTH_TEST_FLIP_WARM_LOGIT")};
+    if (hook.flip && !(hook.copy = malloc((size_t)prefix_vocab(e) * sizeof(float)))) {
+        fprintf(stderr, "hearth bench prefix: out of memory\n");
+        hearth_request_free(r);
+        return 0;
+    }
+    if (measure)
+        engine_set_logits_hook(e, prefix_on_logits, &hook);
     while (!done) {
         if (!engine_step(e)) {
             fprintf(stderr, "hearth bench prefix: the engine stalled\n");
@@ -90,25 +126,13 @@ static int prefix_run_request(struct hearth_engine *e, const int32_t *prompt, in
         }
         if (measure) {
             if (steps++ == 0) {
-                out->q_len = e->batch.rows[0].query_len;
-                out->ctx_len = e->batch.rows[0].context_len;
-                out->kv_len = e->batch.rows[0].kv_len;
-                out->forward_first = (double)e->last_forward_ns * 1e-9;
+                const struct engine_step_info *si = engine_last_step(e);
+                out->q_len = si->query_len;
+                out->ctx_len = si->context_len;
+                out->kv_len = si->kv_len;
+                out->forward_first = (double)si->forward_ns * 1e-9;
             }
-            for (int i = 0; i < e->batch.n_rows; i++) {
-                if (e->batch.rows[i].logits == BATCH_LOGITS_NONE)
-                    continue;
-                float *lg = e->logits + (int64_t)e->batch.rows[i].logit_offset * V;
-                /* Test hook: proves that a single flipped bit is caught. */
-                if (e->pc_on && out->ctx_len > 0 && getenv("HEARTH_TEST_FLIP_WARM_LOGIT")) {
-                    uint32_t u;
-                    memcpy(&u, lg, 4);
-                    u ^= 1;
-                    memcpy(lg, &u, 4);
-                }
-                bench_digest_add(&out->logits, lg, (size_t)V * sizeof(float));
-            }
-            int rc = prefix_max_refcount(e);
+            int rc = engine_max_block_refcount(e);
             if (rc > out->refcount_hw)
                 out->refcount_hw = rc;
         }
@@ -132,6 +156,8 @@ static int prefix_run_request(struct hearth_engine *e, const int32_t *prompt, in
             }
         }
     }
+    engine_set_logits_hook(e, NULL, NULL);
+    free(hook.copy);
     hearth_request_free(r);
     return done == 1;
 }
@@ -154,7 +180,7 @@ static int prefix_protocol(struct prefix_opts *o)
                 break;
             }
             if (!vocab) {
-                vocab = e->m.cfg.vocab_size;
+                vocab = prefix_vocab(e);
                 bench_tokens(prompt, n, vocab, 1);
                 memcpy(prime, prompt, (size_t)n * sizeof *prime);
                 bench_tokens(prime + o->shared, o->suffix, vocab, 2); /* same prefix, other suffix */
@@ -163,7 +189,9 @@ static int prefix_protocol(struct prefix_opts *o)
             if (mode == 2)
                 ok = prefix_run_request(e, prime, n, o->max_tokens, false, r);
             ok = ok && prefix_run_request(e, prompt, n, o->max_tokens, true, r);
-            r->open_leases = e->pc_on ? e->pc.st.open_leases : 0;
+            struct hearth_stats hs;
+            hearth_engine_stats(e, &hs);
+            r->open_leases = hs.prefix_cache.enabled ? hs.prefix_cache.open_leases : 0;
             hearth_engine_free(e);
             fprintf(stderr, "%-8s repeat %d: ttft %.3f s  e2e %.3f s  hit %d tokens  first step q=%d ctx=%d kv=%d\n",
                     prefix_mode_name[mode], rep, r->ttft, r->e2e, r->hit_tokens, r->q_len, r->ctx_len, r->kv_len);
@@ -370,7 +398,7 @@ static int prefix_workload(struct prefix_opts *o)
     int rc = 1;
     if (!cl || !buf || !probe)
         goto out;
-    int vocab = probe->m.cfg.vocab_size;
+    int vocab = prefix_vocab(probe);
     hearth_engine_free(probe);
     probe = NULL;
     for (int i = 0; i < n; i++) {

@@ -49,13 +49,14 @@ static double tp_rss_mib(void)
  * position, and one lm_head row per sampled token. */
 static double tp_request_flops(const struct hearth_engine *e, int prompt_tokens, int out_tokens)
 {
-    const struct model_config *c = &e->m.cfg;
+    const struct model *m = engine_model(e);
+    const struct model_config *c = &m->cfg;
     int64_t bytes;
     double mm;
-    bench_model_costs(&e->m, &bytes, &mm);
+    bench_model_costs(m, &bytes, &mm);
     double n = (double)prompt_tokens + out_tokens - 1;
     double attn = 4.0 * c->n_heads * c->head_dim * c->n_layers * n * (n + 1) / 2;
-    double lm = 2.0 * (double)e->m.w.lm_head.rows * (double)e->m.w.lm_head.cols * out_tokens;
+    double lm = 2.0 * (double)m->w.lm_head.rows * (double)m->w.lm_head.cols * out_tokens;
     return n * mm + attn + lm;
 }
 
@@ -66,13 +67,13 @@ static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_token
     if (!e)
         return 0;
     *req_flops = tp_request_flops(e, prompt_tokens, out_tokens);
-    *bf16 = e->be.bf16_compute;
-    *weight_bytes = e->m.w.weight_bytes;
-    *kv_bytes = (size_t)e->kv.n_blocks * e->kv.block_bytes;
+    *bf16 = engine_backend(e)->bf16_compute;
+    *weight_bytes = engine_model(e)->w.weight_bytes;
+    *kv_bytes = engine_kv_bytes(e);
     double fixed = (double)*weight_bytes / 1048576.0 + (double)*kv_bytes / 1048576.0, rss_max = 0;
     lv->startup_mib = tp_rss_mib() - (double)*kv_bytes / 1048576.0;
     char err[HR_ERRLEN];
-    int V = e->m.cfg.vocab_size, ok = 1;
+    int V = engine_model(e)->cfg.vocab_size, ok = 1;
     struct hearth_request **r = calloc((size_t)c, sizeof *r);
     int32_t *prompts = malloc((size_t)c * prompt_tokens * sizeof *prompts);
     double *last = calloc((size_t)c, sizeof *last);

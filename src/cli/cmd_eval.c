@@ -28,7 +28,7 @@ struct eval_route_check {
 };
 
 struct eval_opts {
-    const char *model_dir, *expected, *kernel;
+    const char *model_dir, *expected, *kernel, *device;
     enum kv_dtype kv_dtype;
     int threads;
     double tol; /* < 0: the default for the KV dtype */
@@ -38,7 +38,7 @@ static void eval_usage(void)
 {
     fprintf(stderr,
             "usage: hearth eval --model DIR --expected FILE [--kv-dtype f32|bf16] [--threads N]\n"
-            "                   [--kernel avx512|avx512bf16|avx2|scalar] [--tol X]\n"
+            "                   [--device cpu|cuda|auto] [--kernel avx512|avx512bf16|avx2|scalar] [--tol X]\n"
             "Runs every prompt pN of FILE and compares the logits at every position: max |diff|\n"
             "within 2e-4 with f32 KV and f32 compute, 5e-2 with bf16 KV or the avx512bf16 kernel\n"
             "(or --tol); and the greedy continuation, up to the first step whose reference margin\n"
@@ -154,6 +154,12 @@ static int eval_prompt(struct qwen3 *q, struct kv_store *kv, struct eval_route_c
         return -1;
     }
     q->route_trace = NULL;
+    const float *host = NULL;
+    if (q->be->ops->to_host(q->be, logits, (size_t)T * V * sizeof(float), (const void **)&host, err, sizeof err) !=
+        HR_OK) {
+        fprintf(stderr, "hearth eval: prompt p%d: %s\n", pi, err);
+        return -1;
+    }
     int n_flip = 0;
     if (rc && (n_flip = eval_mark_flips(q, rc, b, logits + (int64_t)T * V, T)) < 0) {
         fprintf(stderr, "hearth eval: prompt p%d: the f32-KV control run failed\n", pi);
@@ -164,7 +170,7 @@ static int eval_prompt(struct qwen3 *q, struct kv_store *kv, struct eval_route_c
     for (int64_t i = 0; i < (int64_t)T * V; i++) {
         if (rc && rc->flip[i / V])
             continue;
-        double d = fabs((double)logits[i] - (double)ref[i]);
+        double d = fabs((double)host[i] - (double)ref[i]);
         if (!(d <= maxd)) { /* NaN counts as a failure */
             maxd = isnan(d) ? INFINITY : d;
             at = (int)(i / V);
@@ -176,7 +182,7 @@ static int eval_prompt(struct qwen3 *q, struct kv_store *kv, struct eval_route_c
      * showed when that is larger (bf16 KV). */
     double margin_min = 2 * maxd > EVAL_MARGIN_MIN && maxd <= tol ? 2 * maxd : EVAL_MARGIN_MIN;
     int agree = 0, checked = 0, bad_step = -1;
-    const float *cur = logits + (int64_t)(T - 1) * V;
+    const float *cur = host + (int64_t)(T - 1) * V;
     float *dec = logits + (int64_t)T * V;
     for (int s = 0; s < G; s++) {
         if (margin[s] < margin_min)
@@ -194,11 +200,12 @@ static int eval_prompt(struct qwen3 *q, struct kv_store *kv, struct eval_route_c
         batch_reset(b);
         if (batch_add_row(b, 0, &greedy[s], 1, T + s, table, n_table, BATCH_LOGITS_LAST, err, sizeof err) != HR_OK ||
             batch_build(b, kv->n_blocks, err, sizeof err) != HR_OK ||
-            qwen3_forward(q, b, kv, dec, err, sizeof err) != HR_OK) {
+            qwen3_forward(q, b, kv, dec, err, sizeof err) != HR_OK ||
+            q->be->ops->to_host(q->be, dec, (size_t)V * sizeof(float), (const void **)&cur, err, sizeof err) !=
+                HR_OK) {
             fprintf(stderr, "hearth eval: prompt p%d decode step %d: %s\n", pi, s, err);
             return -1;
         }
-        cur = dec;
     }
     int ok = maxd <= tol && bad_step < 0 && n_flip <= EVAL_MAX_FLIPPED_FRAC * T;
     printf("p%d: %3d tokens  max|diff| %.3e (at %d, bound %.0e)  greedy %d/%d agree", pi, T, maxd, at, tol, agree,
@@ -230,6 +237,9 @@ int cli_eval(int argc, char **argv)
                 return 2;
         } else if (args_is(a, "--kernel")) {
             if (!(o.kernel = args_value(argc, argv, &i)))
+                return 2;
+        } else if (args_is(a, "--device")) {
+            if (!(o.device = args_value(argc, argv, &i)))
                 return 2;
         } else if (args_is(a, "--kv-dtype")) {
             if (!(v = args_value(argc, argv, &i)))
@@ -283,9 +293,10 @@ int cli_eval(int argc, char **argv)
             max_t = (int)ex.tensors[i].shape[0];
     int max_g = 64, bs = 16;
     int n_blocks = (max_t + max_g + bs - 1) / bs;
-    if (backend_cpu_init(&be, o.threads, o.kernel, err, sizeof err) != HR_OK ||
-        kv_store_init(&kv, &m.cfg, o.kv_dtype, bs, (size_t)n_blocks * bs * kv_store_bytes_per_token(&m.cfg, o.kv_dtype),
-                      err, sizeof err) != HR_OK ||
+    if (backend_create(&be, o.device, &(struct backend_opts){.n_threads = o.threads, .kernel = o.kernel}, err,
+                       sizeof err) != HR_OK ||
+        model_kv_init(&kv, &be, &m.cfg, o.kv_dtype, bs,
+                      (size_t)n_blocks * bs * model_kv_bytes_per_token(&m.cfg, o.kv_dtype), err, sizeof err) != HR_OK ||
         qwen3_init(&q, &m, &be, max_t, err, sizeof err) != HR_OK ||
         batch_init(&b, bs, 1, max_t, err, sizeof err) != HR_OK) {
         fprintf(stderr, "hearth eval: %s\n", err);
@@ -295,7 +306,7 @@ int cli_eval(int argc, char **argv)
     if (o.tol < 0)
         o.tol = o.kv_dtype == KV_DTYPE_F32 && !be.bf16_compute ? 2e-4 : 5e-2;
     table = malloc((size_t)kv.n_blocks * sizeof *table);
-    logits = malloc(((size_t)max_t * 2 + 1) * (size_t)m.cfg.vocab_size * sizeof *logits);
+    logits = be.ops->alloc(&be, ((size_t)max_t * 2 + 1) * (size_t)m.cfg.vocab_size * sizeof *logits, err, sizeof err);
     /* The control computes in f32: the variant itself, unless it rounds to bf16. */
     need_rc = m.cfg.arch == MODEL_ARCH_QWEN3_MOE && (o.kv_dtype != KV_DTYPE_F32 || be.bf16_compute);
     if (need_rc) {
@@ -304,10 +315,13 @@ int cli_eval(int argc, char **argv)
         route.run = calloc(nt, sizeof *route.run);
         route.flip = calloc((size_t)max_t, 1);
         if (!route.ref || !route.run || !route.flip ||
-            backend_cpu_init(&route.be32, o.threads, be.bf16_compute ? "avx512" : be.name + 4, err, sizeof err) != HR_OK ||
+            backend_create(&route.be32, be.device,
+                           &(struct backend_opts){.n_threads = o.threads, .kernel = be.isa, .compute = "f32"}, err,
+                           sizeof err) != HR_OK ||
             qwen3_init(&route.q32, &m, &route.be32, max_t, err, sizeof err) != HR_OK ||
-            kv_store_init(&route.kv32, &m.cfg, KV_DTYPE_F32, bs, (size_t)kv.n_blocks * bs * kv_store_bytes_per_token(&m.cfg, KV_DTYPE_F32),
-                          err, sizeof err) != HR_OK) {
+            model_kv_init(&route.kv32, &route.be32, &m.cfg, KV_DTYPE_F32, bs,
+                          (size_t)kv.n_blocks * bs * model_kv_bytes_per_token(&m.cfg, KV_DTYPE_F32), err,
+                          sizeof err) != HR_OK) {
             fprintf(stderr, "hearth eval: cannot set up the f32-KV control run\n");
             goto out;
         }
@@ -342,14 +356,15 @@ out:
     free(route.ref);
     free(route.run);
     free(route.flip);
-    kv_store_free(&route.kv32);
+    model_kv_free(&route.kv32, &route.be32);
     qwen3_free(&route.q32);
     backend_free(&route.be32);
     free(table);
-    free(logits);
+    if (logits)
+        be.ops->mem_free(&be, logits);
     batch_free(&b);
     qwen3_free(&q);
-    kv_store_free(&kv);
+    model_kv_free(&kv, &be);
     backend_free(&be);
     safetensors_free(&ex);
     model_free(&m);

@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "kv/kv_store.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "model/weights.h"
 
 static void info_usage(void)
@@ -107,7 +108,7 @@ int cli_info(int argc, char **argv)
     printf("%s%s%s\n", c.dtype[0] ? " (config: " : "", c.dtype, c.dtype[0] ? ")" : "");
     printf("weights        %s bytes (%s) in %d file%s\n", info_group(g1, sizeof g1, w.weight_bytes),
            info_bytes(b1, sizeof b1, (double)w.weight_bytes), w.st.n_files, w.st.n_files == 1 ? "" : "s");
-    size_t kb = kv_store_bytes_per_token(&c, KV_DTYPE_BF16), kf = kv_store_bytes_per_token(&c, KV_DTYPE_F32);
+    size_t kb = model_kv_bytes_per_token(&c, KV_DTYPE_BF16), kf = model_kv_bytes_per_token(&c, KV_DTYPE_F32);
     printf("kv per token   bf16 %s bytes (%s), f32 %s bytes (%s)\n", info_group(g1, sizeof g1, (long long)kb),
            info_bytes(b1, sizeof b1, (double)kb), info_group(g2, sizeof g2, (long long)kf),
            info_bytes(b2, sizeof b2, (double)kf));

@@ -6,10 +6,13 @@
 #include <unistd.h>
 
 #include "cli/args.h"
+#include "kv/kv_store.h"
 
 const char engine_opts_help[] =
     "engine options:\n"
     "  --model DIR                   Hugging Face model directory (required)\n"
+    "  --device cpu|cuda|auto        where the model runs (default auto: CUDA when this build has it\n"
+    "                                and a GPU is present, else the CPU)\n"
     "  --threads N                   kernel threads (default: all cores)\n"
     "  --kernel V                    force a kernel variant: avx512, avx512bf16, avx2, scalar\n"
     "                                (default: the best f32 variant this CPU has)\n"
@@ -49,26 +52,27 @@ int engine_opts_parse(struct hearth_engine_params *p, int argc, char **argv, int
                                  "--max-waiting", "--max-wait-steps"};
     int *dst[] = {&p->n_threads, &p->block_size, &p->max_num_seqs, &p->max_batched_tokens, &p->max_waiting,
                   &p->max_wait_steps};
-    long lo[] = {1, 1, 1, 1, 0, 1}, hi[] = {1024, 1024, 65536, 1 << 20, 1 << 30, 1 << 30};
+    long lo[] = {1, KV_BLOCK_SIZE_MIN, 1, 1, 0, 1}, hi[] = {1024, KV_BLOCK_SIZE_MAX, 65536, 1 << 20, 1 << 30, 1 << 30};
     for (int k = 0; k < 6; k++)
         if (args_is(a, ints[k]))
             return engine_opts_int(ints[k], args_value(argc, argv, i), lo[k], hi[k], dst[k]);
     if (args_is(a, "--model")) {
         return (p->model_dir = args_value(argc, argv, i)) ? 1 : -1;
+    } else if (args_is(a, "--device")) {
+        return (p->device = args_value(argc, argv, i)) ? 1 : -1;
     } else if (args_is(a, "--kernel")) {
         return (p->kernel = args_value(argc, argv, i)) ? 1 : -1;
     } else if (args_is(a, "--compute")) {
-        const char *v = args_value(argc, argv, i);
-        if (!v || (strcmp(v, "f32") && strcmp(v, "bf16"))) {
-            fprintf(stderr, "hearth: --compute must be f32 or bf16\n");
-            return -1;
-        }
-        p->compute = v;
-        return 1;
+        /* checked with the kernel by the backend */
+        return (p->compute = args_value(argc, argv, i)) ? 1 : -1;
     } else if (args_is(a, "--kv-dtype")) {
         const char *v = args_value(argc, argv, i);
-        if (!v || (strcmp(v, "bf16") && strcmp(v, "f32"))) {
-            fprintf(stderr, "hearth: --kv-dtype must be bf16 or f32\n");
+        enum kv_dtype dt;
+        char err[HR_ERRLEN];
+        if (!v)
+            return -1;
+        if (kv_dtype_parse(v, &dt, err, sizeof err) != HR_OK) {
+            fprintf(stderr, "hearth: --kv-dtype: %s\n", err);
             return -1;
         }
         p->kv_dtype = v;

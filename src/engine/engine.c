@@ -23,46 +23,6 @@
 
 #define ENGINE_TEXT_MAX 4096 /* bytes of text one token event may carry */
 
-/* ------------------------------------------------------------------ lists */
-
-void group_list_push_back(struct group_list *l, struct group *g)
-{
-    g->next = NULL;
-    g->prev = l->tail;
-    if (l->tail)
-        l->tail->next = g;
-    else
-        l->head = g;
-    l->tail = g;
-    l->n_groups++;
-}
-
-void group_list_push_front(struct group_list *l, struct group *g)
-{
-    g->prev = NULL;
-    g->next = l->head;
-    if (l->head)
-        l->head->prev = g;
-    else
-        l->tail = g;
-    l->head = g;
-    l->n_groups++;
-}
-
-void group_list_remove(struct group_list *l, struct group *g)
-{
-    if (g->prev)
-        g->prev->next = g->next;
-    else
-        l->head = g->next;
-    if (g->next)
-        g->next->prev = g->prev;
-    else
-        l->tail = g->prev;
-    g->next = g->prev = NULL;
-    l->n_groups--;
-}
-
 /* ------------------------------------------------------------------ params */
 
 void hearth_engine_params_default(struct hearth_engine_params *p)
@@ -101,26 +61,6 @@ const char *hearth_finish_reason_str(enum hearth_finish_reason r)
 
 /* ------------------------------------------------------------------ groups */
 
-void group_free(struct group *g)
-{
-    if (!g)
-        return;
-    for (int i = 0; i < g->n && g->seqs; i++) {
-        struct seq *s = &g->seqs[i];
-        free(s->tokens);
-        free(s->table);
-        if (s->has_text) {
-            detok_free(&s->detok);
-            stop_matcher_free(&s->stop);
-        }
-    }
-    free(g->seqs);
-    free(g->stop_ids);
-    free(g->bias);
-    free(g->salt);
-    free(g);
-}
-
 static void engine_emit(struct group *g, const struct hearth_event *ev, const char *text, size_t n)
 {
     if (!request_push(g->req, ev, text, n))
@@ -146,7 +86,7 @@ static void engine_finish_seq(struct hearth_engine *e, struct seq *s, enum heart
     }
     s->finished = true;
     s->finish = why;
-    sched_release_seq(e, s);
+    sched_release_seq(&e->sched, s);
     struct hearth_event ev = {.type = HEARTH_EVENT_FINISH, .index = s->index, .finish_reason = why,
                               .stop_token = s->stop_token};
     if (message)
@@ -298,7 +238,6 @@ void hearth_prefix_cache_reset(struct hearth_engine *e)
     engine_wake(e);
 }
 
-static enum hr_status engine_fingerprint(struct hearth_engine *e, char *err, size_t errlen);
 static uint64_t engine_namespace_base(const struct hearth_engine *e);
 
 /* On the engine thread, with e->mu held and nothing in flight: loads the model
@@ -317,13 +256,25 @@ static void engine_reload_now(struct hearth_engine *e)
                         a->n_experts_per_tok != b->n_experts_per_tok))
         st = hr_err(err, sizeof err, HR_ERR_UNSUPPORTED,
                     "reload: the checkpoint now has other shapes; restart the server to serve it");
+    uint64_t fp = 0;
+    if (st == HR_OK)
+        st = model_fingerprint(&m2, &fp, err, sizeof err);
     if (st == HR_OK) {
-        model_free(&e->m);
+        /* The new weights are bound where the forward will read them (e->m) before the
+         * old ones are let go of; a failed bind keeps the old model serving. */
+        struct model old = e->m;
         e->m = m2;
-        st = engine_fingerprint(e, err, sizeof err);
-        if (e->pc_on) {
-            prefix_cache_invalidate(&e->pc);
-            e->pc.ns_base = engine_namespace_base(e);
+        st = qwen3_bind(&e->fwd, &e->m, err, sizeof err);
+        if (st == HR_OK) {
+            model_free(&old);
+            e->fingerprint = fp;
+            if (e->pc_on) {
+                prefix_cache_invalidate(&e->pc);
+                e->pc.ns_base = engine_namespace_base(e);
+            }
+        } else {
+            model_free(&e->m);
+            e->m = old;
         }
     } else {
         model_free(&m2);
@@ -409,11 +360,11 @@ enum hr_status hearth_token_bytes(struct hearth_engine *e, int32_t id, const cha
 
 static void engine_intake(struct hearth_engine *e)
 {
-    e->step_no++;
+    e->sched.step_no++;
     if (atomic_exchange(&e->reset_requested, 0) && e->pc_on)
         prefix_cache_invalidate(&e->pc);
     pthread_mutex_lock(&e->mu);
-    if (e->reload_requested && !e->reload_done && !e->running.head && !e->waiting.head)
+    if (e->reload_requested && !e->reload_done && !e->sched.running.head && !e->sched.waiting.head)
         engine_reload_now(e);
     /* While a reload waits for the requests in flight, new ones stay queued. */
     while (e->incoming.head && !e->reload_requested) {
@@ -421,13 +372,13 @@ static void engine_intake(struct hearth_engine *e)
         group_list_remove(&e->incoming, g);
         e->n_incoming_reqs--;
         g->arrival = e->next_arrival++;
-        g->arrival_step = e->step_no;
+        g->arrival_step = e->sched.step_no;
         g->state = GROUP_STATE_WAITING;
-        group_list_push_back(&e->waiting, g);
+        group_list_push_back(&e->sched.waiting, g);
     }
     pthread_mutex_unlock(&e->mu);
 
-    struct group_list *lists[2] = {&e->waiting, &e->running};
+    struct group_list *lists[2] = {&e->sched.waiting, &e->sched.running};
     for (int l = 0; l < 2; l++)
         for (struct group *g = lists[l]->head, *next; g; g = next) {
             next = g->next;
@@ -441,15 +392,16 @@ static void engine_intake(struct hearth_engine *e)
 static void engine_publish_stats(struct hearth_engine *e)
 {
     int running = 0, waiting = 0;
-    for (struct group *g = e->running.head; g; g = g->next)
+    for (struct group *g = e->sched.running.head; g; g = g->next)
         for (int i = 0; i < g->n; i++)
             running += !g->seqs[i].finished;
-    for (struct group *g = e->waiting.head; g; g = g->next)
+    for (struct group *g = e->sched.waiting.head; g; g = g->next)
         for (int i = 0; i < g->n; i++)
             waiting += !g->seqs[i].finished;
     atomic_store(&e->st_running, running);
     atomic_store(&e->st_waiting, waiting);
-    atomic_store(&e->st_waiting_groups, e->waiting.n_groups);
+    atomic_store(&e->st_waiting_groups, e->sched.waiting.n_groups);
+    atomic_store(&e->st_preemptions, e->sched.n_preemptions);
     atomic_store(&e->st_free, block_pool_n_free(&e->pool));
     pthread_mutex_lock(&e->stats_mu);
     struct hearth_prefix_cache_stats *ps = &e->pc_snapshot;
@@ -473,22 +425,26 @@ static void engine_publish_stats(struct hearth_engine *e)
 }
 
 /* The step's logits rows, a piece at a time in the forward's scratch (whatever room
- * the residual stream leaves: ENGINE_LOGIT_ROWS rows at least), each piece scored and
- * sampled before the next is computed.  So no logits buffer grows with max_num_seqs,
- * and a row's events keep their order (its prompt logprobs, then its sample). */
-static void engine_logits(struct hearth_engine *e, const struct sched_plan *plan)
+ * the residual stream leaves: ENGINE_LOGIT_ROWS rows at least), each piece brought to
+ * the host, scored and sampled before the next is computed.  So no logits buffer
+ * grows with max_num_seqs, and a row's events keep their order (its prompt logprobs,
+ * then its sample).  A piece the backend fails to compute fails the step's rows. */
+static enum hr_status engine_logits(struct hearth_engine *e, const struct sched_plan *plan, char *err, size_t errlen)
 {
     const struct batch *b = &e->batch;
     int V = e->m.cfg.vocab_size;
     if (b->n_logits == 0)
-        return;
+        return HR_OK;
     int piece = qwen3_scratch_logit_rows(&e->fwd);
     HR_ASSERT(piece >= ENGINE_LOGIT_ROWS);
     if (e->hook_logit_rows > 0 && piece > e->hook_logit_rows)
         piece = e->hook_logit_rows;
     for (int c0 = 0; c0 < b->n_logits; c0 += piece) {
         int cn = b->n_logits - c0 < piece ? b->n_logits - c0 : piece;
-        e->logits = qwen3_logits_scratch(&e->fwd, b, c0, cn);
+        const float *logits;
+        enum hr_status st = qwen3_logits_host(&e->fwd, b, c0, cn, &logits, err, errlen);
+        if (st != HR_OK)
+            return st;
         for (int i = 0; i < plan->n_rows; i++) {
             const struct sched_row *pr = &plan->rows[i];
             const struct batch_row *br = &b->rows[i];
@@ -500,11 +456,13 @@ static void engine_logits(struct hearth_engine *e, const struct sched_plan *plan
             struct seq *s = pr->s;
             if (pr->all_logits)
                 engine_prompt_logprobs(e, s, br->context_len + (lo - br->logit_offset), hi - lo,
-                                       e->logits + (int64_t)(lo - c0) * V);
+                                       logits + (int64_t)(lo - c0) * V);
             if (!pr->sample || hi != br->logit_offset + nl)
                 continue;
             /* The row's last logits (rows with every token's logits end with them). */
-            const float *lg = e->logits + (int64_t)(hi - 1 - c0) * V;
+            const float *lg = logits + (int64_t)(hi - 1 - c0) * V;
+            if (e->logits_hook)
+                e->logits_hook(e->logits_hook_ctx, i, lg, V);
             struct group *g = s->g;
             if (!g->forked && g->n > 1) {
                 engine_fork(e, g);
@@ -515,22 +473,34 @@ static void engine_logits(struct hearth_engine *e, const struct sched_plan *plan
             }
         }
     }
+    return HR_OK;
+}
+
+/* Ends the groups of the plan's rows that still run with the step's error. */
+static void engine_fail_rows(struct hearth_engine *e, const struct sched_plan *plan, const char *err)
+{
+    log_error("step failed: %s", err);
+    for (int i = 0; i < plan->n_rows; i++) {
+        struct group *g = plan->rows[i].s->g;
+        if (g->state == GROUP_STATE_RUNNING)
+            engine_end_group(e, g, &e->sched.running, HEARTH_FINISH_ERROR, err);
+    }
 }
 
 bool engine_step(struct hearth_engine *e)
 {
     engine_intake(e);
+    struct batch *b = &e->batch;
+    batch_reset(b);
     struct sched_row rows_buf[e->p.max_num_seqs];
-    struct sched_plan plan = {.rows = rows_buf};
-    sched_plan(e, &plan);
+    struct sched_plan plan = {.rows = rows_buf, .batch = b};
+    sched_plan(&e->sched, &plan);
     if (plan.n_rows == 0) {
         engine_publish_stats(e);
         return false;
     }
 
     char err[HR_ERRLEN];
-    struct batch *b = &e->batch;
-    batch_reset(b);
     enum hr_status st = HR_OK;
     for (int i = 0; i < plan.n_rows && st == HR_OK; i++) {
         struct seq *s = plan.rows[i].s;
@@ -543,25 +513,21 @@ bool engine_step(struct hearth_engine *e)
     }
     if (st == HR_OK)
         st = batch_build(b, e->kv.n_blocks, err, sizeof err);
-    if (st == HR_OK && atomic_exchange(&e->hook_fail_forward, 0))
-        e->fwd.fail_next = 1;
     if (st == HR_OK) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         st = qwen3_forward(&e->fwd, b, &e->kv, NULL, err, sizeof err);
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        e->last_forward_ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+        e->last_step = (struct engine_step_info){
+            .n_rows = b->n_rows, .n_tok = b->n_tok, .query_len = b->rows[0].query_len,
+            .context_len = b->rows[0].context_len, .kv_len = b->rows[0].kv_len,
+            .forward_ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec)};
     }
     atomic_fetch_add(&e->st_steps, 1);
 
     if (st != HR_OK) {
         /* Nothing was committed: end the groups of this batch with the error. */
-        log_error("step failed: %s", err);
-        for (int i = 0; i < plan.n_rows; i++) {
-            struct group *g = plan.rows[i].s->g;
-            if (g->state == GROUP_STATE_RUNNING)
-                engine_end_group(e, g, &e->running, HEARTH_FINISH_ERROR, err);
-        }
+        engine_fail_rows(e, &plan, err);
         engine_publish_stats(e);
         return true;
     }
@@ -580,11 +546,14 @@ bool engine_step(struct hearth_engine *e)
             s->published = full;
         }
     }
-    engine_logits(e, &plan);
-    for (struct group *g = e->running.head, *next; g; g = next) {
+    /* The KV of the step is in the store and published (the forward succeeded); a
+     * failure computing the logits ends the step's requests, not the cache's blocks. */
+    if (engine_logits(e, &plan, err, sizeof err) != HR_OK)
+        engine_fail_rows(e, &plan, err);
+    for (struct group *g = e->sched.running.head, *next; g; g = next) {
         next = g->next;
         if (group_all_finished(g))
-            engine_done(e, g, &e->running);
+            engine_done(e, g, &e->sched.running);
     }
     engine_publish_stats(e);
     return true;
@@ -605,7 +574,7 @@ static void *engine_thread(void *arg)
     struct hearth_engine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->stopping && !e->incoming.head && !e->running.head && !e->waiting.head &&
+        while (!e->stopping && !e->incoming.head && !e->sched.running.head && !e->sched.waiting.head &&
                !(e->reload_requested && !e->reload_done) && !atomic_load(&e->reset_requested))
             pthread_cond_wait(&e->cv, &e->mu);
         bool stop = e->stopping;
@@ -626,38 +595,6 @@ static void *engine_thread(void *arg)
 
 /* ------------------------------------------------------------------ identity */
 
-/* The model's fingerprint: config.json and generation_config.json as bytes, and
- * every weight file's header and size. */
-static enum hr_status engine_fingerprint(struct hearth_engine *e, char *err, size_t errlen)
-{
-    uint64_t h = 0x68656172746855ull;
-    const char *names[] = {"config.json", "generation_config.json"};
-    for (int i = 0; i < 2; i++) {
-        char path[PATH_MAX + 32], *buf;
-        size_t len;
-        snprintf(path, sizeof path, "%s/%s", e->model_dir, names[i]);
-        if (!fileio_exists(path))
-            continue;
-        enum hr_status st = fileio_read_all(path, 16 << 20, &buf, &len, err, errlen);
-        if (st != HR_OK)
-            return st;
-        h = XXH3_64bits_withSeed(buf, len, h);
-        free(buf);
-    }
-    const struct safetensors *stf = &e->m.w.st;
-    for (int i = 0; i < stf->n_files; i++) {
-        const struct safetensors_file *f = &stf->files[i];
-        uint64_t hlen = 0;
-        if (f->map && f->size >= 8)
-            memcpy(&hlen, f->map, 8);
-        size_t n = f->map ? (size_t)(8 + (hlen < f->size - 8 ? hlen : f->size - 8)) : 0;
-        h = XXH3_64bits_withSeed(f->map, n, h);
-        h = XXH3_64bits_withSeed(&f->size, sizeof f->size, h);
-    }
-    e->fingerprint = h;
-    return HR_OK;
-}
-
 /* What every prefix-cache namespace of this engine shares: the model, the KV dtype,
  * the block size and the kernel variant (the epoch and the salt come on top). */
 static uint64_t engine_namespace_base(const struct hearth_engine *e)
@@ -676,10 +613,9 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
     *out = NULL;
     if (!p->model_dir)
         return hr_err(err, errlen, HR_ERR_INVALID, "engine: no model directory");
-    if (p->n_threads < 1 || p->block_size < 1 || p->block_size > 1024 || p->max_num_seqs < 1 ||
-        p->max_batched_tokens < 1)
-        return hr_err(err, errlen, HR_ERR_INVALID,
-                      "engine: threads, block size (1..1024), max_num_seqs and max_batched_tokens must be >= 1");
+    /* Threads are the backend's to check, the block size the KV store's. */
+    if (p->max_num_seqs < 1 || p->max_batched_tokens < 1)
+        return hr_err(err, errlen, HR_ERR_INVALID, "engine: max_num_seqs and max_batched_tokens must be >= 1");
     if (p->prefix_cache_max_entries < 0)
         return hr_err(err, errlen, HR_ERR_INVALID, "engine: prefix_cache_max_entries must be >= 0");
     struct hearth_engine *e = calloc(1, sizeof *e);
@@ -692,14 +628,14 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
     pthread_cond_init(&e->cv, NULL);
     pthread_cond_init(&e->cv_reload, NULL);
     pthread_mutex_init(&e->stats_mu, NULL);
-    e->max_wait_steps = p->max_wait_steps > 0 ? p->max_wait_steps : 32;
-    e->schedule = ENGINE_SCHEDULE_LPM;
+    e->sched.max_wait_steps = p->max_wait_steps > 0 ? p->max_wait_steps : 32;
+    e->sched.order = SCHED_ORDER_LPM;
 
     enum kv_dtype kvd = KV_DTYPE_BF16;
     enum hr_status st = kv_dtype_parse(p->kv_dtype ? p->kv_dtype : "bf16", &kvd, err, errlen);
     if (st == HR_OK && p->schedule && strcmp(p->schedule, "lpm") != 0) {
         if (!strcmp(p->schedule, "fcfs"))
-            e->schedule = ENGINE_SCHEDULE_FCFS;
+            e->sched.order = SCHED_ORDER_FCFS;
         else
             st = hr_err(err, errlen, HR_ERR_INVALID, "--schedule must be lpm or fcfs, got '%s'", p->schedule);
     }
@@ -719,30 +655,27 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
 #endif
     }
     e->p.kv_dtype = kv_dtype_name(kvd);
-    const char *kernel = p->kernel;
-    if (st == HR_OK && p->compute && strcmp(p->compute, "f32") != 0) {
-        if (strcmp(p->compute, "bf16") != 0)
-            st = hr_err(err, errlen, HR_ERR_INVALID, "--compute must be f32 or bf16, got '%s'", p->compute);
-        else if (kernel && *kernel && strcmp(kernel, "auto") && strcmp(kernel, "avx512bf16"))
-            st = hr_err(err, errlen, HR_ERR_INVALID, "--compute bf16 needs the avx512bf16 kernel, not '%s'", kernel);
-        kernel = "avx512bf16";
-    } else if (st == HR_OK && p->compute && kernel && !strcmp(kernel, "avx512bf16")) {
-        st = hr_err(err, errlen, HR_ERR_INVALID, "--compute f32 contradicts the avx512bf16 kernel");
-    }
+    struct backend_opts bo = {.n_threads = p->n_threads, .kernel = p->kernel, .compute = p->compute};
     if (st == HR_OK)
-        st = backend_cpu_init(&e->be, p->n_threads, kernel, err, errlen);
+        st = backend_create(&e->be, p->device, &bo, err, errlen);
+    const struct model_config *c = &e->m.cfg;
     if (st == HR_OK)
-        st = kv_store_init(&e->kv, &e->m.cfg, kvd, p->block_size, p->kv_cache_bytes, err, errlen);
+        st = model_kv_init(&e->kv, &e->be, c, kvd, p->block_size, p->kv_cache_bytes, err, errlen);
     if (st == HR_OK)
-        st = block_pool_init(&e->pool, &e->kv, err, errlen);
+        st = block_pool_init(&e->pool, e->kv.n_blocks, err, errlen);
     if (st == HR_OK)
-        st = engine_fingerprint(e, err, errlen);
+        st = model_fingerprint(&e->m, &e->fingerprint, err, errlen);
     if (st == HR_OK && p->prefix_cache) {
         st = prefix_cache_init(&e->pc, &e->pool, p->block_size,
                                p->prefix_cache_max_entries > 0 ? p->prefix_cache_max_entries : e->kv.n_blocks,
                                engine_namespace_base(e), err, errlen);
         e->pc_on = st == HR_OK;
     }
+    e->sched.pool = &e->pool;
+    e->sched.pc = e->pc_on ? &e->pc : NULL;
+    e->sched.block_size = p->block_size;
+    e->sched.max_num_seqs = p->max_num_seqs;
+    e->sched.max_batched_tokens = p->max_batched_tokens;
     if (st == HR_OK)
         st = qwen3_init(&e->fwd, &e->m, &e->be, p->max_batched_tokens, err, errlen);
     if (st == HR_OK)
@@ -796,15 +729,15 @@ void hearth_engine_free(struct hearth_engine *e)
         pthread_join(e->thread, NULL);
     }
     engine_detach_all(e, &e->incoming);
-    engine_detach_all(e, &e->waiting);
-    engine_detach_all(e, &e->running);
+    engine_detach_all(e, &e->sched.waiting);
+    engine_detach_all(e, &e->sched.running);
     if (e->pc_on)
         prefix_cache_free(&e->pc);
     sampler_scratch_free(&e->ss);
     batch_free(&e->batch);
     qwen3_free(&e->fwd);
     block_pool_free(&e->pool);
-    kv_store_free(&e->kv);
+    model_kv_free(&e->kv, &e->be);
     backend_free(&e->be);
     if (e->has_tk)
         tokenizer_free(&e->tk);
@@ -820,6 +753,42 @@ void hearth_engine_free(struct hearth_engine *e)
      * next level, an embedding application) would start with our pages resident. */
     malloc_trim(0);
 #endif
+}
+
+const struct engine_step_info *engine_last_step(const struct hearth_engine *e) { return &e->last_step; }
+
+void engine_set_logits_hook(struct hearth_engine *e, void (*fn)(void *ctx, int row, const float *logits, int vocab),
+                            void *ctx)
+{
+    e->logits_hook = fn;
+    e->logits_hook_ctx = ctx;
+}
+
+int engine_max_block_refcount(const struct hearth_engine *e)
+{
+    int m = 0;
+    for (int i = 0; i < block_pool_capacity(&e->pool); i++) {
+        int r = block_pool_refcount(&e->pool, i);
+        m = r > m ? r : m;
+    }
+    return m;
+}
+
+size_t engine_kv_bytes(const struct hearth_engine *e) { return kv_store_slab_bytes(&e->kv); }
+
+const struct model *engine_model(const struct hearth_engine *e) { return &e->m; }
+
+const struct backend *engine_backend(const struct hearth_engine *e) { return &e->be; }
+
+enum hr_status engine_inject_fault(struct hearth_engine *e, int64_t step, int op, char *err, size_t errlen)
+{
+    if (!backend_is_fault(&e->be)) {
+        enum hr_status st = backend_fault_wrap(&e->be, err, errlen);
+        if (st != HR_OK)
+            return st;
+    }
+    backend_fault_arm(&e->be, step, op);
+    return HR_OK;
 }
 
 void hearth_engine_model_info(const struct hearth_engine *e, struct hearth_model_info *out)

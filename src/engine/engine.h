@@ -10,25 +10,24 @@
 #include "kv/batch.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "kernels/backend.h"
+#include "kv/batch.h"
 #include "kv/block_pool.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
-
-enum engine_schedule {
-    ENGINE_SCHEDULE_LPM,  /* longest cached prefix first, unless someone waited too long */
-    ENGINE_SCHEDULE_FCFS,
-};
 
 /* Logits rows one piece holds at least (a step's rows are computed and sampled a
  * piece at a time, in the forward's scratch): every decode of up to 32 sequences in
  * one lm_head pass. */
 #define ENGINE_LOGIT_ROWS 32
 
-struct group_list {
-    struct group *head, *tail;
-    int n_groups;
+/* What the last step ran (benchmarks): its rows and the first row's geometry. */
+struct engine_step_info {
+    int n_rows, n_tok;
+    int query_len, context_len, kv_len; /* of row 0 */
+    int64_t forward_ns;        /* the forward's duration */
 };
 
 struct hearth_engine {
@@ -42,15 +41,11 @@ struct hearth_engine {
     struct block_pool pool;
     struct qwen3 fwd;
     struct batch batch;
-    float *logits;             /* [piece rows, vocab] the last piece of the step's logits rows, in the
-                                  forward's scratch (valid until the next step); after a step
-                                  with at most ENGINE_LOGIT_ROWS rows, all of them */
     struct sampler_scratch ss;
     struct prefix_cache pc;
     bool pc_on;
+    struct sched sched;        /* the waiting and running lists, over pool and pc */
     uint64_t fingerprint;      /* config and weight-file headers and sizes */
-    enum engine_schedule schedule;
-    int max_wait_steps;
 
     /* Submission queue: guarded by mu, drained by the engine thread. */
     pthread_mutex_t mu;
@@ -63,11 +58,10 @@ struct hearth_engine {
     bool thread_started;
 
     /* Engine-thread state. */
-    struct group_list waiting; /* FCFS; preempted groups go back to the front */
-    struct group_list running; /* in admission order */
-    int64_t next_arrival, next_admission;
-    int64_t step_no;
-    int64_t last_forward_ns;   /* duration of the last step's forward (benchmarks) */
+    int64_t next_arrival;
+    struct engine_step_info last_step;
+    void (*logits_hook)(void *ctx, int row, const float *logits, int vocab);
+    void *logits_hook_ctx;
     atomic_int reset_requested;
     /* Reload: the caller waits on cv_reload until the engine thread has done it. */
     bool reload_requested, reload_done;
@@ -82,7 +76,6 @@ struct hearth_engine {
     struct hearth_prefix_cache_stats pc_snapshot; /* under stats_mu */
 
     /* Test hooks. */
-    atomic_int hook_fail_forward; /* the next forward fails */
     int hook_logit_rows;          /* engine thread: logits pieces of at most this many rows (0: as fit) */
 };
 
@@ -91,19 +84,30 @@ struct hearth_engine {
 enum hr_status engine_create(struct hearth_engine **out, const struct hearth_engine_params *p, bool start_thread,
                              char *err, size_t errlen);
 
+/* The benchmarks' view of the engine (module interface; engine thread or no thread). */
+const struct engine_step_info *engine_last_step(const struct hearth_engine *e);
+void engine_set_logits_hook(struct hearth_engine *e, void (*fn)(void *ctx, int row, const float *logits, int vocab),
+                            void *ctx);
+/* fn is called on the engine thread with every logits row that a sequence samples
+ * from, before it samples (benchmarks digest them): row is the batch row, logits
+ * [vocab]. */
+/* The highest refcount of any KV block right now. */
+int engine_max_block_refcount(const struct hearth_engine *e);
+/* Bytes of the KV pool. */
+size_t engine_kv_bytes(const struct hearth_engine *e);
+const struct model *engine_model(const struct hearth_engine *e);
+const struct backend *engine_backend(const struct hearth_engine *e);
+
+/* Test hook: wraps the engine's backend in the fault-injection backend (once) and arms
+ * it: op number op of the step-th step from now fails (see backend_fault_arm).  On the
+ * engine thread, or with no thread. */
+enum hr_status engine_inject_fault(struct hearth_engine *e, int64_t step, int op, char *err, size_t errlen);
+
 /* Wakes the engine thread (a submission or a cancellation arrived). */
 void engine_wake(struct hearth_engine *e);
 
 /* Runs one step on the calling thread (the engine thread, or a test that runs the
  * engine without its thread).  Returns false when there was nothing to do. */
 bool engine_step(struct hearth_engine *e);
-
-/* Frees a group that holds no blocks (its request reference already dropped). */
-void group_free(struct group *g);
-
-/* Group list operations (the lists are the scheduler's). */
-void group_list_push_back(struct group_list *l, struct group *g);
-void group_list_push_front(struct group_list *l, struct group *g);
-void group_list_remove(struct group_list *l, struct group *g);
 
 #endif

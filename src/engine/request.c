@@ -23,10 +23,18 @@ struct hearth_request *request_new(struct hearth_engine *e, char *err, size_t er
         return hr_err(err, errlen, HR_ERR_NOMEM, "request: out of memory"), NULL;
     r->cap = 16;
     r->events = malloc((size_t)r->cap * sizeof *r->events);
-    if (!r->events) {
+    /* The first text chunk now, on the submitting thread: a step allocates only when
+     * a request's text or queue outgrows what it has (amortized). */
+    r->text = malloc(sizeof *r->text + REQUEST_TEXT_CHUNK);
+    if (!r->events || !r->text) {
+        free(r->events);
+        free(r->text);
         free(r);
         return hr_err(err, errlen, HR_ERR_NOMEM, "request: out of memory"), NULL;
     }
+    r->text->next = NULL;
+    r->text->used = 0;
+    r->text->cap = REQUEST_TEXT_CHUNK;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     atomic_init(&r->refs, 2);

@@ -3,28 +3,27 @@
 
 #include <string.h>
 
-#include "engine/engine.h"
 
 #define SCHED_PICK_WINDOW 64
 
-void sched_release_seq(struct hearth_engine *e, struct seq *s)
+void sched_release_seq(struct sched *sc, struct seq *s)
 {
-    block_pool_release_n(&e->pool, s->table, s->n_table);
+    block_pool_release_n(sc->pool, s->table, s->n_table);
     s->n_table = 0;
     s->committed = 0;
 }
 
-void sched_preempt(struct hearth_engine *e, struct group *g)
+void sched_preempt(struct sched *sc, struct group *g)
 {
     HR_ASSERT(g->state == GROUP_STATE_RUNNING);
     for (int i = 0; i < g->n; i++) {
-        sched_release_seq(e, &g->seqs[i]);
+        sched_release_seq(sc, &g->seqs[i]);
         g->seqs[i].published = 0;
     }
-    group_list_remove(&e->running, g);
+    group_list_remove(&sc->running, g);
     g->state = GROUP_STATE_WAITING;
-    group_list_push_front(&e->waiting, g);
-    atomic_fetch_add(&e->st_preemptions, 1);
+    group_list_push_front(&sc->waiting, g);
+    sc->n_preemptions++;
 }
 
 static int sched_unfinished(const struct group *g)
@@ -35,10 +34,10 @@ static int sched_unfinished(const struct group *g)
     return n;
 }
 
-static int sched_running_seqs(const struct hearth_engine *e)
+static int sched_running_seqs(const struct sched *sc)
 {
     int n = 0;
-    for (const struct group *g = e->running.head; g; g = g->next)
+    for (const struct group *g = sc->running.head; g; g = g->next)
         n += sched_unfinished(g);
     return n;
 }
@@ -65,36 +64,39 @@ static int seq_last_block(const struct seq *s)
  * they need and copies any shared block they fall in.  Preempts the most recently
  * admitted group while blocks are short.  Returns false when s's own group had to
  * be preempted. */
-static bool sched_reserve(struct hearth_engine *e, struct seq *s, int q, struct sched_plan *plan)
+static bool sched_reserve(struct sched *sc, struct seq *s, int q, struct sched_plan *plan)
 {
-    int bs = e->kv.block_size;
+    int bs = sc->block_size;
     int first = s->committed / bs, last = (s->committed + q - 1) / bs;
     HR_ASSERT(last < s->max_table);
     for (;;) {
         bool short_of_blocks = false;
         while (s->n_table <= last) {
             int id;
-            if (block_pool_alloc(&e->pool, seq_last_block(s), &id, 1, NULL, 0) != HR_OK) {
+            if (block_pool_alloc(sc->pool, seq_last_block(s), &id, 1, NULL, 0) != HR_OK) {
                 short_of_blocks = true;
                 break;
             }
             s->table[s->n_table++] = id;
         }
         for (int b = first; !short_of_blocks && b <= last; b++) {
-            int id = s->table[b];
-            if (block_pool_make_writable(&e->pool, &id, NULL, 0) != HR_OK)
+            int id = s->table[b], from;
+            if (block_pool_make_writable(sc->pool, &id, &from, NULL, 0) != HR_OK) {
                 short_of_blocks = true;
-            else
+            } else {
                 s->table[b] = id;
+                if (from >= 0)
+                    batch_add_copy(plan->batch, from, id);
+            }
         }
         if (!short_of_blocks)
             return true;
         /* Cached blocks nobody uses go before any running group does. */
-        if (e->pc_on && prefix_cache_evict(&e->pc, block_pool_n_free(&e->pool) + 1) > 0)
+        if (sc->pc && prefix_cache_evict(sc->pc, block_pool_n_free(sc->pool) + 1) > 0)
             continue;
-        struct group *victim = e->running.tail;
+        struct group *victim = sc->running.tail;
         sched_drop_rows(plan, victim);
-        sched_preempt(e, victim);
+        sched_preempt(sc, victim);
         if (victim == s->g)
             return false;
     }
@@ -121,10 +123,10 @@ static void sched_add_row(struct sched_plan *plan, struct seq *s, int q)
 }
 
 /* Schedules the running sequences: decodes (one token left) or prefill chunks. */
-static void sched_running(struct hearth_engine *e, struct sched_plan *plan, bool decodes, int *budget)
+static void sched_running(struct sched *sc, struct sched_plan *plan, bool decodes, int *budget)
 {
-    int max_rows = e->p.max_num_seqs;
-    for (struct group *g = e->running.head, *next; g; g = next) {
+    int max_rows = sc->max_num_seqs;
+    for (struct group *g = sc->running.head, *next; g; g = next) {
         next = g->next;
         for (int i = 0; i < g->n; i++) {
             struct seq *s = &g->seqs[i];
@@ -138,8 +140,8 @@ static void sched_running(struct hearth_engine *e, struct sched_plan *plan, bool
             int q = sched_cut_chunk(plan, s, rem < *budget ? rem : *budget);
             if (q == 0)
                 continue;
-            bool ok = sched_reserve(e, s, q, plan);
-            *budget = e->p.max_batched_tokens - plan->n_tok;
+            bool ok = sched_reserve(sc, s, q, plan);
+            *budget = sc->max_batched_tokens - plan->n_tok;
             if (!ok)
                 break; /* g itself was preempted (it was the newest) */
             sched_add_row(plan, s, q);
@@ -153,11 +155,11 @@ static void sched_running(struct hearth_engine *e, struct sched_plan *plan, bool
 /* Full blocks of g's prompt that a running sequence is computing right now and
  * will publish: admitting g after them lets it hit those blocks instead of
  * computing them again. */
-static int sched_shared_in_flight(const struct hearth_engine *e, const struct group *g)
+static int sched_shared_in_flight(const struct sched *sc, const struct group *g)
 {
     const struct seq *s0 = &g->seqs[0];
-    int bs = e->kv.block_size, best = 0, max = (s0->n_tokens - 1) / bs;
-    for (const struct group *r = e->running.head; r; r = r->next) {
+    int bs = sc->block_size, best = 0, max = (s0->n_tokens - 1) / bs;
+    for (const struct group *r = sc->running.head; r; r = r->next) {
         const struct seq *rs = &r->seqs[0];
         if (rs->committed >= rs->n_tokens - 1 || strcmp(r->salt, g->salt) != 0)
             continue; /* not prefilling, or another namespace */
@@ -175,25 +177,25 @@ static int sched_shared_in_flight(const struct hearth_engine *e, const struct gr
  * the older), unless the oldest has waited more than max_wait_steps; fcfs: the
  * oldest.  Either way a group whose uncached prefix is being computed by a running
  * sequence waits for it (in-batch sharing), for at most max_wait_steps. */
-static struct group *sched_pick(struct hearth_engine *e)
+static struct group *sched_pick(struct sched *sc)
 {
-    struct group *head = e->waiting.head;
+    struct group *head = sc->waiting.head;
     if (!head)
         return NULL;
-    if (e->step_no - head->arrival_step > e->max_wait_steps)
+    if (sc->step_no - head->arrival_step > sc->max_wait_steps)
         return head;
     struct group *best = NULL;
     int best_len = -1, seen = 0;
     /* The scan looks at the oldest SCHED_PICK_WINDOW groups: the cost of a step
      * must not grow with the length of the queue. */
     for (struct group *g = head; g && seen++ < SCHED_PICK_WINDOW; g = g->next) {
-        int cached = e->pc_on && !g->prompt_lp
-                         ? prefix_cache_match_len(&e->pc, g->salt, g->seqs[0].tokens, g->seqs[0].n_tokens)
+        int cached = sc->pc && !g->prompt_lp
+                         ? prefix_cache_match_len(sc->pc, g->salt, g->seqs[0].tokens, g->seqs[0].n_tokens)
                          : 0;
-        if (e->pc_on && !g->prompt_lp && sched_shared_in_flight(e, g) > cached &&
-            e->step_no - g->arrival_step <= e->max_wait_steps)
+        if (sc->pc && !g->prompt_lp && sched_shared_in_flight(sc, g) > cached &&
+            sc->step_no - g->arrival_step <= sc->max_wait_steps)
             continue;
-        if (e->schedule == ENGINE_SCHEDULE_FCFS)
+        if (sc->order == SCHED_ORDER_FCFS)
             return g;
         if (cached > best_len) {
             best = g;
@@ -206,42 +208,42 @@ static struct group *sched_pick(struct hearth_engine *e)
 /* Admits g all or nothing: leases on the cached prefix of every sample it brings,
  * eviction of unused cached blocks if short, then the rest of the blocks; any
  * shortage rolls every step back.  Returns false when g must wait. */
-static bool sched_admit_group(struct hearth_engine *e, struct group *g)
+static bool sched_admit_group(struct sched *sc, struct group *g)
 {
-    int bs = e->kv.block_size, need = 0;
+    int bs = sc->block_size, need = 0;
     for (int i = 0; i < g->n; i++) {
         struct seq *s = &g->seqs[i];
         if (!seq_active(s))
             continue;
         int k = 0;
         s->lease.state = PREFIX_LEASE_NONE;
-        if (e->pc_on && !g->prompt_lp)
-            k = prefix_cache_lookup(&e->pc, g->salt, s->tokens, s->n_tokens, s->table, &s->lease, s);
+        if (sc->pc && !g->prompt_lp)
+            k = prefix_cache_lookup(sc->pc, g->salt, s->tokens, s->n_tokens, s->table, &s->lease, s);
         s->n_table = k;
         s->committed = k * bs;
         s->published = k;
         need += (s->n_tokens + bs - 1) / bs - k;
     }
-    if (need > block_pool_n_free(&e->pool) && e->pc_on)
-        prefix_cache_evict(&e->pc, need);
-    bool ok = need <= block_pool_n_free(&e->pool);
+    if (need > block_pool_n_free(sc->pool) && sc->pc)
+        prefix_cache_evict(sc->pc, need);
+    bool ok = need <= block_pool_n_free(sc->pool);
     for (int i = 0; i < g->n; i++) {
         struct seq *s = &g->seqs[i];
         if (!seq_active(s))
             continue;
         if (!ok) {
             if (s->lease.state == PREFIX_LEASE_OPEN)
-                prefix_cache_lease_abort(&e->pc, &s->lease);
+                prefix_cache_lease_abort(sc->pc, &s->lease);
             s->n_table = s->committed = s->published = 0;
             continue;
         }
         int nb = (s->n_tokens + bs - 1) / bs;
-        HR_ASSERT(block_pool_alloc(&e->pool, seq_last_block(s), s->table + s->n_table, nb - s->n_table, NULL, 0) ==
+        HR_ASSERT(block_pool_alloc(sc->pool, seq_last_block(s), s->table + s->n_table, nb - s->n_table, NULL, 0) ==
                   HR_OK);
         s->n_table = nb;
         if (s->lease.state == PREFIX_LEASE_OPEN) {
-            prefix_cache_lease_prepare(&e->pc, &s->lease, s);
-            prefix_cache_lease_commit(&e->pc, &s->lease, s);
+            prefix_cache_lease_prepare(sc->pc, &s->lease, s);
+            prefix_cache_lease_commit(sc->pc, &s->lease, s);
         }
     }
     if (ok && !g->admitted_once) {
@@ -251,19 +253,19 @@ static bool sched_admit_group(struct hearth_engine *e, struct group *g)
     return ok;
 }
 
-static void sched_admit(struct hearth_engine *e, struct sched_plan *plan, int *budget)
+static void sched_admit(struct sched *sc, struct sched_plan *plan, int *budget)
 {
-    while (*budget > 0 && plan->n_rows < e->p.max_num_seqs) {
-        struct group *g = sched_pick(e);
-        if (!g || sched_running_seqs(e) + sched_unfinished(g) > e->p.max_num_seqs)
+    while (*budget > 0 && plan->n_rows < sc->max_num_seqs) {
+        struct group *g = sched_pick(sc);
+        if (!g || sched_running_seqs(sc) + sched_unfinished(g) > sc->max_num_seqs)
             break;
-        if (!sched_admit_group(e, g))
+        if (!sched_admit_group(sc, g))
             break; /* nobody overtakes the chosen group */
-        group_list_remove(&e->waiting, g);
+        group_list_remove(&sc->waiting, g);
         g->state = GROUP_STATE_RUNNING;
-        g->admitted = e->next_admission++;
-        group_list_push_back(&e->running, g);
-        for (int i = 0; i < g->n && *budget > 0 && plan->n_rows < e->p.max_num_seqs; i++) {
+        g->admitted = sc->next_admission++;
+        group_list_push_back(&sc->running, g);
+        for (int i = 0; i < g->n && *budget > 0 && plan->n_rows < sc->max_num_seqs; i++) {
             struct seq *s = &g->seqs[i];
             if (!seq_active(s))
                 continue;
@@ -277,13 +279,13 @@ static void sched_admit(struct hearth_engine *e, struct sched_plan *plan, int *b
     }
 }
 
-void sched_plan(struct hearth_engine *e, struct sched_plan *plan)
+void sched_plan(struct sched *sc, struct sched_plan *plan)
 {
     plan->n_rows = 0;
     plan->n_tok = 0;
     plan->prompt_logits_left = SCHED_PROMPT_LOGITS;
-    int budget = e->p.max_batched_tokens;
-    sched_running(e, plan, true, &budget);
-    sched_running(e, plan, false, &budget);
-    sched_admit(e, plan, &budget);
+    int budget = sc->max_batched_tokens;
+    sched_running(sc, plan, true, &budget);
+    sched_running(sc, plan, false, &budget);
+    sched_admit(sc, plan, &budget);
 }

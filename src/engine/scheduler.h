@@ -10,10 +10,32 @@
 #define HEARTH_ENGINE_SCHEDULER_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
-struct hearth_engine;
-struct seq;
-struct group;
+#include "cache/prefix_cache.h"
+#include "engine/sequence.h"
+#include "kv/batch.h"
+#include "kv/block_pool.h"
+
+enum sched_order {
+    SCHED_ORDER_LPM,  /* longest cached prefix first, unless someone waited too long */
+    SCHED_ORDER_FCFS,
+};
+
+/* The scheduler's state: the block pool and prefix cache it allocates from (the
+ * engine's), its limits, and its two lists.  Owned by the engine thread. */
+struct sched {
+    struct block_pool *pool;   /* not owned */
+    struct prefix_cache *pc;   /* not owned; NULL: no prefix cache */
+    int block_size;
+    int max_num_seqs, max_batched_tokens, max_wait_steps;
+    enum sched_order order;
+    struct group_list waiting; /* FCFS; preempted groups go back to the front */
+    struct group_list running; /* in admission order */
+    int64_t step_no;           /* the step being planned (the engine counts) */
+    int64_t next_admission;
+    int64_t n_preemptions;
+};
 
 struct sched_row {
     struct seq *s;
@@ -27,16 +49,18 @@ struct sched_row {
 
 struct sched_plan {
     struct sched_row *rows;    /* [max_num_seqs] */
+    struct batch *batch;       /* the step's batch: receives its block copies (copy-on-write) */
     int n_rows;
     int n_tok;
     int prompt_logits_left;    /* of SCHED_PROMPT_LOGITS */
 };
 
-/* Fills plan for the next step (may admit and preempt groups). */
-void sched_plan(struct hearth_engine *e, struct sched_plan *plan);
+/* Fills plan for the next step (may admit and preempt groups); the copy-on-write
+ * copies its rows need are appended to plan->batch in the order they must run. */
+void sched_plan(struct sched *sc, struct sched_plan *plan);
 /* Frees the group's blocks and puts it back at the front of the waiting list. */
-void sched_preempt(struct hearth_engine *e, struct group *g);
+void sched_preempt(struct sched *sc, struct group *g);
 /* Releases every block a sequence holds. */
-void sched_release_seq(struct hearth_engine *e, struct seq *s);
+void sched_release_seq(struct sched *sc, struct seq *s);
 
 #endif

@@ -71,6 +71,19 @@ struct group {
     int completion_tokens;
 };
 
+/* A doubly linked list of groups (the engine's intake queue, the scheduler's lists). */
+struct group_list {
+    struct group *head, *tail;
+    int n_groups;
+};
+
+void group_list_push_back(struct group_list *l, struct group *g);
+void group_list_push_front(struct group_list *l, struct group *g);
+void group_list_remove(struct group_list *l, struct group *g);
+
+/* Frees a group that holds no blocks (its request reference already dropped). */
+void group_free(struct group *g);
+
 /* Active sequences are those that take part in steps: unfinished, and forked or sample 0. */
 static inline bool seq_active(const struct seq *s)
 {

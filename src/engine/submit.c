@@ -105,8 +105,8 @@ static enum hr_status submit_build(struct hearth_engine *e, const struct hearth_
                       (long long)need, n_prompt, p->max_tokens, p->n, e->kv.n_blocks);
 
     const char *salt = p->cache_salt ? p->cache_salt : "";
-    if (strlen(salt) > 256)
-        return hr_err(err, errlen, HR_ERR_INVALID, "cache_salt: at most 256 bytes");
+    if (strlen(salt) > HEARTH_CACHE_SALT_MAX)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cache_salt: at most %d bytes", HEARTH_CACHE_SALT_MAX);
     if (!(g->salt = strdup(salt)))
         return hr_err(err, errlen, HR_ERR_NOMEM, "request: out of memory");
     if (p->sample_index_base < 0)

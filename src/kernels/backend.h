@@ -1,5 +1,16 @@
-/* The backend interface: every kernel the model code calls, as a table of function
- * pointers, so that a CUDA backend can join without touching src/model/.
+/* The backend interface: the seam between the model code and a device.
+ *
+ * The backend owns memory.  It allocates the forward's activations and scratch
+ * (alloc), the KV store's slab (kv_alloc) and its own per-step state (reserve);
+ * weights are bound through it (bind_weights: the CPU keeps the mmap, a device
+ * uploads).  Pointers it hands out are backend memory: the model code passes them
+ * (and offsets into them) to ops, never dereferences them; only to_host makes bytes
+ * readable on the host.  A step starts with begin_step, which takes the step's batch
+ * once (positions, block tables, slots, logits rows), runs the step's block copies
+ * (copy-on-write, before any kernel) and computes the RoPE table from the positions;
+ * the ops then read the backend's copy of the batch.  Ops return nothing: the first
+ * failure of a step is kept and reported by sync (a device reports its errors late),
+ * and a step whose sync fails is a failed step.
  *
  * Determinism contract (DESIGN.md "Determinism"): every output element is computed
  * by one thread with a reduction order that depends only on the reduced length,
@@ -8,24 +19,63 @@
 #define HEARTH_KERNELS_BACKEND_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
 #include "kv/batch.h"
 #include "kv/kv_store.h"
+#include "model/config.h"
 #include "model/weights.h"
 
 struct backend;
 
 struct backend_ops {
-    /* Sizes the backend's own scratch for matmuls of up to max_rows rows and max_k
-     * inputs (start-up: the step path then allocates nothing). */
-    enum hr_status (*reserve)(struct backend *be, int max_rows, int max_k, char *err, size_t errlen);
+    /* ---- start-up (the step path allocates nothing) */
+
+    /* Sizes the backend's own step state for a model of geometry cfg and steps of up to
+     * max_tok tokens: the batch copy, the RoPE table, matmul scratch (MoE rows count
+     * top_k per token).  cfg must outlive the backend's use of it. */
+    enum hr_status (*reserve)(struct backend *be, const struct model_config *cfg, int max_tok, char *err,
+                              size_t errlen);
+    /* bytes of backend memory (64-byte aligned), or NULL with a message. */
+    void *(*alloc)(struct backend *be, size_t bytes, char *err, size_t errlen);
+    void (*mem_free)(struct backend *be, void *p);
+    /* Allocates kv->slab for the geometry kv_store_layout gave kv (zeroed). */
+    enum hr_status (*kv_alloc)(struct backend *be, struct kv_store *kv, char *err, size_t errlen);
+    void (*kv_free)(struct backend *be, struct kv_store *kv);
+    /* The weights as the ops read them: *bound is host itself on the CPU (zero copy),
+     * a device's uploaded copy elsewhere.  Binding a new set before unbinding the old
+     * one swaps models (reload). */
+    enum hr_status (*bind_weights)(struct backend *be, const struct weights *host, const struct weights **bound,
+                                   char *err, size_t errlen);
+    void (*unbind_weights)(struct backend *be, const struct weights *bound);
+
+    /* ---- cache tiers: one block, every layer, to or from host memory [kv->block_bytes] */
+    enum hr_status (*kv_export)(struct backend *be, const struct kv_store *kv, int block, void *dst, char *err,
+                                size_t errlen);
+    enum hr_status (*kv_import)(struct backend *be, struct kv_store *kv, int block, const void *src, char *err,
+                                size_t errlen);
+
+    /* ---- the step */
+
+    /* Takes the batch (built and validated) for the ops that follow, runs its block
+     * copies in order, computes cos/sin of every token's position (in double, from
+     * the position alone).  The batch stays the caller's and must not change until
+     * the step ends. */
+    enum hr_status (*begin_step)(struct backend *be, const struct batch *b, struct kv_store *kv, char *err,
+                                 size_t errlen);
+    /* Waits for the step's ops; the first failure since the last sync (then cleared). */
+    enum hr_status (*sync)(struct backend *be, char *err, size_t errlen);
+    /* Makes bytes of backend memory at src readable on the host: *host = src on the
+     * CPU; a device copies into its staging area (valid until the next call). */
+    enum hr_status (*to_host)(struct backend *be, const void *src, size_t bytes, const void **host, char *err,
+                              size_t errlen);
+
+    /* out[n_tok, hidden] = the embedding rows of the batch's tokens, widened to f32. */
+    void (*embed)(struct backend *be, float *out, const struct weights_mat *emb);
     /* y[m, n] = x[m, k] · w[n, k]^T; w in its stored dtype. */
     void (*matmul)(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w);
-    /* matmul in f32 whatever the compute mode: for the MoE router, whose top-k is a
-     * discrete choice that bf16-rounded activations would move. */
-    void (*matmul_f32)(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w);
     /* y[m, n] += x[m, k] · w[n, k]^T (the residual add: each element is the plain
      * matmul's value added to y). */
     void (*matmul_add)(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w);
@@ -36,56 +86,86 @@ struct backend_ops {
     /* out[m, n] = silu(x · gate^T) * (x · up^T): the SwiGLU MLP's first half. */
     void (*matmul_swiglu)(struct backend *be, float *out, const float *x, int m, const struct weights_mat *gate,
                           const struct weights_mat *up);
-    /* Grouped matmul (MoE experts, in one launch): group g takes rows [row0[g],
-     * row0[g + 1]) of x[rows, k] and writes the same rows of y[rows, n] with its own
-     * matrix: y = x · w[g]^T, or with up non-NULL y = silu(x · w[g]^T) * (x · up[g]^T).
-     * Every group's matrices have k columns and the same number of rows n. */
-    void (*matmul_grouped)(struct backend *be, float *y, const float *x, int n_groups, const int *row0,
-                           const struct weights_mat *const *w, const struct weights_mat *const *up);
     /* y[r] = x[r] / rms(x[r]) * w, for rows r < rows of length dim (y may be x). */
     void (*rmsnorm)(struct backend *be, float *y, const float *x, const float *w, int rows, int dim, float eps);
-    /* Rotates x[n_tok, n_heads, head_dim] in place by the half-split rotation;
-     * cos_sin[n_tok, head_dim / 2, 2]. */
-    void (*rope)(struct backend *be, float *x, int n_tok, int n_heads, int head_dim, const float *cos_sin);
-    /* out[n_tok, hidden] = rows tokens[i] of the embedding, widened to f32. */
-    void (*embed)(struct backend *be, float *out, const struct weights_mat *emb, const int32_t *tokens, int n_tok);
     /* The attention inputs of one layer, fused (one pass per token): every head row of
      * q[n_tok, n_heads, head_dim] and k[n_tok, n_kv_heads, head_dim] becomes
-     * rope(rmsnorm(row) * norm) (q_norm / k_norm, the same operations as rmsnorm then
-     * rope), then k and v are stored at the batch's slots as kv_write does. */
+     * rope(rmsnorm(row) * norm) (q_norm / k_norm) with the step's RoPE table, then k
+     * and v[n_tok, n_kv_heads, head_dim] are stored at the batch's slots. */
     void (*attn_prep)(struct backend *be, float *q, float *k, const float *v, const float *q_norm,
-                      const float *k_norm, float eps, const float *cos_sin, int n_heads, struct kv_store *kv,
-                      int layer, const struct batch *b);
-    /* Stores k, v [n_tok, n_kv_heads, head_dim] of one layer at the batch's slots. */
-    void (*kv_write)(struct backend *be, struct kv_store *kv, int layer, const struct batch *b, const float *k,
-                     const float *v);
+                      const float *k_norm, float eps, int n_heads, struct kv_store *kv, int layer);
     /* out[n_tok, n_heads, head_dim]: causal attention of q[n_tok, n_heads, head_dim]
      * over each row's KV in the store (positions 0..pos of the token's own row). */
-    void (*attention)(struct backend *be, float *out, const float *q, const struct batch *b,
-                      const struct kv_store *kv, int layer, int n_heads, float scale);
-    /* out[i] = silu(g[i]) * u[i]. */
-    void (*silu_mul)(struct backend *be, float *out, const float *g, const float *u, int64_t n);
-    /* y[i] += x[i]. */
-    void (*add)(struct backend *be, float *y, const float *x, int64_t n);
+    void (*attention)(struct backend *be, float *out, const float *q, const struct kv_store *kv, int layer,
+                      int n_heads, float scale);
+    /* Bytes of work memory the MoE block needs for n_tok tokens (the caller lends it,
+     * so that it can share one region with the other phases of the forward). */
+    size_t (*moe_work_bytes)(struct backend *be, int n_tok);
+    /* The MoE block of layer L, residual included: h[n_tok, hidden] += the rank-order
+     * weighted sum of the top-k experts' SwiGLU MLPs of xn[n_tok, hidden].  The router
+     * computes in f32 whatever the compute mode (top-k is a discrete choice); softmax,
+     * top-k (ties to the lower expert), optional renormalisation, grouping of rows per
+     * expert and the grouped matmuls all run in the backend.  work: moe_work_bytes of
+     * backend memory.  trace: NULL, or host int32 [n_tok, top_k] that receives the
+     * experts chosen (an evaluation hook; a device may copy synchronously). */
+    void (*moe)(struct backend *be, float *h, const float *xn, int n_tok, const struct weights_layer *L,
+                void *work, int32_t *trace);
+    /* dst[i] = src[logit_tok[first + i]] for i < n: rows [dim] of the tokens whose
+     * logits the batch asks for. */
+    void (*gather_logit_rows)(struct backend *be, float *dst, const float *src, int first, int n, int dim);
+
     void (*free)(struct backend *be);
+};
+
+/* What a caller asks of a backend; the backend checks every combination itself. */
+struct backend_opts {
+    int n_threads;             /* CPU threads (a device backend's host threads) */
+    const char *kernel;        /* NULL, "" or "auto": the best this machine runs; else a variant name */
+    const char *compute;       /* NULL or "f32"; "bf16": activations rounded to bf16 for matmuls */
 };
 
 struct backend {
     const struct backend_ops *ops;
-    char name[32];            /* e.g. "cpu-avx512": part of the prefix-cache namespace */
-    bool bf16_compute;        /* activations are rounded to bf16 before matmuls (avx512bf16) */
+    /* The backend's identity, part of the prefix-cache namespace: device, kernel
+     * variant, compute dtype, library versions where they change bits. */
+    char name[64];
+    char device[16];           /* "cpu", "cuda", ... */
+    char variant[32];          /* the kernel variant, e.g. "avx512" ("avx512bf16": bf16 compute) */
+    char isa[16];              /* the variant's instruction set: its f32-compute twin's kernel name */
+    bool bf16_compute;         /* activations are rounded to bf16 before matmuls */
     int n_threads;
     void *impl;
 };
 
-/* The CPU backend.  variant: NULL or "" picks the best the CPU supports (cpuid);
- * "avx512", "avx2" or "scalar" forces one (an error if unsupported); "avx512bf16" is
- * AVX-512 with bf16 compute (matmuls over bf16 weights round the activations to
- * bf16 and use the bf16 dot-product instructions).  The environment variable
- * HEARTH_KERNEL overrides a NULL/"" variant. */
-enum hr_status backend_cpu_init(struct backend *be, int n_threads, const char *variant, char *err, size_t errlen);
+/* The registry: device is "cpu", "cuda" or "auto" (NULL or "" mean auto: CUDA when this
+ * build has it and a GPU is present, else the CPU).  An unknown name, or a device this
+ * build or machine lacks, is an error that says so. */
+enum hr_status backend_create(struct backend *be, const char *device, const struct backend_opts *o, char *err,
+                              size_t errlen);
+/* Names of the devices the registry knows, for help texts: "cpu|cuda|auto". */
+const char *backend_device_names(void);
+
+/* The CPU backend.  o->kernel: NULL or "" picks the best the CPU supports (cpuid;
+ * the environment variable HEARTH_KERNEL overrides); "avx512", "avx2" or "scalar"
+ * forces one (an error if unsupported); "avx512bf16" is AVX-512 with bf16 compute,
+ * which o->compute = "bf16" also selects. */
+enum hr_status backend_cpu_init(struct backend *be, const struct backend_opts *o, char *err, size_t errlen);
 /* Names of the variants this CPU supports, best first; returns how many. */
 int backend_cpu_variants(const char **names, int cap);
+
+/* A test backend that fails on command.  backend_fault_wrap wraps *be in place (the
+ * wrapper has the same identity; freeing it frees the wrapped backend); every call goes
+ * to the wrapped backend until backend_fault_arm(be, step, op): then op number op (0
+ * for the first op after begin_step, counting every op the model code calls, to_host
+ * included, begin_step and sync excluded) of step number step (0 for the next
+ * begin_step) does not run and fails the step as a device error would: the rest of
+ * that step's ops do not run either, and sync reports the error.  op = -1 fails
+ * begin_step itself. */
+enum hr_status backend_fault_wrap(struct backend *be, char *err, size_t errlen);
+bool backend_is_fault(const struct backend *be);
+void backend_fault_arm(struct backend *be, int64_t step, int op);
+/* Ops the armed step has called so far (arm with an op past the end to count them). */
+int backend_fault_ops_seen(const struct backend *be);
 
 void backend_free(struct backend *be);
 

@@ -18,7 +18,12 @@ enum hr_status batch_init(struct batch *b, int block_size, int max_rows, int max
     b->slots = calloc((size_t)max_tok, sizeof *b->slots);
     b->tok_row = calloc((size_t)max_tok, sizeof *b->tok_row);
     b->logit_tok = calloc((size_t)max_tok, sizeof *b->logit_tok);
-    if (!b->rows || !b->tokens || !b->positions || !b->slots || !b->tok_row || !b->logit_tok) {
+    /* A row copies at most the blocks its chunk touches, and a row dropped by a
+     * preemption keeps its copies in the list (they are harmless: see block_pool.h), so
+     * a step can hold at most max_rows such sets for each row slot. */
+    b->max_copies = max_rows * (max_tok / block_size + 2);
+    b->copies = calloc((size_t)b->max_copies, sizeof *b->copies);
+    if (!b->rows || !b->tokens || !b->positions || !b->slots || !b->tok_row || !b->logit_tok || !b->copies) {
         batch_free(b);
         return hr_err(err, errlen, HR_ERR_NOMEM, "batch: out of memory");
     }
@@ -35,6 +40,7 @@ void batch_free(struct batch *b)
     free(b->slots);
     free(b->tok_row);
     free(b->logit_tok);
+    free(b->copies);
     memset(b, 0, sizeof *b);
 }
 
@@ -43,6 +49,13 @@ void batch_reset(struct batch *b)
     b->n_rows = 0;
     b->n_tok = 0;
     b->n_logits = 0;
+    b->n_copies = 0;
+}
+
+void batch_add_copy(struct batch *b, int src, int dst)
+{
+    HR_ASSERT(b->n_copies < b->max_copies); /* bounded in batch_init */
+    b->copies[b->n_copies++] = (struct batch_copy){.src = src, .dst = dst};
 }
 
 enum hr_status batch_add_row(struct batch *b, int seq_id, const int32_t *tokens, int query_len,
@@ -177,6 +190,15 @@ enum hr_status batch_validate(const struct batch *b, int n_blocks, char *err, si
             if (tmp[i] == tmp[i - 1])
                 return hr_err(err, errlen, HR_ERR_INVALID, "batch: two tokens write KV slot %lld",
                               (long long)tmp[i]);
+    }
+    if (b->n_copies < 0 || b->n_copies > b->max_copies)
+        return hr_err(err, errlen, HR_ERR_INVALID, "batch: %d block copies (room for %d)", b->n_copies,
+                      b->max_copies);
+    for (int i = 0; i < b->n_copies; i++) {
+        const struct batch_copy *c = &b->copies[i];
+        if (c->src < 0 || c->src >= n_blocks || c->dst < 0 || c->dst >= n_blocks || c->src == c->dst)
+            return hr_err(err, errlen, HR_ERR_INVALID, "batch copy %d: blocks %d -> %d (pool of %d)", i, c->src,
+                          c->dst, n_blocks);
     }
     return HR_OK;
 }

@@ -4,7 +4,11 @@
  * context_len .. kv_len-1 (kv_len = context_len + query_len).  Row r's tokens are
  * tokens[query_offset .. query_offset + query_len) (query_offset is the exclusive
  * prefix sum of query_len).  A position p of a row lives in KV slot
- * block_table[p / block_size] * block_size + p % block_size. */
+ * block_table[p / block_size] * block_size + p % block_size.
+ *
+ * The step's block copies (copy-on-write, every layer of src into dst) belong to the
+ * batch too: the backend performs them, in list order, before any kernel of the step
+ * reads or writes the store. */
 #ifndef HEARTH_KV_BATCH_H
 #define HEARTH_KV_BATCH_H
 
@@ -30,6 +34,10 @@ struct batch_row {
     int logit_offset;          /* first row of this row's logits in the output */
 };
 
+struct batch_copy {
+    int32_t src, dst;          /* block ids */
+};
+
 struct batch {
     int block_size;
     int max_rows;
@@ -43,12 +51,20 @@ struct batch {
     int64_t *slots;            /* [max_tok] */
     int32_t *tok_row;          /* [max_tok] row of each token */
     int32_t *logit_tok;        /* [max_tok] token index of each logits row */
+    int max_copies;
+    int n_copies;
+    struct batch_copy *copies; /* [max_copies] in the order they must run */
 };
 
-/* Allocates room for max_rows rows and max_tok tokens (start-up only). */
+/* Allocates room for max_rows rows and max_tok tokens, and for the copies a step can
+ * need (start-up only). */
 enum hr_status batch_init(struct batch *b, int block_size, int max_rows, int max_tok, char *err, size_t errlen);
 void batch_free(struct batch *b);
+/* Empties the rows and the copies. */
 void batch_reset(struct batch *b);
+
+/* Appends a block copy (it runs after those added before it). */
+void batch_add_copy(struct batch *b, int src, int dst);
 
 /* Appends a row: copies its query tokens, borrows its block table.  Fails (changing
  * nothing) when the batch is full. */
@@ -61,7 +77,8 @@ enum hr_status batch_add_row(struct batch *b, int seq_id, const int32_t *tokens,
 enum hr_status batch_build(struct batch *b, int n_blocks, char *err, size_t errlen);
 
 /* Checks every identity of the layout, that each block table covers kv_len with
- * block ids in [0, n_blocks), and that no two tokens write the same slot.
+ * block ids in [0, n_blocks), that no two tokens write the same slot, and that every
+ * copy names two distinct blocks in [0, n_blocks).
  * A malformed batch is an error, never an assert. */
 enum hr_status batch_validate(const struct batch *b, int n_blocks, char *err, size_t errlen);
 

@@ -5,22 +5,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum hr_status block_pool_init(struct block_pool *pool, struct kv_store *kv, char *err, size_t errlen)
+enum hr_status block_pool_init(struct block_pool *pool, int n_blocks, char *err, size_t errlen)
 {
     memset(pool, 0, sizeof *pool);
-    if (!kv || !kv->slab || kv->n_blocks < 1)
-        return hr_err(err, errlen, HR_ERR_INVALID, "block pool: the KV store is not initialised");
-    size_t n = (size_t)kv->n_blocks;
+    if (n_blocks < 1)
+        return hr_err(err, errlen, HR_ERR_INVALID, "block pool: %d blocks (at least 1)", n_blocks);
+    size_t n = (size_t)n_blocks;
     pool->n_words = (int)((n + 63) / 64);
     pool->refcount = calloc(n, sizeof *pool->refcount);
     pool->free_bits = malloc((size_t)pool->n_words * sizeof *pool->free_bits);
     if (!pool->refcount || !pool->free_bits) {
         block_pool_free(pool);
         return hr_err(err, errlen, HR_ERR_NOMEM, "block pool: cannot allocate bookkeeping for %d blocks",
-                      kv->n_blocks);
+                      n_blocks);
     }
-    pool->kv = kv;
-    pool->capacity = kv->n_blocks;
+    pool->capacity = n_blocks;
     for (int w = 0; w < pool->n_words; w++) {
         int left = pool->capacity - w * 64;
         pool->free_bits[w] = left >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << left) - 1;
@@ -115,38 +114,23 @@ int block_pool_n_free(const struct block_pool *pool) { return pool->n_free; }
 
 int block_pool_capacity(const struct block_pool *pool) { return pool->capacity; }
 
-enum hr_status block_pool_make_writable(struct block_pool *pool, int *id, char *err, size_t errlen)
+enum hr_status block_pool_make_writable(struct block_pool *pool, int *id, int *copy_from, char *err, size_t errlen)
 {
     int old = *id;
     check_id(pool, old);
     HR_ASSERT(pool->refcount[old] > 0);
+    *copy_from = -1;
     if (pool->refcount[old] == 1)
         return HR_OK;
     int fresh = -1;
     enum hr_status st = block_pool_alloc(pool, -1, &fresh, 1, err, errlen);
     if (st != HR_OK)
         return st;
-    kv_store_copy_block(pool->kv, fresh, old);
-    /* Shared, so the old block stays alive for its other holders. */
+    /* Shared, so the old block stays alive for its other holders.  Its contents do
+     * not change before the step's copies run (they run before any kernel writes),
+     * even if every holder lets go of it in the meantime. */
     block_pool_release(pool, old);
     *id = fresh;
+    *copy_from = old;
     return HR_OK;
-}
-
-void block_pool_export(const struct block_pool *pool, int id, void *dst)
-{
-    check_id(pool, id);
-    HR_ASSERT(pool->refcount[id] > 0);
-    const struct kv_store *kv = pool->kv;
-    for (int l = 0; l < kv->n_layers; l++)
-        memcpy((uint8_t *)dst + (size_t)l * kv->layer_bytes, kv_store_slice(kv, id, l), kv->layer_bytes);
-}
-
-void block_pool_import(struct block_pool *pool, int id, const void *src)
-{
-    check_id(pool, id);
-    HR_ASSERT(pool->refcount[id] == 1);
-    const struct kv_store *kv = pool->kv;
-    for (int l = 0; l < kv->n_layers; l++)
-        memcpy(kv_store_slice(kv, id, l), (const uint8_t *)src + (size_t)l * kv->layer_bytes, kv->layer_bytes);
 }

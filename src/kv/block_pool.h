@@ -1,8 +1,10 @@
-/* Refcounted KV blocks over a struct kv_store: allocation, sharing and copy-on-write.
+/* Refcounted KV block ids: allocation, sharing and copy-on-write bookkeeping.  The
+ * blocks' contents live in the backend's KV store; the pool never touches them.
  *
  * A block's refcount counts the holders of its id (sequences' block tables, prefix-cache
  * nodes, leases). A block with refcount > 1 is shared and must never be written: a writer
- * calls block_pool_make_writable first, which copies the block (every layer) when shared.
+ * calls block_pool_make_writable first, which swaps a shared block for a fresh one and
+ * names the copy (every layer) the backend must make before the step's kernels run.
  * The pool is owned by the engine thread; nothing here is thread-safe.
  * The order of ids handed out is deterministic, but no result may depend on it.  It
  * favours runs: a block follows its predecessor in the caller's table when that id is
@@ -16,11 +18,9 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "kv/kv_store.h"
 
 struct block_pool {
-    struct kv_store *kv;  /* not owned; must outlive the pool */
-    int capacity;         /* kv->n_blocks */
+    int capacity;         /* blocks of the KV store */
     int n_free;
     int n_words;
     int low_word;         /* no free block lies in a word below this one */
@@ -28,9 +28,9 @@ struct block_pool {
     uint64_t *free_bits;  /* [n_words]; bit id % 64 of word id / 64 set = free */
 };
 
-/* Every block of kv starts free. Allocates the pool's bookkeeping (nothing after this). */
-enum hr_status block_pool_init(struct block_pool *pool, struct kv_store *kv, char *err, size_t errlen);
-/* No-op on NULL or a zeroed pool. Does not free the kv store. */
+/* n_blocks ids, every one free. Allocates the pool's bookkeeping (nothing after this). */
+enum hr_status block_pool_init(struct block_pool *pool, int n_blocks, char *err, size_t errlen);
+/* No-op on NULL or a zeroed pool. */
 void block_pool_free(struct block_pool *pool);
 
 /* Allocates n blocks (refcount 1 each) into out[0..n): all or nothing.  after: the id
@@ -49,15 +49,11 @@ int block_pool_refcount(const struct block_pool *pool, int id); /* 0 when free *
 int block_pool_n_free(const struct block_pool *pool);
 int block_pool_capacity(const struct block_pool *pool);
 
-/* Copy-on-write. When *id is shared (refcount > 1): allocates a fresh block, copies every layer
- * of *id into it, releases the caller's reference to the old block and stores the new id in *id.
- * Otherwise does nothing. HR_ERR_FULL (nothing changed) when no block is free. */
-enum hr_status block_pool_make_writable(struct block_pool *pool, int *id, char *err, size_t errlen);
-
-/* Copies all layers of an allocated block to dst [kv->block_bytes] (preemption, cache tiers). */
-void block_pool_export(const struct block_pool *pool, int id, void *dst);
-/* Overwrites all layers of a block from src [kv->block_bytes]; the block must be writable
- * (refcount exactly 1: importing into a shared block is a bug, assert). */
-void block_pool_import(struct block_pool *pool, int id, const void *src);
+/* Copy-on-write. When *id is shared (refcount > 1): allocates a fresh block, releases the
+ * caller's reference to the old one, stores the new id in *id and the old one in
+ * *copy_from: the caller has the backend copy every layer of *copy_from into *id before
+ * the next kernel runs (the step's block copies).  Otherwise *copy_from = -1 and nothing
+ * changes. HR_ERR_FULL (nothing changed) when no block is free. */
+enum hr_status block_pool_make_writable(struct block_pool *pool, int *id, int *copy_from, char *err, size_t errlen);
 
 #endif

@@ -3,7 +3,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 const char *kv_dtype_name(enum kv_dtype dt) { return dt == KV_DTYPE_F32 ? "f32" : "bf16"; }
 
@@ -20,27 +19,31 @@ enum hr_status kv_dtype_parse(const char *s, enum kv_dtype *out, char *err, size
     return hr_err(err, errlen, HR_ERR_INVALID, "kv dtype must be bf16 or f32, got '%s'", s);
 }
 
-size_t kv_store_bytes_per_token(const struct model_config *cfg, enum kv_dtype dtype)
+size_t kv_store_bytes_per_token(int n_layers, int n_kv_heads, int head_dim, enum kv_dtype dtype)
 {
     size_t elem = dtype == KV_DTYPE_F32 ? 4 : 2;
-    return (size_t)cfg->n_layers * 2 * (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim * elem;
+    return (size_t)n_layers * 2 * (size_t)n_kv_heads * (size_t)head_dim * elem;
 }
 
-enum hr_status kv_store_init(struct kv_store *kv, const struct model_config *cfg, enum kv_dtype dtype,
-                             int block_size, size_t budget_bytes, char *err, size_t errlen)
+enum hr_status kv_store_layout(struct kv_store *kv, int n_layers, int n_kv_heads, int head_dim, enum kv_dtype dtype,
+                               int block_size, size_t budget_bytes, char *err, size_t errlen)
 {
     memset(kv, 0, sizeof *kv);
-    if (block_size < 1 || block_size > 1024)
-        return hr_err(err, errlen, HR_ERR_INVALID, "block size must be in 1..1024, got %d", block_size);
+    if (block_size < KV_BLOCK_SIZE_MIN || block_size > KV_BLOCK_SIZE_MAX)
+        return hr_err(err, errlen, HR_ERR_INVALID, "block size must be in %d..%d, got %d", KV_BLOCK_SIZE_MIN,
+                      KV_BLOCK_SIZE_MAX, block_size);
+    if (n_layers < 1 || n_kv_heads < 1 || head_dim < 1)
+        return hr_err(err, errlen, HR_ERR_INVALID, "KV store: %d layers, %d KV heads, head_dim %d", n_layers,
+                      n_kv_heads, head_dim);
     kv->dtype = dtype;
-    kv->n_layers = cfg->n_layers;
-    kv->n_kv_heads = cfg->n_kv_heads;
-    kv->head_dim = cfg->head_dim;
+    kv->n_layers = n_layers;
+    kv->n_kv_heads = n_kv_heads;
+    kv->head_dim = head_dim;
     kv->block_size = block_size;
     kv->elem_size = dtype == KV_DTYPE_F32 ? 4 : 2;
-    kv->head_bytes = (size_t)block_size * (size_t)cfg->head_dim * kv->elem_size;
-    kv->layer_bytes = 2 * (size_t)cfg->n_kv_heads * kv->head_bytes;
-    kv->block_bytes = (size_t)cfg->n_layers * kv->layer_bytes;
+    kv->head_bytes = (size_t)block_size * (size_t)head_dim * kv->elem_size;
+    kv->layer_bytes = 2 * (size_t)n_kv_heads * kv->head_bytes;
+    kv->block_bytes = (size_t)n_layers * kv->layer_bytes;
     size_t n = budget_bytes / kv->block_bytes;
     if (n < 1)
         return hr_err(err, errlen, HR_ERR_INVALID,
@@ -48,32 +51,23 @@ enum hr_status kv_store_init(struct kv_store *kv, const struct model_config *cfg
     if (n > (1u << 30))
         n = 1u << 30;
     kv->n_blocks = (int)n;
-    /* 2 MiB aligned so that the kernel may back it with huge pages (opt-in on many
-     * systems): attention walks slices all over the slab. */
-    if (posix_memalign((void **)&kv->slab, (size_t)2 << 20, n * kv->block_bytes) != 0) {
-        kv->slab = NULL;
-        return hr_err(err, errlen, HR_ERR_NOMEM, "cannot allocate the KV pool (%zu bytes)",
-                      n * kv->block_bytes);
-    }
-#ifdef MADV_HUGEPAGE
-    madvise(kv->slab, n * kv->block_bytes, MADV_HUGEPAGE); /* advice only: failure is harmless */
-#endif
-    /* Touch it now so that start-up, not the first step, pays for the pages. */
-    memset(kv->slab, 0, n * kv->block_bytes);
     return HR_OK;
-}
-
-void kv_store_free(struct kv_store *kv)
-{
-    if (!kv)
-        return;
-    free(kv->slab);
-    kv->slab = NULL;
-    kv->n_blocks = 0;
 }
 
 void kv_store_copy_block(struct kv_store *kv, int dst, int src)
 {
     for (int l = 0; l < kv->n_layers; l++)
         memcpy(kv_store_slice(kv, dst, l), kv_store_slice(kv, src, l), kv->layer_bytes);
+}
+
+void kv_store_export_block(const struct kv_store *kv, int id, void *dst)
+{
+    for (int l = 0; l < kv->n_layers; l++)
+        memcpy((uint8_t *)dst + (size_t)l * kv->layer_bytes, kv_store_slice(kv, id, l), kv->layer_bytes);
+}
+
+void kv_store_import_block(struct kv_store *kv, int id, const void *src)
+{
+    for (int l = 0; l < kv->n_layers; l++)
+        memcpy(kv_store_slice(kv, id, l), (const uint8_t *)src + (size_t)l * kv->layer_bytes, kv->layer_bytes);
 }

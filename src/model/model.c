@@ -24,3 +24,24 @@ void model_free(struct model *m)
         return;
     weights_free(&m->w);
 }
+
+size_t model_kv_bytes_per_token(const struct model_config *c, enum kv_dtype dtype)
+{
+    return kv_store_bytes_per_token(c->n_layers, c->n_kv_heads, c->head_dim, dtype);
+}
+
+enum hr_status model_kv_init(struct kv_store *kv, struct backend *be, const struct model_config *c,
+                             enum kv_dtype dtype, int block_size, size_t budget_bytes, char *err, size_t errlen)
+{
+    enum hr_status st = kv_store_layout(kv, c->n_layers, c->n_kv_heads, c->head_dim, dtype, block_size,
+                                        budget_bytes, err, errlen);
+    if (st == HR_OK)
+        st = be->ops->kv_alloc(be, kv, err, errlen);
+    return st;
+}
+
+void model_kv_free(struct kv_store *kv, struct backend *be)
+{
+    if (kv && kv->slab && be && be->ops)
+        be->ops->kv_free(be, kv);
+}

@@ -6,7 +6,6 @@
 #include <limits.h>
 
 #include "base/arena.h"
-#include "kv/batch.h"
 #include "kernels/backend.h"
 #include "kv/kv_store.h"
 #include "model/config.h"
@@ -21,46 +20,67 @@ struct model {
 enum hr_status model_load(struct model *m, const char *dir, char *err, size_t errlen);
 void model_free(struct model *m);
 
+/* The KV store of a model of geometry c on a backend: kv_store_layout for a budget of
+ * bytes, then the backend's slab.  model_kv_free gives the slab back (NULL-safe). */
+size_t model_kv_bytes_per_token(const struct model_config *c, enum kv_dtype dtype);
+enum hr_status model_kv_init(struct kv_store *kv, struct backend *be, const struct model_config *c,
+                             enum kv_dtype dtype, int block_size, size_t budget_bytes, char *err, size_t errlen);
+void model_kv_free(struct kv_store *kv, struct backend *be);
+
+/* The model's fingerprint (model/fingerprint.c): config.json and
+ * generation_config.json as bytes, and every weight file's header and size; part of
+ * the prefix-cache namespace. */
+enum hr_status model_fingerprint(const struct model *m, uint64_t *out, char *err, size_t errlen);
+
 /* The forward pass of Qwen3 / Qwen3-MoE over a batch (src/model/qwen3.c). */
 struct qwen3 {
     const struct model *m;
+    const struct weights *w;   /* m's weights as bound to the backend */
     struct backend *be;
     int max_tok;               /* most tokens one forward may hold */
+    void *scratch_mem;         /* backend memory under the scratch arena */
     struct arena scratch;      /* per-forward activations, reset at each call */
-    int fail_next;             /* test hook: the next forward fails (nothing written) */
-    int32_t *route_trace;      /* [n_layers, max_tok, top_k] eval hook: MoE experts chosen, or NULL */
+    int32_t *route_trace;      /* [n_layers, max_tok, top_k] host, eval hook: MoE experts chosen, or NULL */
     /* What qwen3_logits reads: set by a forward that succeeded, in the scratch arena. */
     const float *last_h;       /* [last_n_tok, hidden] residual stream after the last layer, or NULL */
     float *last_lx;            /* [last_n_logits, hidden] room for the normed logits rows */
     int last_n_tok, last_n_logits;
 };
 
+/* Sizes the backend for m and steps of max_tok tokens, binds m's weights, and takes
+ * the forward's scratch from the backend. */
 enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend *be, int max_tok, char *err,
                           size_t errlen);
 void qwen3_free(struct qwen3 *q);
+/* Binds m's weights through the backend, then lets go of the weights bound before
+ * (reload: m has the geometry of the model qwen3_init had). Nothing changes on failure. */
+enum hr_status qwen3_bind(struct qwen3 *q, const struct model *m, char *err, size_t errlen);
 
-/* Runs the batch: writes every token's K/V into kv at the batch's slots, then
- * attends over the store; writes logits[b->n_logits, vocab] for the rows that ask.
- * With logits NULL it stops before the final norm, and qwen3_logits gives the
- * logits rows piece by piece. The batch must be built (batch_build) for kv's block
- * size and pool. */
+/* Runs the batch: hands it to the backend (its block copies run first), writes every
+ * token's K/V into kv at the batch's slots, then attends over the store; with logits
+ * non-NULL (backend memory [b->n_logits, vocab]) also computes the logits rows that the
+ * batch asks for. With logits NULL it stops before the final norm, and qwen3_logits
+ * gives the logits rows piece by piece.  The batch must be built (batch_build) for kv's
+ * block size and pool.  An error of any op fails the forward. */
 enum hr_status qwen3_forward(struct qwen3 *q, const struct batch *b, struct kv_store *kv, float *logits, char *err,
                              size_t errlen);
 
-/* logits[n, vocab]: logits rows [first, first + n) of the batch b that the last
- * qwen3_forward ran (it must have succeeded; valid until the next forward). The same
- * bits as the rows of a one-pass forward, whatever the pieces. */
-void qwen3_logits(struct qwen3 *q, const struct batch *b, int first, int n, float *logits);
+/* logits[n, vocab] (backend memory): logits rows [first, first + n) of the batch b that
+ * the last qwen3_forward ran (it must have succeeded; valid until the next forward).
+ * The same bits as the rows of a one-pass forward, whatever the pieces. */
+enum hr_status qwen3_logits(struct qwen3 *q, const struct batch *b, int first, int n, float *logits, char *err,
+                            size_t errlen);
 
 /* The same without a buffer of the caller's: after the last layer only the residual
  * stream is live, so the rest of the scratch arena holds the logits rows.
  * qwen3_reserve_logits (start-up only) grows the arena so that at least `rows` rows
  * fit even after a forward of max_tok tokens; qwen3_scratch_logit_rows says how many
- * fit after the last forward (more when it had fewer tokens); qwen3_logits_scratch
- * computes n of them (1 <= n <= that) and returns them [n, vocab], valid until the
- * next call or forward. */
+ * fit after the last forward (more when it had fewer tokens); qwen3_logits_host
+ * computes n of them (1 <= n <= that) and makes them readable on the host: *host
+ * [n, vocab], valid until the next call or forward. */
 enum hr_status qwen3_reserve_logits(struct qwen3 *q, int rows, char *err, size_t errlen);
 int qwen3_scratch_logit_rows(const struct qwen3 *q);
-float *qwen3_logits_scratch(struct qwen3 *q, const struct batch *b, int first, int n);
+enum hr_status qwen3_logits_host(struct qwen3 *q, const struct batch *b, int first, int n, const float **host,
+                                 char *err, size_t errlen);
 
 #endif

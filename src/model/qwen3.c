@@ -4,7 +4,8 @@
  * split) → new K/V written into the paged store → attention over the store → o_proj
  * → residual; RMSNorm → SwiGLU MLP or the MoE block → residual.  Then the final
  * norm and lm_head for the tokens whose logits are asked for, in one pass or, through
- * qwen3_logits, a few rows at a time. */
+ * qwen3_logits, a few rows at a time.  Every buffer here is backend memory: this file
+ * computes offsets and calls ops, and never reads or writes an activation itself. */
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -22,24 +23,14 @@
 struct qwen3_bufs {
     float *h;        /* [n_tok, hidden] residual stream */
     float *xn;       /* [n_tok, hidden] normed input of a sub-block */
-    float *cos_sin;  /* [n_tok, head_dim / 2, 2] */
     /* attention block (k and v are dead once attn_prep has stored them, so attn reuses them) */
     float *q;        /* [n_tok, n_heads, head_dim] */
     float *k;        /* [n_tok, n_kv_heads, head_dim] */
     float *v;        /* [n_tok, n_kv_heads, head_dim] */
     float *attn;     /* [n_tok, n_heads, head_dim] over k and v */
     /* MLP / MoE block */
-    float *gate;     /* [n_tok, max(inter, top_k * moe_inter)] SwiGLU activations */
-    float *proj;     /* [n_tok, hidden] MoE: weighted sum of the experts */
-    float *router;   /* [n_tok, n_experts] */
-    int32_t *top_e;  /* [n_tok, top_k] expert of each rank */
-    float *top_w;    /* [n_tok, top_k] weight of each rank */
-    int32_t *row_of;  /* [n_tok, top_k] grouped row of each (token, rank) */
-    int32_t *row0;    /* [n_experts + 1] first grouped row of each active expert */
-    int32_t *ecount;  /* [2 * (n_experts + 1)] per expert: rows, then its group; per group: next row */
-    const struct weights_mat **gw, **uw, **dw; /* [n_experts] matrices of the active experts */
-    float *ex;        /* [n_tok * top_k, hidden] inputs grouped per expert */
-    float *eo;        /* [n_tok * top_k, hidden] expert outputs, same rows */
+    float *gate;     /* [n_tok, inter] SwiGLU activations */
+    void *moe;       /* the backend's MoE work memory (moe_work_bytes), same room as gate */
     /* after the last layer */
     float *lx;       /* [n_logits, hidden] rows that produce logits */
 };
@@ -47,7 +38,7 @@ struct qwen3_bufs {
 /* Offsets (from the work region's start) of its buffers, as qwen3_work_layout lays them. */
 struct qwen3_work {
     size_t q, k, v, attn;
-    size_t gate, proj, router, top_e, top_w, row_of, row0, ecount, gw, uw, dw, ex, eo;
+    size_t gate, moe;
     size_t lx;
 };
 
@@ -61,11 +52,10 @@ static size_t qwen3_put(size_t *off, size_t bytes)
 }
 
 /* Lays out the work region for n tokens and n_logits logits rows; returns its size. */
-static size_t qwen3_work_layout(const struct model_config *c, int n, int n_logits, struct qwen3_work *o)
+static size_t qwen3_work_layout(struct backend *be, const struct model_config *c, int n, int n_logits,
+                                struct qwen3_work *o)
 {
-    size_t f = sizeof(float), p = sizeof(void *), N = (size_t)n;
-    size_t K = (size_t)c->n_experts_per_tok, E = (size_t)c->n_experts, H = (size_t)c->hidden_size;
-    size_t inter = (size_t)c->intermediate_size, moe = K * (size_t)c->moe_intermediate_size;
+    size_t f = sizeof(float), N = (size_t)n, H = (size_t)c->hidden_size;
     size_t q_bytes = N * c->n_heads * c->head_dim * f, kv_bytes = N * c->n_kv_heads * c->head_dim * f;
 
     size_t a = 0;
@@ -77,24 +67,13 @@ static size_t qwen3_work_layout(const struct model_config *c, int n, int n_logit
     a = a > a_end ? a : a_end;
 
     size_t m = 0;
-    o->gate = qwen3_put(&m, N * (inter > moe ? inter : moe) * f);
-    if (E > 0) {
-        o->proj = qwen3_put(&m, N * H * f);
-        o->router = qwen3_put(&m, N * E * f);
-        o->top_e = qwen3_put(&m, N * K * 4);
-        o->top_w = qwen3_put(&m, N * K * f);
-        o->row_of = qwen3_put(&m, N * K * 4);
-        o->row0 = qwen3_put(&m, (E + 1) * 4);
-        o->ecount = qwen3_put(&m, 2 * (E + 1) * 4);
-        o->gw = qwen3_put(&m, E * p);
-        o->uw = qwen3_put(&m, E * p);
-        o->dw = qwen3_put(&m, E * p);
-        o->ex = qwen3_put(&m, N * K * H * f);
-        o->eo = qwen3_put(&m, N * K * H * f);
-    } else {
-        o->proj = o->router = o->top_e = o->top_w = o->row_of = o->row0 = o->ecount = m;
-        o->gw = o->uw = o->dw = o->ex = o->eo = m;
+    o->gate = o->moe = 0;
+    if (c->n_experts > 0) {
+        size_t moe = be->ops->moe_work_bytes(be, n);
+        m = qwen3_aligned(moe);
     }
+    size_t dense = qwen3_aligned(N * (size_t)c->intermediate_size * f);
+    m = m > dense ? m : dense;
 
     size_t l = 0;
     o->lx = qwen3_put(&l, (size_t)n_logits * H * f);
@@ -103,12 +82,11 @@ static size_t qwen3_work_layout(const struct model_config *c, int n, int n_logit
     return w > l ? w : l;
 }
 
-static size_t qwen3_scratch_bytes(const struct model_config *c, int n)
+static size_t qwen3_scratch_bytes(struct backend *be, const struct model_config *c, int n)
 {
     struct qwen3_work o;
     size_t row = (size_t)n * c->hidden_size * sizeof(float);
-    return 2 * (row + QWEN3_ALIGN) + (size_t)n * c->head_dim * sizeof(float) + QWEN3_ALIGN +
-           qwen3_work_layout(c, n, n, &o) + QWEN3_ALIGN;
+    return 2 * (row + QWEN3_ALIGN) + qwen3_work_layout(be, c, n, n, &o) + QWEN3_ALIGN;
 }
 
 static void *qwen3_take(struct arena *a, size_t bytes)
@@ -128,28 +106,29 @@ static void qwen3_bufs_take(struct qwen3 *q, int n, int n_logits, struct qwen3_b
     arena_reset(a);
     bu->h = qwen3_take(a, (size_t)n * c->hidden_size * sizeof(float));
     bu->xn = qwen3_take(a, (size_t)n * c->hidden_size * sizeof(float));
-    bu->cos_sin = qwen3_take(a, (size_t)n * c->head_dim * sizeof(float));
     struct qwen3_work o;
-    size_t bytes = qwen3_work_layout(c, n, n_logits, &o);
+    size_t bytes = qwen3_work_layout(q->be, c, n, n_logits, &o);
     unsigned char *w = qwen3_take(a, bytes);
     bu->q = qwen3_at(w, o.q);
     bu->k = qwen3_at(w, o.k);
     bu->v = qwen3_at(w, o.v);
     bu->attn = qwen3_at(w, o.attn);
     bu->gate = qwen3_at(w, o.gate);
-    bu->proj = qwen3_at(w, o.proj);
-    bu->router = qwen3_at(w, o.router);
-    bu->top_e = qwen3_at(w, o.top_e);
-    bu->top_w = qwen3_at(w, o.top_w);
-    bu->row_of = qwen3_at(w, o.row_of);
-    bu->row0 = qwen3_at(w, o.row0);
-    bu->ecount = qwen3_at(w, o.ecount);
-    bu->gw = qwen3_at(w, o.gw);
-    bu->uw = qwen3_at(w, o.uw);
-    bu->dw = qwen3_at(w, o.dw);
-    bu->ex = qwen3_at(w, o.ex);
-    bu->eo = qwen3_at(w, o.eo);
+    bu->moe = qwen3_at(w, o.moe);
     bu->lx = qwen3_at(w, o.lx);
+}
+
+/* The forward's scratch: backend memory of the given size, under the arena. */
+static enum hr_status qwen3_scratch_alloc(struct qwen3 *q, size_t bytes, char *err, size_t errlen)
+{
+    void *mem = q->be->ops->alloc(q->be, bytes, err, errlen);
+    if (!mem)
+        return HR_ERR_NOMEM;
+    if (q->scratch_mem)
+        q->be->ops->mem_free(q->be, q->scratch_mem);
+    q->scratch_mem = mem;
+    arena_init_at(&q->scratch, mem, bytes);
+    return HR_OK;
 }
 
 enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend *be, int max_tok, char *err,
@@ -158,61 +137,60 @@ enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend
     memset(q, 0, sizeof *q);
     if (max_tok < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "forward: max tokens per step must be >= 1");
-    q->m = m;
     q->be = be;
     q->max_tok = max_tok;
-    const struct model_config *c = &m->cfg;
-    int max_k = c->hidden_size;
-    int dims[] = {c->n_heads * c->head_dim, c->intermediate_size, c->moe_intermediate_size};
-    for (int i = 0; i < 3; i++)
-        max_k = dims[i] > max_k ? dims[i] : max_k;
-    /* MoE: the grouped expert rows number top_k per token */
-    int max_rows = max_tok * (c->n_experts_per_tok > 1 ? c->n_experts_per_tok : 1);
-    enum hr_status st = be->ops->reserve(be, max_rows, max_k, err, errlen);
+    enum hr_status st = be->ops->reserve(be, &m->cfg, max_tok, err, errlen);
+    if (st == HR_OK)
+        st = qwen3_bind(q, m, err, errlen);
+    if (st == HR_OK)
+        st = qwen3_scratch_alloc(q, qwen3_scratch_bytes(be, &m->cfg, max_tok), err, errlen);
+    if (st != HR_OK)
+        qwen3_free(q);
+    return st;
+}
+
+enum hr_status qwen3_bind(struct qwen3 *q, const struct model *m, char *err, size_t errlen)
+{
+    const struct weights *bound = NULL;
+    enum hr_status st = q->be->ops->bind_weights(q->be, &m->w, &bound, err, errlen);
     if (st != HR_OK)
         return st;
-    return arena_init(&q->scratch, qwen3_scratch_bytes(c, max_tok), err, errlen);
+    if (q->w)
+        q->be->ops->unbind_weights(q->be, q->w);
+    q->m = m;
+    q->w = bound;
+    q->last_h = NULL;
+    return HR_OK;
 }
 
 void qwen3_free(struct qwen3 *q)
 {
-    if (!q)
+    if (!q || !q->be)
         return;
+    if (q->w)
+        q->be->ops->unbind_weights(q->be, q->w);
+    if (q->scratch_mem)
+        q->be->ops->mem_free(q->be, q->scratch_mem);
     arena_free(&q->scratch);
+    q->w = NULL;
+    q->scratch_mem = NULL;
 }
 
 /* ------------------------------------------------------------------ pieces */
 
-/* cos/sin of every token's position, computed in double then rounded: depends on
- * the position alone. */
-static void qwen3_rope_table(const struct model_config *c, const struct batch *b, float *cs)
-{
-    int half = c->head_dim / 2;
-    for (int t = 0; t < b->n_tok; t++) {
-        double pos = (double)b->positions[t];
-        for (int i = 0; i < half; i++) {
-            double inv_freq = pow(c->rope_theta, -(double)(2 * i) / (double)c->head_dim);
-            double ang = pos * inv_freq;
-            cs[((int64_t)t * half + i) * 2] = (float)cos(ang);
-            cs[((int64_t)t * half + i) * 2 + 1] = (float)sin(ang);
-        }
-    }
-}
-
-static void qwen3_attention_block(struct qwen3 *q, const struct weights_layer *L, int layer, const struct batch *b,
+static void qwen3_attention_block(struct qwen3 *q, const struct weights_layer *L, int layer, int n,
                                   struct kv_store *kv, struct qwen3_bufs *bu)
 {
     const struct model_config *c = &q->m->cfg;
     struct backend *be = q->be;
-    int n = b->n_tok;
     float eps = (float)c->rms_norm_eps;
     be->ops->rmsnorm(be, bu->xn, bu->h, L->attn_norm, n, c->hidden_size, eps);
     float *const qkv_out[3] = {bu->q, bu->k, bu->v};
     const struct weights_mat *const qkv_w[3] = {&L->q, &L->k, &L->v};
     be->ops->matmul_multi(be, 3, qkv_out, bu->xn, n, qkv_w);
     /* q_norm / k_norm, RoPE, and the new K/V into the store, in one pass */
-    be->ops->attn_prep(be, bu->q, bu->k, bu->v, L->q_norm, L->k_norm, eps, bu->cos_sin, c->n_heads, kv, layer, b);
-    be->ops->attention(be, bu->attn, bu->q, b, kv, layer, c->n_heads, (float)(1.0 / sqrt((double)c->head_dim)));
+    be->ops->attn_prep(be, bu->q, bu->k, bu->v, L->q_norm, L->k_norm, eps, c->n_heads, kv, layer);
+    be->ops->attention(be, bu->attn, bu->q, kv, layer, c->n_heads, (float)(1.0 / sqrt((double)c->head_dim)));
     be->ops->matmul_add(be, bu->h, bu->attn, n, &L->o); /* o_proj and the residual */
 }
 
@@ -227,107 +205,13 @@ static void qwen3_mlp(struct backend *be, float *out, const float *x, int n, con
         be->ops->matmul(be, out, g, n, down);
 }
 
-/* Softmax over the router logits, top-k (ties to the lower expert), optional
- * renormalisation.  One token at a time, in a fixed order. */
-static void qwen3_route(const struct model_config *c, const float *logits, int32_t *top_e, float *top_w)
-{
-    int E = c->n_experts, K = c->n_experts_per_tok;
-    float p[1024];
-    float mx = -INFINITY;
-    for (int e = 0; e < E; e++)
-        mx = logits[e] > mx ? logits[e] : mx;
-    float sum = 0.0f;
-    for (int e = 0; e < E; e++) {
-        p[e] = expf(logits[e] - mx);
-        sum = sum + p[e];
-    }
-    for (int e = 0; e < E; e++)
-        p[e] = p[e] / sum;
-    for (int r = 0; r < K; r++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            int taken = 0;
-            for (int s = 0; s < r; s++)
-                taken |= top_e[s] == e;
-            if (!taken && (best < 0 || p[e] > p[best]))
-                best = e;
-        }
-        top_e[r] = best;
-        top_w[r] = p[best];
-    }
-    if (c->norm_topk_prob) {
-        float s = 0.0f;
-        for (int r = 0; r < K; r++)
-            s = s + top_w[r];
-        for (int r = 0; r < K; r++)
-            top_w[r] = top_w[r] / s;
-    }
-}
-
-static void qwen3_moe_block(struct qwen3 *q, const struct weights_layer *L, int layer, int n, struct qwen3_bufs *bu)
-{
-    const struct model_config *c = &q->m->cfg;
-    struct backend *be = q->be;
-    int E = c->n_experts, K = c->n_experts_per_tok, H = c->hidden_size;
-    be->ops->matmul_f32(be, bu->router, bu->xn, n, &L->router);
-    for (int t = 0; t < n; t++)
-        qwen3_route(c, bu->router + (int64_t)t * E, bu->top_e + (int64_t)t * K, bu->top_w + (int64_t)t * K);
-    if (q->route_trace)
-        memcpy(q->route_trace + (int64_t)layer * q->max_tok * K, bu->top_e, (size_t)n * K * sizeof(int32_t));
-    /* Tokens grouped per expert: the active experts' rows back to back (each
-     * (token, rank) once), every expert's weights streamed once for all its tokens,
-     * all experts in two launches.  Each element is the invariant GEMM's, so the
-     * grouping never changes a bit. */
-    int32_t *count = bu->ecount, *next = bu->ecount + E + 1;
-    memset(count, 0, (size_t)E * sizeof *count);
-    for (int i = 0; i < n * K; i++)
-        count[bu->top_e[i]]++;
-    int g = 0, rows = 0;
-    for (int e = 0; e < E; e++) {
-        if (!count[e])
-            continue;
-        bu->row0[g] = rows;
-        bu->gw[g] = &L->experts[e].gate;
-        bu->uw[g] = &L->experts[e].up;
-        bu->dw[g] = &L->experts[e].down;
-        rows += count[e];
-        count[e] = g++; /* the expert's group from now on */
-    }
-    bu->row0[g] = rows;
-    for (int i = 0; i < g; i++)
-        next[i] = bu->row0[i];
-    for (int t = 0; t < n; t++)
-        for (int r = 0; r < K; r++) {
-            int row = next[count[bu->top_e[(int64_t)t * K + r]]]++;
-            bu->row_of[(int64_t)t * K + r] = row;
-            memcpy(bu->ex + (int64_t)row * H, bu->xn + (int64_t)t * H, (size_t)H * sizeof(float));
-        }
-    be->ops->matmul_grouped(be, bu->gate, bu->ex, g, bu->row0, bu->gw, bu->uw);
-    be->ops->matmul_grouped(be, bu->eo, bu->gate, g, bu->row0, bu->dw, NULL);
-    /* Weighted sum in rank order, then the residual. */
-    for (int t = 0; t < n; t++) {
-        float *h = bu->h + (int64_t)t * H;
-        float *y = bu->proj + (int64_t)t * H;
-        for (int d = 0; d < H; d++)
-            y[d] = 0.0f;
-        for (int r = 0; r < K; r++) {
-            float w = bu->top_w[(int64_t)t * K + r];
-            const float *o = bu->eo + (int64_t)bu->row_of[(int64_t)t * K + r] * H;
-            for (int d = 0; d < H; d++)
-                y[d] = y[d] + w * o[d];
-        }
-        for (int d = 0; d < H; d++)
-            h[d] = h[d] + y[d];
-    }
-}
-
 /* ------------------------------------------------------------------ forward */
 
 enum hr_status qwen3_forward(struct qwen3 *q, const struct batch *b, struct kv_store *kv, float *logits, char *err,
                              size_t errlen)
 {
     const struct model_config *c = &q->m->cfg;
-    const struct weights *w = &q->m->w;
+    const struct weights *w = q->w;
     struct backend *be = q->be;
     int n = b->n_tok;
     q->last_h = NULL; /* qwen3_logits only after a forward that succeeded */
@@ -344,58 +228,64 @@ enum hr_status qwen3_forward(struct qwen3 *q, const struct batch *b, struct kv_s
         if (b->tokens[t] < 0 || b->tokens[t] >= c->vocab_size)
             return hr_err(err, errlen, HR_ERR_INVALID, "forward: token id %d outside the vocabulary (%d)",
                           b->tokens[t], c->vocab_size);
-    if (q->fail_next) {
-        q->fail_next = 0;
-        return hr_err(err, errlen, HR_ERR_INTERNAL, "forward: failure injected by a test hook");
-    }
 
+    /* The batch goes to the backend once; its block copies run before any kernel. */
+    st = be->ops->begin_step(be, b, kv, err, errlen);
+    if (st != HR_OK)
+        return st;
     struct qwen3_bufs bu;
     qwen3_bufs_take(q, n, b->n_logits, &bu);
-    be->ops->embed(be, bu.h, &w->embed, b->tokens, n);
-    qwen3_rope_table(c, b, bu.cos_sin);
+    be->ops->embed(be, bu.h, &w->embed);
 
     for (int l = 0; l < c->n_layers; l++) {
         const struct weights_layer *L = &w->layers[l];
-        qwen3_attention_block(q, L, l, b, kv, &bu);
+        qwen3_attention_block(q, L, l, n, kv, &bu);
         be->ops->rmsnorm(be, bu.xn, bu.h, L->ffn_norm, n, c->hidden_size, (float)c->rms_norm_eps);
         if (L->is_moe) {
-            qwen3_moe_block(q, L, l, n, &bu);
+            int32_t *trace = q->route_trace ? q->route_trace + (int64_t)l * q->max_tok * c->n_experts_per_tok : NULL;
+            be->ops->moe(be, bu.h, bu.xn, n, L, bu.moe, trace);
         } else {
             qwen3_mlp(be, bu.h, bu.xn, n, &L->gate, &L->up, &L->down, bu.gate, 1);
         }
     }
+    st = be->ops->sync(be, err, errlen);
+    if (st != HR_OK)
+        return st;
 
     q->last_h = bu.h;
     q->last_lx = bu.lx;
     q->last_n_tok = n;
     q->last_n_logits = b->n_logits;
     if (logits && b->n_logits > 0)
-        qwen3_logits(q, b, 0, b->n_logits, logits);
+        return qwen3_logits(q, b, 0, b->n_logits, logits, err, errlen);
     return HR_OK;
 }
 
-/* Final norm and lm_head of logits rows [first, first + n) through lx [n, hidden]. */
-static void qwen3_logits_via(struct qwen3 *q, const struct batch *b, int first, int n, float *lx, float *logits)
+/* Final norm and lm_head of logits rows [first, first + n) through lx [n, hidden],
+ * then the wait for them. */
+static enum hr_status qwen3_logits_via(struct qwen3 *q, const struct batch *b, int first, int n, float *lx,
+                                       float *logits, char *err, size_t errlen)
 {
     const struct model_config *c = &q->m->cfg;
-    const struct weights *w = &q->m->w;
+    const struct weights *w = q->w;
     struct backend *be = q->be;
     HR_ASSERT(q->last_h && b->n_tok == q->last_n_tok && b->n_logits == q->last_n_logits);
     HR_ASSERT(first >= 0 && n >= 0 && first + n <= b->n_logits);
     if (n == 0)
-        return;
+        return HR_OK;
     /* Each logit is a lone dot product of one normed row (one row per RMSNorm task),
      * so computing the rows in pieces gives the bits of one pass. */
     int H = c->hidden_size;
-    for (int i = 0; i < n; i++)
-        memcpy(lx + (int64_t)i * H, q->last_h + (int64_t)b->logit_tok[first + i] * H, (size_t)H * sizeof(float));
+    be->ops->gather_logit_rows(be, lx, q->last_h, first, n, H);
     be->ops->rmsnorm(be, lx, lx, w->final_norm, n, H, (float)c->rms_norm_eps);
     be->ops->matmul(be, logits, lx, n, &w->lm_head);
+    return be->ops->sync(be, err, errlen);
 }
 
-void qwen3_logits(struct qwen3 *q, const struct batch *b, int first, int n, float *logits)
+enum hr_status qwen3_logits(struct qwen3 *q, const struct batch *b, int first, int n, float *logits, char *err,
+                            size_t errlen)
 {
-    qwen3_logits_via(q, b, first, n, q->last_lx, logits);
+    return qwen3_logits_via(q, b, first, n, q->last_lx, logits, err, errlen);
 }
 
 /* ------------------------------------------------------------------ logits in the scratch */
@@ -431,9 +321,8 @@ enum hr_status qwen3_reserve_logits(struct qwen3 *q, int rows, char *err, size_t
     if (qwen3_room_rows(c, q->scratch.cap, q->max_tok) >= rows)
         return HR_OK;
     size_t need = qwen3_kept_bytes(c, q->max_tok) + (size_t)rows * qwen3_logit_row_bytes(c);
-    arena_free(&q->scratch);
     q->last_h = NULL;
-    return arena_init(&q->scratch, need, err, errlen);
+    return qwen3_scratch_alloc(q, need, err, errlen);
 }
 
 int qwen3_scratch_logit_rows(const struct qwen3 *q)
@@ -442,7 +331,8 @@ int qwen3_scratch_logit_rows(const struct qwen3 *q)
     return qwen3_room_rows(&q->m->cfg, q->scratch.cap, q->last_n_tok);
 }
 
-float *qwen3_logits_scratch(struct qwen3 *q, const struct batch *b, int first, int n)
+enum hr_status qwen3_logits_host(struct qwen3 *q, const struct batch *b, int first, int n, const float **host,
+                                 char *err, size_t errlen)
 {
     const struct model_config *c = &q->m->cfg;
     HR_ASSERT(q->last_h && n >= 1 && n <= qwen3_scratch_logit_rows(q));
@@ -452,7 +342,13 @@ float *qwen3_logits_scratch(struct qwen3 *q, const struct batch *b, int first, i
     float *h = qwen3_take(a, (size_t)q->last_n_tok * c->hidden_size * sizeof(float));
     HR_ASSERT(h == q->last_h);
     float *lx = qwen3_take(a, (size_t)n * c->hidden_size * sizeof(float));
-    float *logits = qwen3_take(a, (size_t)n * c->vocab_size * sizeof(float));
-    qwen3_logits_via(q, b, first, n, lx, logits);
-    return logits;
+    size_t bytes = (size_t)n * c->vocab_size * sizeof(float);
+    float *logits = qwen3_take(a, bytes);
+    enum hr_status st = qwen3_logits_via(q, b, first, n, lx, logits, err, errlen);
+    if (st != HR_OK)
+        return st;
+    const void *p = NULL;
+    st = q->be->ops->to_host(q->be, logits, bytes, &p, err, errlen);
+    *host = p;
+    return st;
 }

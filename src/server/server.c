@@ -166,13 +166,6 @@ struct hearth_engine *server_engine(struct server *s)
     return st == SERVER_STATE_READY || st == SERVER_STATE_STOPPING ? s->engine : NULL;
 }
 
-enum server_state server_wait_loaded(struct server *s)
-{
-    while (server_get_state(s) == SERVER_STATE_LOADING)
-        usleep(10000);
-    return server_get_state(s);
-}
-
 enum hr_status server_reload(struct server *s, char *err, size_t errlen)
 {
     struct hearth_engine *e = server_engine(s);

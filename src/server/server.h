@@ -80,8 +80,6 @@ int server_port(const struct server *s);
 enum server_state server_get_state(const struct server *s);
 /* The engine once READY (or STOPPING), else NULL. */
 struct hearth_engine *server_engine(struct server *s);
-/* Waits until loading ends; returns the state then. */
-enum server_state server_wait_loaded(struct server *s);
 /* Re-reads the model directory (POST /v1/reload): the engine, then the chat template. */
 enum hr_status server_reload(struct server *s, char *err, size_t errlen);
 /* A fresh response id: prefix + 32 hex digits. */

@@ -164,6 +164,6 @@ void rig_check_idle(struct hearth_engine *e)
               st.blocks_free, (long long)st.prefix_cache.blocks_held, st.blocks_total);
     CHECK(st.prefix_cache.open_leases == 0);
     CHECK(st.running == 0 && st.waiting == 0);
-    CHECK(!e->running.head && !e->waiting.head && !e->incoming.head);
+    CHECK(!e->sched.running.head && !e->sched.waiting.head && !e->incoming.head);
 }
 

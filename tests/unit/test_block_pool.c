@@ -1,29 +1,45 @@
-/* Block pool: refcounts, all-or-nothing allocation, copy-on-write across every layer,
- * export/import, and the asserts on our own misuse (checked in a forked child). */
+/* Block pool: refcounts, all-or-nothing allocation, copy-on-write (the pool names the
+ * copy, the CPU backend makes it across every layer at the step's start), the
+ * backend's export/import of blocks, and the asserts on our own misuse (checked in a
+ * forked child). */
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kernels/backend.h"
 #include "kv/block_pool.h"
 #include "test.h"
 
 static char err[HR_ERRLEN];
+static struct backend be; /* the CPU backend: owns the stores' slabs */
+static struct model_config geo = {.n_layers = 3, .n_heads = 2, .n_kv_heads = 2, .head_dim = 4, .hidden_size = 8};
 
-/* A tiny geometry: 3 layers, 2 kv heads, head_dim 4, 4 tokens a block, f32; 8 blocks. */
+/* A tiny geometry: 3 layers, 2 kv heads, head_dim 4, 4 tokens a block, f32. */
 static void make_store(struct kv_store *kv, int n_blocks)
 {
-    struct model_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.n_layers = 3;
-    cfg.n_kv_heads = 2;
-    cfg.head_dim = 4;
     size_t block = (size_t)3 * 2 * 2 * 4 * 4 * 4; /* layers * (K,V) * heads * tokens * dim * f32 */
-    CHECK_OK(kv_store_init(kv, &cfg, KV_DTYPE_F32, 4, block * (size_t)n_blocks + block / 2, err, sizeof err),
+    CHECK_OK(kv_store_layout(kv, 3, 2, 4, KV_DTYPE_F32, 4, block * (size_t)n_blocks + block / 2, err, sizeof err),
              err);
     CHECK(kv->n_blocks == n_blocks);
     CHECK(kv->block_bytes == block);
+    CHECK_OK(be.ops->kv_alloc(&be, kv, err, sizeof err), err);
+}
+
+static void store_free(struct kv_store *kv) { be.ops->kv_free(&be, kv); }
+
+/* The step's copies, as the engine hands them to the backend: a batch with no rows. */
+static void run_copies(struct kv_store *kv, const int *src, const int *dst, int n)
+{
+    struct batch b;
+    CHECK_OK(batch_init(&b, kv->block_size, 1, 8, err, sizeof err), err); /* room for 4 copies */
+    for (int i = 0; i < n; i++)
+        batch_add_copy(&b, src[i], dst[i]);
+    CHECK_OK(batch_build(&b, kv->n_blocks, err, sizeof err), err);
+    CHECK_OK(be.ops->begin_step(&be, &b, kv, err, sizeof err), err);
+    CHECK_OK(be.ops->sync(&be, err, sizeof err), err);
+    batch_free(&b);
 }
 
 /* Writes a value that names (block tag, layer, K/V, head, element) into every element. */
@@ -56,7 +72,7 @@ static void test_alloc_release(void)
     struct kv_store kv;
     struct block_pool pool;
     make_store(&kv, 8);
-    CHECK_OK(block_pool_init(&pool, &kv, err, sizeof err), err);
+    CHECK_OK(block_pool_init(&pool, kv.n_blocks, err, sizeof err), err);
     CHECK(block_pool_capacity(&pool) == 8);
     CHECK(block_pool_n_free(&pool) == 8);
 
@@ -106,7 +122,7 @@ static void test_alloc_release(void)
     block_pool_free(&pool);
     block_pool_free(&pool); /* zeroed: no-op */
     block_pool_free(NULL);
-    kv_store_free(&kv);
+    store_free(&kv);
 }
 
 static void test_all_or_nothing(void)
@@ -114,7 +130,7 @@ static void test_all_or_nothing(void)
     struct kv_store kv;
     struct block_pool pool;
     make_store(&kv, 8);
-    CHECK_OK(block_pool_init(&pool, &kv, err, sizeof err), err);
+    CHECK_OK(block_pool_init(&pool, kv.n_blocks, err, sizeof err), err);
     int a[8], b[8];
     CHECK_OK(block_pool_alloc(&pool, -1, a, 5, err, sizeof err), err);
     for (int i = 0; i < 8; i++)
@@ -139,7 +155,7 @@ static void test_all_or_nothing(void)
     block_pool_release_n(&pool, b, 3);
     CHECK(block_pool_n_free(&pool) == block_pool_capacity(&pool));
     block_pool_free(&pool);
-    kv_store_free(&kv);
+    store_free(&kv);
 }
 
 static void test_copy_on_write(void)
@@ -147,26 +163,29 @@ static void test_copy_on_write(void)
     struct kv_store kv;
     struct block_pool pool;
     make_store(&kv, 4);
-    CHECK_OK(block_pool_init(&pool, &kv, err, sizeof err), err);
+    CHECK_OK(block_pool_init(&pool, kv.n_blocks, err, sizeof err), err);
 
     int shared;
     CHECK_OK(block_pool_alloc(&pool, -1, &shared, 1, err, sizeof err), err);
     fill_block(&kv, shared, 1.0f);
 
-    /* Refcount 1: make_writable is a no-op. */
-    int id = shared;
-    CHECK_OK(block_pool_make_writable(&pool, &id, err, sizeof err), err);
-    CHECK(id == shared);
+    /* Refcount 1: make_writable is a no-op and names no copy. */
+    int id = shared, from = 99;
+    CHECK_OK(block_pool_make_writable(&pool, &id, &from, err, sizeof err), err);
+    CHECK(id == shared && from == -1);
     CHECK(block_pool_n_free(&pool) == 3);
 
-    /* Two holders: the writer gets a copy, the other keeps the original. */
+    /* Two holders: the writer gets a fresh block and the copy to make, the other keeps
+     * the original. */
     block_pool_retain(&pool, shared);
     int mine = shared;
-    CHECK_OK(block_pool_make_writable(&pool, &mine, err, sizeof err), err);
-    CHECK(mine != shared);
+    CHECK_OK(block_pool_make_writable(&pool, &mine, &from, err, sizeof err), err);
+    CHECK(mine != shared && from == shared);
     CHECK(block_pool_refcount(&pool, shared) == 1);
     CHECK(block_pool_refcount(&pool, mine) == 1);
     CHECK(block_pool_n_free(&pool) == 2);
+    CHECK(!block_has(&kv, mine, 1.0f)); /* the pool copies nothing itself */
+    run_copies(&kv, &from, &mine, 1);
     CHECK(block_has(&kv, mine, 1.0f));   /* every layer, K and V, every head copied */
     CHECK(block_has(&kv, shared, 1.0f));
     fill_block(&kv, mine, 2.0f);         /* writing the copy leaves the original intact */
@@ -178,8 +197,8 @@ static void test_copy_on_write(void)
     CHECK_OK(block_pool_alloc(&pool, -1, fill, 2, err, sizeof err), err);
     block_pool_retain(&pool, shared);
     int other = shared;
-    CHECK(block_pool_make_writable(&pool, &other, err, sizeof err) == HR_ERR_FULL);
-    CHECK(other == shared);
+    CHECK(block_pool_make_writable(&pool, &other, &from, err, sizeof err) == HR_ERR_FULL);
+    CHECK(other == shared && from == -1);
     CHECK(block_pool_refcount(&pool, shared) == 2);
     block_pool_release(&pool, shared);
 
@@ -188,7 +207,7 @@ static void test_copy_on_write(void)
     block_pool_release(&pool, mine);
     CHECK(block_pool_n_free(&pool) == block_pool_capacity(&pool));
     block_pool_free(&pool);
-    kv_store_free(&kv);
+    store_free(&kv);
 }
 
 static void test_export_import(void)
@@ -196,7 +215,7 @@ static void test_export_import(void)
     struct kv_store kv;
     struct block_pool pool;
     make_store(&kv, 4);
-    CHECK_OK(block_pool_init(&pool, &kv, err, sizeof err), err);
+    CHECK_OK(block_pool_init(&pool, kv.n_blocks, err, sizeof err), err);
     int a, b;
     CHECK_OK(block_pool_alloc(&pool, -1, &a, 1, err, sizeof err), err);
     CHECK_OK(block_pool_alloc(&pool, -1, &b, 1, err, sizeof err), err);
@@ -205,7 +224,7 @@ static void test_export_import(void)
 
     unsigned char *host = malloc(kv.block_bytes);
     CHECK(host != NULL);
-    block_pool_export(&pool, a, host);
+    CHECK_OK(be.ops->kv_export(&be, &kv, a, host, err, sizeof err), err);
     for (int l = 0; l < kv.n_layers; l++) /* layer by layer: K then V of each */
         CHECK(memcmp(host + (size_t)l * kv.layer_bytes, kv_store_slice(&kv, a, l), kv.layer_bytes) == 0);
     /* Preempt: free the block, scribble over the slab, bring it back elsewhere. */
@@ -213,16 +232,19 @@ static void test_export_import(void)
     int c;
     CHECK_OK(block_pool_alloc(&pool, -1, &c, 1, err, sizeof err), err);
     fill_block(&kv, c, 5.0f);
-    block_pool_import(&pool, c, host);
+    CHECK_OK(be.ops->kv_import(&be, &kv, c, host, err, sizeof err), err);
     CHECK(block_has(&kv, c, 3.0f));
     CHECK(block_has(&kv, b, 4.0f)); /* neighbour untouched */
+    /* Block ids outside the pool are errors, not writes. */
+    CHECK(be.ops->kv_export(&be, &kv, kv.n_blocks, host, err, sizeof err) == HR_ERR_INVALID);
+    CHECK(be.ops->kv_import(&be, &kv, -1, host, err, sizeof err) == HR_ERR_INVALID);
     free(host);
 
     block_pool_release(&pool, b);
     block_pool_release(&pool, c);
     CHECK(block_pool_n_free(&pool) == 4);
     block_pool_free(&pool);
-    kv_store_free(&kv);
+    store_free(&kv);
 }
 
 /* Blocks follow their predecessor when it is free, else the lowest free id comes first,
@@ -232,7 +254,7 @@ static void test_runs(void)
     struct kv_store kv;
     struct block_pool pool;
     make_store(&kv, 130); /* three bitmap words */
-    CHECK_OK(block_pool_init(&pool, &kv, err, sizeof err), err);
+    CHECK_OK(block_pool_init(&pool, kv.n_blocks, err, sizeof err), err);
     int a[130];
     CHECK_OK(block_pool_alloc(&pool, -1, a, 130, err, sizeof err), err);
     for (int i = 0; i < 130; i++)
@@ -252,7 +274,7 @@ static void test_runs(void)
     CHECK(b[0] == 129);
     CHECK(block_pool_n_free(&pool) == 0);
     block_pool_free(&pool);
-    kv_store_free(&kv);
+    store_free(&kv);
 }
 
 /* The store is layer-major: consecutive blocks' slices of one layer are one run of memory. */
@@ -267,7 +289,7 @@ static void test_layout(void)
                   (uint8_t *)kv_store_head(&kv, b, l, 0, 0) + (size_t)kv.n_kv_heads * kv.head_bytes);
         }
     CHECK((uint8_t *)kv_store_slice(&kv, 0, 1) == kv.slab + (size_t)kv.n_blocks * kv.layer_bytes);
-    kv_store_free(&kv);
+    store_free(&kv);
 }
 
 /* Runs fn in a child process; returns 1 when the child died of SIGABRT (HR_ASSERT). */
@@ -300,14 +322,10 @@ static void do_double_release(struct block_pool *p)
 
 static void do_retain_free(struct block_pool *p) { block_pool_retain(p, 0); }
 
-static void do_import_shared(struct block_pool *p)
+static void do_writable_free(struct block_pool *p)
 {
-    int id;
-    static unsigned char buf[4096 * 4];
-    if (block_pool_alloc(p, -1, &id, 1, NULL, 0) != HR_OK)
-        _exit(2);
-    block_pool_retain(p, id);
-    block_pool_import(p, id, buf);
+    int id = 1, from;
+    block_pool_make_writable(p, &id, &from, NULL, 0);
 }
 
 static void test_misuse_asserts(void)
@@ -315,23 +333,48 @@ static void test_misuse_asserts(void)
     struct kv_store kv;
     struct block_pool pool;
     make_store(&kv, 2);
-    CHECK_OK(block_pool_init(&pool, &kv, err, sizeof err), err);
+    CHECK_OK(block_pool_init(&pool, kv.n_blocks, err, sizeof err), err);
     CHECK(aborts(do_double_release, &pool));
     CHECK(aborts(do_retain_free, &pool));
-    CHECK(aborts(do_import_shared, &pool));
+    CHECK(aborts(do_writable_free, &pool));
     CHECK(block_pool_n_free(&pool) == 2); /* the parent's pool is untouched */
     block_pool_free(&pool);
-    kv_store_free(&kv);
+    store_free(&kv);
 
     struct block_pool bad;
-    struct kv_store empty;
-    memset(&empty, 0, sizeof empty);
-    CHECK(block_pool_init(&bad, &empty, err, sizeof err) == HR_ERR_INVALID);
+    CHECK(block_pool_init(&bad, 0, err, sizeof err) == HR_ERR_INVALID);
     block_pool_free(&bad);
+}
+
+/* Copies run in list order (a later copy into a block wins), and a batch naming a
+ * block outside the pool, or a block copied onto itself, is invalid. */
+static void test_copy_order(void)
+{
+    struct kv_store kv;
+    make_store(&kv, 4);
+    fill_block(&kv, 0, 1.0f);
+    fill_block(&kv, 1, 2.0f);
+    fill_block(&kv, 2, 3.0f);
+    int src[] = {0, 1, 3}, dst[] = {3, 3, 2}; /* 3 <- 0, then 3 <- 1, then 2 <- 3 (now block 1's) */
+    run_copies(&kv, src, dst, 3);
+    CHECK(block_has(&kv, 3, 2.0f));
+    CHECK(block_has(&kv, 2, 2.0f));
+    CHECK(block_has(&kv, 0, 1.0f) && block_has(&kv, 1, 2.0f));
+    struct batch b;
+    CHECK_OK(batch_init(&b, kv.block_size, 1, 1, err, sizeof err), err);
+    batch_add_copy(&b, 0, 4);
+    CHECK(batch_build(&b, kv.n_blocks, err, sizeof err) == HR_ERR_INVALID);
+    batch_reset(&b);
+    batch_add_copy(&b, 2, 2);
+    CHECK(batch_build(&b, kv.n_blocks, err, sizeof err) == HR_ERR_INVALID);
+    batch_free(&b);
+    store_free(&kv);
 }
 
 int main(void)
 {
+    CHECK_OK(backend_create(&be, "cpu", &(struct backend_opts){.n_threads = 1}, err, sizeof err), err);
+    CHECK_OK(be.ops->reserve(&be, &geo, 4, err, sizeof err), err);
     TEST_RUN(test_alloc_release);
     TEST_RUN(test_all_or_nothing);
     TEST_RUN(test_copy_on_write);
@@ -339,5 +382,7 @@ int main(void)
     TEST_RUN(test_runs);
     TEST_RUN(test_layout);
     TEST_RUN(test_misuse_asserts);
+    TEST_RUN(test_copy_order);
+    backend_free(&be);
     TEST_END();
 }

@@ -87,7 +87,7 @@ static void test_n_siblings(void)
     j.p.temperature = 1.0f;
     CHECK_OK(hearth_submit(e, &j.p, &j.r, err, sizeof err), err);
     engine_step(e); /* the prompt in one chunk; siblings fork and sample */
-    struct group *g = e->running.head;
+    struct group *g = e->sched.running.head;
     CHECK(g && g->forked);
     if (g) {
         for (int b = 0; b < 3; b++) {
@@ -96,7 +96,7 @@ static void test_n_siblings(void)
         }
     }
     engine_step(e); /* first own writes: the shared tail is copied by all but the last writer */
-    if (g && e->running.head == g) {
+    if (g && e->sched.running.head == g) {
         for (int b = 0; b < 2; b++)
             CHECK(block_pool_refcount(&e->pool, g->seqs[0].table[b]) == 3);
         CHECK(g->seqs[0].table[2] != g->seqs[1].table[2] && g->seqs[1].table[2] != g->seqs[2].table[2] &&
@@ -263,14 +263,14 @@ static void test_prompt_logprobs(void)
     char dir[512];
     snprintf(dir, sizeof dir, "%s/fixtures/qwen3-tiny", test_data_dir());
     CHECK_OK(model_load(&m, dir, err, sizeof err), err);
-    CHECK_OK(backend_cpu_init(&be, 1, NULL, err, sizeof err), err);
-    CHECK_OK(kv_store_init(&kv, &m.cfg, KV_DTYPE_BF16, 16, rig_kv_bytes(16), err, sizeof err), err);
+    CHECK_OK(backend_cpu_init(&be, &(struct backend_opts){.n_threads = 1}, err, sizeof err), err);
+    CHECK_OK(model_kv_init(&kv, &be, &m.cfg, KV_DTYPE_BF16, 16, rig_kv_bytes(16), err, sizeof err), err);
     CHECK_OK(qwen3_init(&q, &m, &be, 150, err, sizeof err), err);
     CHECK_OK(batch_init(&b, 16, 1, 150, err, sizeof err), err);
     int32_t table[16];
     for (int i = 0; i < 16; i++)
         table[i] = i;
-    float *logits = malloc((size_t)150 * 512 * sizeof(float));
+    float *logits = be.ops->alloc(&be, (size_t)150 * 512 * sizeof(float), err, sizeof err);
     CHECK_OK(batch_add_row(&b, 0, j.prompt, 150, 0, table, 16, BATCH_LOGITS_ALL, err, sizeof err), err);
     CHECK_OK(batch_build(&b, kv.n_blocks, err, sizeof err), err);
     CHECK_OK(qwen3_forward(&q, &b, &kv, logits, err, sizeof err), err);
@@ -297,14 +297,75 @@ static void test_prompt_logprobs(void)
     }
     CHECK_MSG(worst <= 1e-5, "prompt logprob off by %g", worst);
     CHECK(top_ok);
-    free(logits);
+    be.ops->mem_free(&be, logits);
     batch_free(&b);
     qwen3_free(&q);
-    kv_store_free(&kv);
+    model_kv_free(&kv, &be);
     backend_free(&be);
     model_free(&m);
     rig_check_idle(e);
     hearth_engine_free(e);
+}
+
+/* A device error in any op of a step (the fault-injection backend, begin_step and the
+ * logits' copy to the host included): the requests of that step end with an error,
+ * every other request finishes with the bits of its run alone, no block or lease
+ * leaks, and the engine goes on serving. */
+static void test_fault_any_op(void)
+{
+    enum { NJ = 6 };
+    struct hearth_engine *ref = rig_engine(rig_kv_bytes(256), 32, 512, 1);
+    CHECK(ref);
+    if (!ref)
+        return;
+    static struct job jobs[NJ];
+    for (int i = 0; i < NJ; i++) {
+        rig_make_job(&jobs[i], 512);
+        jobs[i].arrive_step = 3 * i;
+        CHECK(rig_run_alone(ref, &jobs[i]));
+    }
+    jobs[1].p.n = 2; /* a group of two samples: both end together */
+    CHECK(rig_run_alone(ref, &jobs[1]));
+    char err[HR_ERRLEN];
+    const int steps[] = {0, 5, 11};
+    int runs = 0;
+    for (size_t si = 0; si < sizeof steps / sizeof steps[0]; si++) {
+        /* how many ops step k runs: armed past the end, so nothing fails */
+        struct hearth_engine *e = rig_engine(rig_kv_bytes(64), 8, 64, 1);
+        CHECK(e && engine_inject_fault(e, steps[si], 1 << 30, err, sizeof err) == HR_OK);
+        if (!e)
+            break;
+        CHECK(rig_run_together(e, jobs, NJ));
+        for (int i = 0; i < NJ; i++)
+            CHECK(rig_same_out(&jobs[i].alone, &jobs[i].together, jobs[i].p.n));
+        int n_ops = backend_fault_ops_seen(engine_backend(e));
+        CHECK_MSG(n_ops > 10, "step %d ran %d ops", steps[si], n_ops);
+        hearth_engine_free(e);
+        for (int op = -1; op < n_ops; op++) {
+            e = rig_engine(rig_kv_bytes(64), 8, 64, 1);
+            CHECK(e && engine_inject_fault(e, steps[si], op, err, sizeof err) == HR_OK);
+            if (!e)
+                break;
+            CHECK(rig_run_together(e, jobs, NJ));
+            int errors = 0, bad = 0;
+            for (int i = 0; i < NJ; i++) {
+                if (jobs[i].together.done_reason == HEARTH_FINISH_ERROR)
+                    errors++;
+                else
+                    bad += !rig_same_out(&jobs[i].alone, &jobs[i].together, jobs[i].p.n);
+            }
+            CHECK_MSG(errors >= 1 && bad == 0, "step %d op %d: %d failed, %d differ", steps[si], op, errors, bad);
+            rig_check_idle(e);
+            /* still serving: a request after the failure is exact */
+            struct job again = jobs[0];
+            CHECK(rig_run_alone(e, &again) && rig_same_out(&jobs[0].alone, &again.alone, 1));
+            rig_check_idle(e);
+            hearth_engine_free(e);
+            runs++;
+        }
+    }
+    CHECK(runs > 30);
+    hearth_engine_free(ref);
 }
 
 int main(void)
@@ -316,5 +377,6 @@ int main(void)
     TEST_RUN(test_invalid_params);
     TEST_RUN(test_threaded);
     TEST_RUN(test_prompt_logprobs);
+    TEST_RUN(test_fault_any_op);
     TEST_END();
 }

@@ -47,10 +47,10 @@ static int rig_init(struct rig *r, const char *fixture, const char *variant, int
         snprintf(dir, sizeof dir, "%s/fixtures/%s", test_data_dir(), fixture);
     enum hr_status st = model_load(&r->m, dir, err, sizeof err);
     if (st == HR_OK)
-        st = backend_cpu_init(&r->be, threads, variant, err, sizeof err);
+        st = backend_cpu_init(&r->be, &(struct backend_opts){.n_threads = threads, .kernel = variant}, err, sizeof err);
     if (st == HR_OK)
-        st = kv_store_init(&r->kv, &r->m.cfg, dt, BS, (size_t)POOL_BLOCKS * BS * kv_store_bytes_per_token(&r->m.cfg, dt),
-                           err, sizeof err);
+        st = model_kv_init(&r->kv, &r->be, &r->m.cfg, dt, BS,
+                           (size_t)POOL_BLOCKS * BS * model_kv_bytes_per_token(&r->m.cfg, dt), err, sizeof err);
     if (st == HR_OK)
         st = qwen3_init(&r->q, &r->m, &r->be, MAX_TOK, err, sizeof err);
     if (st == HR_OK)
@@ -59,17 +59,18 @@ static int rig_init(struct rig *r, const char *fixture, const char *variant, int
         fprintf(stderr, "  rig %s/%s: %s\n", fixture, variant, err);
         return 0;
     }
-    r->logits = malloc((size_t)MAX_TOK * r->m.cfg.vocab_size * sizeof(float));
+    r->logits = r->be.ops->alloc(&r->be, (size_t)MAX_TOK * r->m.cfg.vocab_size * sizeof(float), err, sizeof err);
     r->ok = r->logits != NULL && r->kv.n_blocks == POOL_BLOCKS;
     return r->ok;
 }
 
 static void rig_free(struct rig *r)
 {
-    free(r->logits);
+    if (r->logits)
+        r->be.ops->mem_free(&r->be, r->logits);
     batch_free(&r->b);
     qwen3_free(&r->q);
-    kv_store_free(&r->kv);
+    model_kv_free(&r->kv, &r->be);
     backend_free(&r->be);
     model_free(&r->m);
 }
@@ -449,28 +450,44 @@ static void test_odd_shapes(void)
     testfs_rmtree(dir);
 }
 
-/* A forward that fails (test hook) returns an error and leaves later runs exact. */
+/* A forward whose backend fails in any one of its ops (the fault-injection backend)
+ * returns an error, and later runs are exact; dense and MoE. */
 static void test_injected_failure(void)
 {
-    struct rig r;
-    if (!rig_init(&r, "qwen3-tiny", NULL, 1, KV_DTYPE_BF16)) {
-        CHECK(0);
+    const char *fixtures[] = {"qwen3-tiny", "qwen3moe-tiny"};
+    char err[HR_ERRLEN];
+    for (int fi = 0; fi < 2; fi++) {
+        struct rig r;
+        if (!rig_init(&r, fixtures[fi], NULL, 1, KV_DTYPE_BF16)) {
+            CHECK(0);
+            rig_free(&r);
+            return;
+        }
+        struct set st;
+        float *ref[MAX_SEQ];
+        make_set(&st, 1, r.m.cfg.vocab_size);
+        reference(&r, &st, ref);
+        CHECK_OK(backend_fault_wrap(&r.be, err, sizeof err), err);
+        /* every op of a one-step forward, begin_step (-1) included */
+        backend_fault_arm(&r.be, 0, 1 << 30);
+        place(st.s, 1, 0);
+        CHECK(run_seqs(&r, st.s, 1, chunk_all));
+        int n_ops = backend_fault_ops_seen(&r.be), failures = 0;
+        CHECK(n_ops > 3 * r.m.cfg.n_layers);
+        for (int op = -1; op < n_ops; op++) {
+            backend_fault_arm(&r.be, 0, op);
+            place(st.s, 1, 0);
+            failures += !run_seqs(&r, st.s, 1, chunk_all);
+            place(st.s, 1, 0);
+            CHECK(run_seqs(&r, st.s, 1, chunk_all));
+            CHECK(same(&r, &st, ref, "after a failed forward"));
+        }
+        CHECK_MSG(failures == n_ops + 1, "%s: %d of %d injected failures failed the forward", fixtures[fi], failures,
+                  n_ops + 1);
+        free(ref[0]);
+        free_set(&st);
         rig_free(&r);
-        return;
     }
-    struct set st;
-    float *ref[MAX_SEQ];
-    make_set(&st, 1, r.m.cfg.vocab_size);
-    reference(&r, &st, ref);
-    r.q.fail_next = 1;
-    place(st.s, 1, 0);
-    CHECK(!run_seqs(&r, st.s, 1, chunk_all));
-    place(st.s, 1, 0);
-    CHECK(run_seqs(&r, st.s, 1, chunk_all));
-    CHECK(same(&r, &st, ref, "after a failed forward"));
-    free(ref[0]);
-    free_set(&st);
-    rig_free(&r);
 }
 
 /* Token ids outside the vocabulary are an error, not a crash. */

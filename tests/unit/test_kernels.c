@@ -14,6 +14,7 @@
 
 #include "base/threadpool.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu.h"
 #include "kernels/cpu/variant.h"
 #include "model/dtype.h"
 #include "test.h"
@@ -497,10 +498,14 @@ static void test_backend_matmuls(void)
     char err[HR_ERRLEN];
     for (int vi = 0; vi < nv; vi++) {
         struct backend be1, be3;
-        CHECK_OK(backend_cpu_init(&be1, 1, names[vi], err, sizeof err), err);
-        CHECK_OK(backend_cpu_init(&be3, 3, names[vi], err, sizeof err), err);
-        CHECK_OK(be1.ops->reserve(&be1, M, K > N ? K : N, err, sizeof err), err);
-        CHECK_OK(be3.ops->reserve(&be3, M, K > N ? K : N, err, sizeof err), err);
+        CHECK_OK(backend_cpu_init(&be1, &(struct backend_opts){.n_threads = 1, .kernel = names[vi]}, err, sizeof err),
+                 err);
+        CHECK_OK(backend_cpu_init(&be3, &(struct backend_opts){.n_threads = 3, .kernel = names[vi]}, err, sizeof err),
+                 err);
+        /* matmul scratch for M rows of up to max(K, N) inputs */
+        struct model_config geo = {.hidden_size = K > N ? K : N, .head_dim = 2};
+        CHECK_OK(be1.ops->reserve(&be1, &geo, M, err, sizeof err), err);
+        CHECK_OK(be3.ops->reserve(&be3, &geo, M, err, sizeof err), err);
         /* rows alone and rows together, 1 and 3 threads */
         be1.ops->matmul(&be1, y, x, M, &mt.a);
         int bad = 0;
@@ -530,24 +535,25 @@ static void test_backend_matmuls(void)
         CHECK_MSG(bad == 0, "%s: matmul_add differs from matmul + add", names[vi]);
         /* matmul_swiglu = silu(matmul gate) * matmul up, with the variant's swiglu */
         be3.ops->matmul_swiglu(&be3, y2, x, M, &mt.a, &mt.b);
-        be1.ops->silu_mul(&be1, u, y, z, (int64_t)M * N);
+        ((struct cpu_backend *)be1.impl)->v->swiglu(u, y, z, (int64_t)M * N);
         CHECK_MSG(!memcmp(u, y2, sizeof(float) * M * N), "%s: matmul_swiglu differs", names[vi]);
         /* f32 weights, another k; and matmul_f32 equals the f32 variant's matmul */
         be1.ops->matmul(&be1, yc, xn, M, &mt.c);
         be3.ops->matmul(&be3, yc2, xn, M, &mt.c);
         CHECK(!memcmp(yc, yc2, sizeof(float) * M * K));
-        be3.ops->matmul_f32(&be3, y2, x, M, &mt.a);
+        cpu_matmul_f32(&be3, y2, x, M, &mt.a);
         struct backend bef;
-        const char *f32_name = !strcmp(names[vi], "avx512bf16") ? "avx512" : names[vi];
-        CHECK_OK(backend_cpu_init(&bef, 2, f32_name, err, sizeof err), err);
+        CHECK_OK(backend_cpu_init(&bef, &(struct backend_opts){.n_threads = 2, .kernel = be3.isa, .compute = "f32"},
+                                  err, sizeof err),
+                 err);
         bef.ops->matmul(&bef, u, x, M, &mt.a);
         CHECK_MSG(!memcmp(u, y2, sizeof(float) * M * N), "%s: matmul_f32 is not the f32 matmul", names[vi]);
         backend_free(&bef);
         /* matmul_grouped = a matmul per group of rows (with an empty group), SwiGLU too */
         int row0[5] = {0, 13, 13, 77, M};
         const struct weights_mat *gw[4] = {&mt.a, &mt.b, &mt.b, &mt.a}, *uw[4] = {&mt.b, &mt.a, &mt.a, &mt.b};
-        be3.ops->matmul_grouped(&be3, y2, x, 4, row0, gw, NULL);
-        be3.ops->matmul_grouped(&be3, u, x, 4, row0, gw, uw);
+        cpu_matmul_grouped(&be3, y2, x, 4, row0, gw, NULL);
+        cpu_matmul_grouped(&be3, u, x, 4, row0, gw, uw);
         bad = 0;
         for (int gi = 0; gi < 4; gi++) {
             int m = row0[gi + 1] - row0[gi];
@@ -573,15 +579,47 @@ static void test_backend_matmuls(void)
     mats_free(&mt);
 }
 
-/* attn_prep = rmsnorm (q_norm, k_norm) + rope + kv_write, bitwise. */
+/* The plain definitions attn_prep fuses: RoPE (halves rotated) with cos/sin of the
+ * position computed in double, and the store of one token's K/V row at its slot. */
+static void ref_rope(float *x, int pos, int hd, double theta)
+{
+    int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        double ang = (double)pos * pow(theta, -(double)(2 * i) / (double)hd);
+        float co = (float)cos(ang), si = (float)sin(ang);
+        float x1 = x[i], x2 = x[i + half];
+        x[i] = x1 * co - x2 * si;
+        x[i + half] = x2 * co + x1 * si;
+    }
+}
+
+static void ref_kv_store(struct kv_store *kv, int layer, int64_t slot, const float *k, const float *v)
+{
+    int hd = kv->head_dim, blk = (int)(slot / kv->block_size), off = (int)(slot % kv->block_size);
+    for (int h = 0; h < kv->n_kv_heads; h++)
+        for (int sel = 0; sel < 2; sel++) {
+            const float *src = (sel ? v : k) + (int64_t)h * hd;
+            void *dst = kv_store_head(kv, blk, layer, sel, h);
+            for (int e = 0; e < hd; e++) {
+                if (kv->dtype == KV_DTYPE_F32)
+                    ((float *)dst)[(int64_t)off * hd + e] = src[e];
+                else
+                    ((uint16_t *)dst)[(int64_t)off * hd + e] = dtype_f32_to_bf16(src[e]);
+            }
+        }
+}
+
+/* attn_prep = rmsnorm (q_norm, k_norm) + rope + the K/V store, bitwise, with the RoPE
+ * table the backend computes from the batch's positions at begin_step. */
 static void test_attn_prep_fused(void)
 {
     const char *names[8];
     int nv = backend_cpu_variants(names, 8);
-    enum { T = 5, H = 4, KVH = 2, HD = 64 };
-    struct model_config cfg = {.n_layers = 2, .n_heads = H, .n_kv_heads = KVH, .head_dim = HD};
+    enum { T = 5, H = 4, KVH = 2, HD = 64, CTX = 2 };
+    struct model_config cfg = {.n_layers = 2, .n_heads = H, .n_kv_heads = KVH, .head_dim = HD, .hidden_size = H * HD,
+                               .rope_theta = 1000000.0};
     char err[HR_ERRLEN];
-    float q0[T * H * HD], k0[T * KVH * HD], v0[T * KVH * HD], cs[T * HD], qn[HD], kn[HD];
+    float q0[T * H * HD], k0[T * KVH * HD], v0[T * KVH * HD], qn[HD], kn[HD];
     float q1[T * H * HD], k1[T * KVH * HD], q2[T * H * HD], k2[T * KVH * HD];
     for (int i = 0; i < T * H * HD; i++)
         q0[i] = frand();
@@ -589,8 +627,6 @@ static void test_attn_prep_fused(void)
         k0[i] = frand();
         v0[i] = frand();
     }
-    for (int i = 0; i < T * HD; i++)
-        cs[i] = frand();
     for (int i = 0; i < HD; i++) {
         qn[i] = 1 + 0.1f * frand();
         kn[i] = 1 + 0.1f * frand();
@@ -602,28 +638,39 @@ static void test_attn_prep_fused(void)
             struct kv_store a, b2;
             struct batch b;
             enum kv_dtype kd = dt ? KV_DTYPE_F32 : KV_DTYPE_BF16;
-            CHECK_OK(backend_cpu_init(&be, 2, names[vi], err, sizeof err), err);
-            CHECK_OK(kv_store_init(&a, &cfg, kd, 4, 2 * 4 * kv_store_bytes_per_token(&cfg, kd), err, sizeof err), err);
-            CHECK_OK(kv_store_init(&b2, &cfg, kd, 4, 2 * 4 * kv_store_bytes_per_token(&cfg, kd), err, sizeof err), err);
+            size_t bytes = 2 * 4 * kv_store_bytes_per_token(2, KVH, HD, kd);
+            CHECK_OK(backend_cpu_init(&be, &(struct backend_opts){.n_threads = 2, .kernel = names[vi]}, err,
+                                      sizeof err),
+                     err);
+            CHECK_OK(be.ops->reserve(&be, &cfg, T, err, sizeof err), err);
+            CHECK_OK(kv_store_layout(&a, 2, KVH, HD, kd, 4, bytes, err, sizeof err), err);
+            CHECK_OK(kv_store_layout(&b2, 2, KVH, HD, kd, 4, bytes, err, sizeof err), err);
+            CHECK_OK(be.ops->kv_alloc(&be, &a, err, sizeof err), err);
+            CHECK_OK(be.ops->kv_alloc(&be, &b2, err, sizeof err), err);
             CHECK_OK(batch_init(&b, 4, 1, T, err, sizeof err), err);
-            CHECK_OK(batch_add_row(&b, 0, tok, T, 2, table, 2, BATCH_LOGITS_NONE, err, sizeof err), err);
+            CHECK_OK(batch_add_row(&b, 0, tok, T, CTX, table, 2, BATCH_LOGITS_NONE, err, sizeof err), err);
             CHECK_OK(batch_build(&b, 2, err, sizeof err), err);
+            CHECK_OK(be.ops->begin_step(&be, &b, &b2, err, sizeof err), err);
             memcpy(q1, q0, sizeof q0);
             memcpy(k1, k0, sizeof k0);
             memcpy(q2, q0, sizeof q0);
             memcpy(k2, k0, sizeof k0);
             be.ops->rmsnorm(&be, q1, q1, qn, T * H, HD, 1e-6f);
             be.ops->rmsnorm(&be, k1, k1, kn, T * KVH, HD, 1e-6f);
-            be.ops->rope(&be, q1, T, H, HD, cs);
-            be.ops->rope(&be, k1, T, KVH, HD, cs);
-            be.ops->kv_write(&be, &a, 1, &b, k1, v0);
-            be.ops->attn_prep(&be, q2, k2, v0, qn, kn, 1e-6f, cs, H, &b2, 1, &b);
+            for (int t = 0; t < T; t++) {
+                for (int h = 0; h < H; h++)
+                    ref_rope(q1 + (t * H + h) * HD, CTX + t, HD, cfg.rope_theta);
+                for (int h = 0; h < KVH; h++)
+                    ref_rope(k1 + (t * KVH + h) * HD, CTX + t, HD, cfg.rope_theta);
+                ref_kv_store(&a, 1, b.slots[t], k1 + t * KVH * HD, v0 + t * KVH * HD);
+            }
+            be.ops->attn_prep(&be, q2, k2, v0, qn, kn, 1e-6f, H, &b2, 1);
+            CHECK_OK(be.ops->sync(&be, err, sizeof err), err);
             CHECK_MSG(!memcmp(q1, q2, sizeof q1) && !memcmp(k1, k2, sizeof k1), "%s: fused q/k differ", names[vi]);
-            CHECK_MSG(!memcmp(a.slab, b2.slab, (size_t)a.n_blocks * a.block_bytes), "%s: fused KV write differs",
-                      names[vi]);
+            CHECK_MSG(!memcmp(a.slab, b2.slab, kv_store_slab_bytes(&a)), "%s: fused KV write differs", names[vi]);
             batch_free(&b);
-            kv_store_free(&a);
-            kv_store_free(&b2);
+            be.ops->kv_free(&be, &a);
+            be.ops->kv_free(&be, &b2);
             backend_free(&be);
         }
     }

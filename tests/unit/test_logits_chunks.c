@@ -55,10 +55,10 @@ static void check_chunks(const char *fixture, const char *variant, int threads)
     memset(&b, 0, sizeof b);
     enum hr_status st = model_load(&m, dir, err, sizeof err);
     if (st == HR_OK)
-        st = backend_cpu_init(&be, threads, variant, err, sizeof err);
+        st = backend_cpu_init(&be, &(struct backend_opts){.n_threads = threads, .kernel = variant}, err, sizeof err);
     if (st == HR_OK)
-        st = kv_store_init(&kv, &m.cfg, KV_DTYPE_BF16, BS, (size_t)POOL * BS * kv_store_bytes_per_token(&m.cfg, KV_DTYPE_BF16),
-                           err, sizeof err);
+        st = model_kv_init(&kv, &be, &m.cfg, KV_DTYPE_BF16, BS,
+                           (size_t)POOL * BS * model_kv_bytes_per_token(&m.cfg, KV_DTYPE_BF16), err, sizeof err);
     if (st == HR_OK)
         st = qwen3_init(&q, &m, &be, 128, err, sizeof err);
     if (st == HR_OK)
@@ -86,7 +86,7 @@ static void check_chunks(const char *fixture, const char *variant, int threads)
         CHECK_OK(qwen3_forward(&q, &b, &kv, NULL, err, sizeof err), err);
         for (int c0 = 0; c0 < n; c0 += cs) {
             int cn = n - c0 < cs ? n - c0 : cs;
-            qwen3_logits(&q, &b, c0, cn, piece);
+            CHECK_OK(qwen3_logits(&q, &b, c0, cn, piece, err, sizeof err), err);
             memcpy(got + (size_t)c0 * V, piece, (size_t)cn * V * sizeof(float));
         }
         CHECK_MSG(!memcmp(ref, got, (size_t)n * V * sizeof(float)), "%s/%s, %d threads: pieces of %d rows differ",
@@ -102,7 +102,10 @@ static void check_chunks(const char *fixture, const char *variant, int threads)
         memset(got, 0xA5, (size_t)n * V * sizeof(float));
         for (int c0 = 0; c0 < n; c0 += cs) {
             int cn = n - c0 < cs ? n - c0 : cs;
-            memcpy(got + (size_t)c0 * V, qwen3_logits_scratch(&q, &b, c0, cn), (size_t)cn * V * sizeof(float));
+            const float *host = NULL;
+            CHECK_OK(qwen3_logits_host(&q, &b, c0, cn, &host, err, sizeof err), err);
+            if (host)
+                memcpy(got + (size_t)c0 * V, host, (size_t)cn * V * sizeof(float));
         }
         CHECK_MSG(!memcmp(ref, got, (size_t)n * V * sizeof(float)), "%s/%s: scratch pieces of %d rows differ",
                   fixture, variant, cs);
@@ -111,7 +114,7 @@ static void check_chunks(const char *fixture, const char *variant, int threads)
     CHECK_OK(qwen3_forward(&q, &b, &kv, NULL, err, sizeof err), err);
     for (int c0 = ((n - 1) / 4) * 4; c0 >= 0; c0 -= 4) {
         int cn = n - c0 < 4 ? n - c0 : 4;
-        qwen3_logits(&q, &b, c0, cn, piece);
+        CHECK_OK(qwen3_logits(&q, &b, c0, cn, piece, err, sizeof err), err);
         memcpy(got + (size_t)c0 * V, piece, (size_t)cn * V * sizeof(float));
     }
     CHECK_MSG(!memcmp(ref, got, (size_t)n * V * sizeof(float)), "%s/%s: reversed pieces differ", fixture, variant);
@@ -125,7 +128,7 @@ out:
     free(piece);
     batch_free(&b);
     qwen3_free(&q);
-    kv_store_free(&kv);
+    model_kv_free(&kv, &be);
     backend_free(&be);
     model_free(&m);
 }

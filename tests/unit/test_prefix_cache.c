@@ -12,8 +12,6 @@
 /* ------------------------------------------------------------------ the tree */
 
 struct tree_rig {
-    struct model_config cfg;
-    struct kv_store kv;
     struct block_pool pool;
     struct prefix_cache pc;
 };
@@ -22,12 +20,7 @@ static int tree_init(struct tree_rig *t, int n_blocks, int max_entries)
 {
     char err[HR_ERRLEN];
     memset(t, 0, sizeof *t);
-    t->cfg.n_layers = 1;
-    t->cfg.n_kv_heads = 1;
-    t->cfg.head_dim = 4;
-    size_t per_block = kv_store_bytes_per_token(&t->cfg, KV_DTYPE_F32) * BS;
-    if (kv_store_init(&t->kv, &t->cfg, KV_DTYPE_F32, BS, per_block * (size_t)n_blocks, err, sizeof err) != HR_OK ||
-        block_pool_init(&t->pool, &t->kv, err, sizeof err) != HR_OK ||
+    if (block_pool_init(&t->pool, n_blocks, err, sizeof err) != HR_OK ||
         prefix_cache_init(&t->pc, &t->pool, BS, max_entries, 42, err, sizeof err) != HR_OK) {
         fprintf(stderr, "  tree_init: %s\n", err);
         return 0;
@@ -40,7 +33,6 @@ static void tree_free(struct tree_rig *t)
     prefix_cache_free(&t->pc);
     CHECK(block_pool_n_free(&t->pool) == block_pool_capacity(&t->pool));
     block_pool_free(&t->pool);
-    kv_store_free(&t->kv);
 }
 
 /* A "sequence" of n tokens whose blocks are freshly allocated, then published. */
@@ -307,7 +299,7 @@ static void test_evict_while_running(void)
     char err[HR_ERRLEN];
     CHECK_OK(hearth_submit(on, &b.p, &b.r, err, sizeof err), err);
     engine_step(on);
-    struct group *g = on->running.head;
+    struct group *g = on->sched.running.head;
     CHECK(g && g->seqs[0].committed == 90);
     int blk = g ? g->seqs[0].table[0] : 0;
     CHECK(g && block_pool_refcount(&on->pool, blk) == 2);
@@ -450,7 +442,8 @@ static void test_forward_failure(void)
     struct job a;
     rig_make_job(&a, 512);
     a.n_prompt = a.p.n_prompt_ids = 100;
-    atomic_store(&on->hook_fail_forward, 1);
+    char err[HR_ERRLEN];
+    CHECK_OK(engine_inject_fault(on, 0, 3, err, sizeof err), err);
     CHECK(rig_run_alone(on, &a));
     CHECK(a.alone.done_reason == HEARTH_FINISH_ERROR && a.alone.n_tok[0] == 0);
     CHECK(on->pc.st.entries == 0);
@@ -514,8 +507,8 @@ static void test_admission_rollback(void)
     CHECK_OK(hearth_submit(e, &big.p, &big.r, err, sizeof err), err);
     do /* its prefill, in 128-token steps */
         engine_step(e);
-    while (e->running.head && e->running.head->seqs[0].committed < 200);
-    CHECK(e->running.head != NULL);
+    while (e->sched.running.head && e->sched.running.head->seqs[0].committed < 200);
+    CHECK(e->sched.running.head != NULL);
     /* b shares a's prefix (5 blocks hit) but needs 3 more blocks than are free. */
     rig_make_job(&b, 512);
     memcpy(b.prompt, a.prompt, 100 * sizeof(int32_t));
@@ -527,7 +520,7 @@ static void test_admission_rollback(void)
     int64_t lookups_before = e->pc.st.lookups_total;
     CHECK_OK(hearth_submit(e, &b.p, &b.r, err, sizeof err), err);
     engine_step(e);
-    CHECK(e->waiting.head != NULL); /* b could not be admitted */
+    CHECK(e->sched.waiting.head != NULL); /* b could not be admitted */
     CHECK(e->pc.st.open_leases == 0);
     CHECK(e->pc.st.lookups_total > lookups_before); /* a lease was opened, then aborted */
     /* Every refcount and the free count are as before the attempt (big's decode
@@ -621,7 +614,7 @@ static int first_admitted(const char *schedule, int max_wait, int wait_steps)
     int first = -1;
     for (int guard = 0; first < 0 && guard < 1000; guard++) {
         engine_step(e);
-        struct group *g = e->running.head;
+        struct group *g = e->sched.running.head;
         if (g && g->req == old.r)
             first = 0;
         else if (g && g->req == cached.r)

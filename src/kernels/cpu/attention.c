@@ -557,30 +557,6 @@ static void kvw_token(const struct cpu_variant *cv, struct kv_store *kv, int lay
     }
 }
 
-struct kvw_task {
-    const struct cpu_variant *v;
-    struct kv_store *kv;
-    const struct batch *b;
-    const float *k, *vv;
-    int layer;
-};
-
-static void kvw_run(void *ctx, int t, int thread)
-{
-    (void)thread;
-    const struct kvw_task *c = ctx;
-    int64_t row = (int64_t)c->kv->n_kv_heads * c->kv->head_dim;
-    kvw_token(c->v, c->kv, c->layer, c->b->slots[t], c->k + t * row, c->vv + t * row);
-}
-
-void cpu_kv_write(struct backend *be, struct kv_store *kv, int layer, const struct batch *b, const float *k,
-                  const float *v)
-{
-    struct cpu_backend *cb = be->impl;
-    struct kvw_task c = {.v = cb->v, .kv = kv, .b = b, .k = k, .vv = v, .layer = layer};
-    threadpool_run(&cb->pool, kvw_run, &c, b->n_tok);
-}
-
 /* ------------------------------------------------------------------ q/k norm, RoPE, KV write */
 
 struct prep_task {

@@ -30,6 +30,11 @@ struct cpu_backend {
     struct cpu_attn_scratch *attn; /* [n_threads] */
     uint16_t *xb;                  /* [xb_cap] activations rounded to bf16 (compute-bf16 variants) */
     size_t xb_cap;
+    /* Sized by reserve; the step's state from begin_step. */
+    const struct model_config *cfg;
+    int max_tok;
+    float *cos_sin;                /* [max_tok, head_dim / 2, 2] of the step's positions */
+    const struct batch *b;         /* the step's batch (the caller's: the CPU reads it in place) */
 };
 
 enum hr_status cpu_variant_pick(const char *want, const struct cpu_variant **out, char *err, size_t errlen);
@@ -94,7 +99,19 @@ void cpu_attention(struct backend *be, float *out, const float *q, const struct 
                    int layer, int n_heads, float scale);
 void cpu_attn_prep(struct backend *be, float *q, float *k, const float *v, const float *q_norm, const float *k_norm,
                    float eps, const float *cos_sin, int n_heads, struct kv_store *kv, int layer, const struct batch *b);
-void cpu_kv_write(struct backend *be, struct kv_store *kv, int layer, const struct batch *b, const float *k,
-                  const float *v);
+
+/* Matmuls the MoE block launches (cpu_backend.c), exposed for its file and the tests:
+ * y = x · w^T in f32 whatever the compute mode (the router), and the grouped launch:
+ * group g takes rows [row0[g], row0[g + 1]) of x[rows, k] and writes the same rows of
+ * y[rows, n] with its own matrix: y = x · w[g]^T, or with up non-NULL
+ * y = silu(x · w[g]^T) * (x · up[g]^T). */
+void cpu_matmul_f32(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w);
+void cpu_matmul_grouped(struct backend *be, float *y, const float *x, int n_groups, const int *row0,
+                        const struct weights_mat *const *w, const struct weights_mat *const *up);
+
+/* The MoE block (moe.c): the backend's moe and moe_work_bytes ops. */
+size_t cpu_moe_work_bytes(struct backend *be, int n_tok);
+void cpu_moe(struct backend *be, float *h, const float *xn, int n_tok, const struct weights_layer *L, void *work,
+             int32_t *trace);
 
 #endif

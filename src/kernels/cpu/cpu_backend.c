@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "kernels/cpu/cpu.h"
 #include "model/dtype.h"
@@ -183,7 +184,7 @@ static void mm_cvt_run(void *ctx, int t, int thread)
         c->v->to_bf16(c->dst + (int64_t)r * (c->k + MM_XB_PAD), c->src + (int64_t)r * c->k, c->k);
 }
 
-static enum hr_status cpu_reserve(struct backend *be, int max_rows, int max_k, char *err, size_t errlen)
+static enum hr_status cpu_reserve_xb(struct backend *be, int max_rows, int max_k, char *err, size_t errlen)
 {
     struct cpu_backend *c = cpu_of(be);
     if (!c->v->gemm_bb || max_rows < 1 || max_k < 1)
@@ -221,7 +222,7 @@ static void mm_launch(struct backend *be, struct mm_plan *p)
     if (c->v->gemm_bb && any_bf16 && !p->f32_only) {
         /* compute bf16: round x once for every matrix of the launch */
         char err[HR_ERRLEN];
-        enum hr_status st = cpu_reserve(be, rows, k, err, sizeof err);
+        enum hr_status st = cpu_reserve_xb(be, rows, k, err, sizeof err);
         HR_ASSERT(st == HR_OK); /* sized at start-up by reserve */
         /* about 64K elements a task, and every thread a share (x was just written by
          * all of them: one thread alone waits on the others' caches) */
@@ -268,7 +269,7 @@ static void cpu_matmul(struct backend *be, float *y, const float *x, int m, cons
     mm_launch(be, &p);
 }
 
-static void cpu_matmul_f32(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w)
+void cpu_matmul_f32(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w)
 {
     struct mm_plan p = {.x = x, .m = m, .k = (int)w->cols, .epi = MM_STORE, .n_seg = 1, .ys = &y, .w = &w,
                         .f32_only = 1};
@@ -297,8 +298,8 @@ static void cpu_matmul_swiglu(struct backend *be, float *out, const float *x, in
     mm_launch(be, &p);
 }
 
-static void cpu_matmul_grouped(struct backend *be, float *y, const float *x, int n_groups, const int *row0,
-                               const struct weights_mat *const *w, const struct weights_mat *const *up)
+void cpu_matmul_grouped(struct backend *be, float *y, const float *x, int n_groups, const int *row0,
+                        const struct weights_mat *const *w, const struct weights_mat *const *up)
 {
     if (n_groups < 1)
         return;
@@ -347,42 +348,12 @@ static void cpu_rmsnorm(struct backend *be, float *y, const float *x, const floa
     threadpool_run(&cpu_of(be)->pool, rmsnorm_run, &c, (rows + c.per_task - 1) / c.per_task);
 }
 
-/* ------------------------------------------------------------------ rope */
-
-struct rope_task {
-    const struct cpu_variant *v;
-    float *x;
-    const float *cs;
-    int n_tok, n_heads, head_dim, per_task;
-};
-
-static void rope_run(void *ctx, int task, int thread)
-{
-    (void)thread;
-    const struct rope_task *c = ctx;
-    int half = c->head_dim / 2;
-    int t1 = (task + 1) * c->per_task < c->n_tok ? (task + 1) * c->per_task : c->n_tok;
-    for (int t = task * c->per_task; t < t1; t++) {
-        const float *cs = c->cs + (int64_t)t * half * 2;
-        for (int h = 0; h < c->n_heads; h++)
-            cpu_rope_head(c->v, c->x + ((int64_t)t * c->n_heads + h) * c->head_dim, cs, c->head_dim);
-    }
-}
-
-static void cpu_rope(struct backend *be, float *x, int n_tok, int n_heads, int head_dim, const float *cos_sin)
-{
-    struct rope_task c = {
-        .v = cpu_of(be)->v, .x = x, .cs = cos_sin, .n_tok = n_tok, .n_heads = n_heads, .head_dim = head_dim,
-    };
-    c.per_task = rows_per_task(n_tok, n_heads * head_dim, be->n_threads);
-    threadpool_run(&cpu_of(be)->pool, rope_run, &c, (n_tok + c.per_task - 1) / c.per_task);
-}
-
 /* ------------------------------------------------------------------ embed */
 
-static void cpu_embed(struct backend *be, float *out, const struct weights_mat *emb, const int32_t *tokens, int n_tok)
+static void cpu_embed(struct backend *be, float *out, const struct weights_mat *emb)
 {
-    (void)be;
+    const int32_t *tokens = cpu_of(be)->b->tokens;
+    int n_tok = cpu_of(be)->b->n_tok;
     int64_t d = emb->cols;
     for (int t = 0; t < n_tok; t++) {
         float *o = out + (int64_t)t * d;
@@ -403,43 +374,183 @@ static void cpu_embed(struct backend *be, float *out, const struct weights_mat *
     }
 }
 
-/* ------------------------------------------------------------------ elementwise */
+/* ------------------------------------------------------------------ memory */
 
-struct ew_task {
-    const struct cpu_variant *v;
-    float *out;
-    const float *a, *b;
-    int64_t n;
-};
-
-#define EW_CHUNK 16384
-
-static void silu_mul_run(void *ctx, int t, int thread)
+static enum hr_status cpu_reserve(struct backend *be, const struct model_config *cfg, int max_tok, char *err,
+                                  size_t errlen)
 {
-    (void)thread;
-    const struct ew_task *c = ctx;
-    int64_t i0 = (int64_t)t * EW_CHUNK, n = c->n - i0 < EW_CHUNK ? c->n - i0 : EW_CHUNK;
-    c->v->swiglu(c->out + i0, c->a + i0, c->b + i0, n);
+    struct cpu_backend *c = cpu_of(be);
+    if (max_tok < 1)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cpu backend: steps of %d tokens", max_tok);
+    int max_k = cfg->hidden_size;
+    int dims[] = {cfg->n_heads * cfg->head_dim, cfg->intermediate_size, cfg->moe_intermediate_size};
+    for (int i = 0; i < 3; i++)
+        max_k = dims[i] > max_k ? dims[i] : max_k;
+    /* MoE: the grouped expert rows number top_k per token */
+    int max_rows = max_tok * (cfg->n_experts_per_tok > 1 ? cfg->n_experts_per_tok : 1);
+    enum hr_status st = cpu_reserve_xb(be, max_rows, max_k, err, errlen);
+    if (st != HR_OK)
+        return st;
+    float *cs = malloc((size_t)max_tok * (size_t)cfg->head_dim * sizeof *cs);
+    if (!cs)
+        return hr_err(err, errlen, HR_ERR_NOMEM, "cpu backend: no memory for the RoPE table of %d tokens", max_tok);
+    free(c->cos_sin);
+    c->cos_sin = cs;
+    c->cfg = cfg;
+    c->max_tok = max_tok;
+    return HR_OK;
 }
 
-static void cpu_silu_mul(struct backend *be, float *out, const float *g, const float *u, int64_t n)
+static void *cpu_alloc(struct backend *be, size_t bytes, char *err, size_t errlen)
 {
-    struct ew_task c = {.v = cpu_of(be)->v, .out = out, .a = g, .b = u, .n = n};
-    threadpool_run(&cpu_of(be)->pool, silu_mul_run, &c, (int)((n + EW_CHUNK - 1) / EW_CHUNK));
+    (void)be;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0) {
+        hr_err(err, errlen, HR_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes", bytes);
+        return NULL;
+    }
+    return p;
 }
 
-static void add_run(void *ctx, int t, int thread)
+static void cpu_mem_free(struct backend *be, void *p)
 {
-    (void)thread;
-    const struct ew_task *c = ctx;
-    int64_t i0 = (int64_t)t * EW_CHUNK, i1 = c->n - i0 < EW_CHUNK ? c->n : i0 + EW_CHUNK;
-    cpu_add_f32(c->v, c->out + i0, c->a + i0, i1 - i0);
+    (void)be;
+    free(p);
 }
 
-static void cpu_add(struct backend *be, float *y, const float *x, int64_t n)
+static enum hr_status cpu_kv_alloc(struct backend *be, struct kv_store *kv, char *err, size_t errlen)
 {
-    struct ew_task c = {.v = cpu_of(be)->v, .out = y, .a = x, .n = n};
-    threadpool_run(&cpu_of(be)->pool, add_run, &c, (int)((n + EW_CHUNK - 1) / EW_CHUNK));
+    (void)be;
+    size_t bytes = kv_store_slab_bytes(kv);
+    /* 2 MiB aligned so that the kernel may back it with huge pages (opt-in on many
+     * systems): attention walks slices all over the slab. */
+    if (posix_memalign((void **)&kv->slab, (size_t)2 << 20, bytes) != 0) {
+        kv->slab = NULL;
+        return hr_err(err, errlen, HR_ERR_NOMEM, "cannot allocate the KV pool (%zu bytes)", bytes);
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(kv->slab, bytes, MADV_HUGEPAGE); /* advice only: failure is harmless */
+#endif
+    /* Touch it now so that start-up, not the first step, pays for the pages. */
+    memset(kv->slab, 0, bytes);
+    return HR_OK;
+}
+
+static void cpu_kv_free(struct backend *be, struct kv_store *kv)
+{
+    (void)be;
+    free(kv->slab);
+    kv->slab = NULL;
+}
+
+/* The CPU reads the mapped checkpoint where it lies. */
+static enum hr_status cpu_bind_weights(struct backend *be, const struct weights *host, const struct weights **bound,
+                                       char *err, size_t errlen)
+{
+    (void)be;
+    (void)err;
+    (void)errlen;
+    *bound = host;
+    return HR_OK;
+}
+
+static void cpu_unbind_weights(struct backend *be, const struct weights *bound)
+{
+    (void)be;
+    (void)bound;
+}
+
+static enum hr_status cpu_kv_export(struct backend *be, const struct kv_store *kv, int block, void *dst, char *err,
+                                    size_t errlen)
+{
+    (void)be;
+    if (block < 0 || block >= kv->n_blocks)
+        return hr_err(err, errlen, HR_ERR_INVALID, "kv export: block %d outside the pool (%d)", block, kv->n_blocks);
+    kv_store_export_block(kv, block, dst);
+    return HR_OK;
+}
+
+static enum hr_status cpu_kv_import(struct backend *be, struct kv_store *kv, int block, const void *src, char *err,
+                                    size_t errlen)
+{
+    (void)be;
+    if (block < 0 || block >= kv->n_blocks)
+        return hr_err(err, errlen, HR_ERR_INVALID, "kv import: block %d outside the pool (%d)", block, kv->n_blocks);
+    kv_store_import_block(kv, block, src);
+    return HR_OK;
+}
+
+/* ------------------------------------------------------------------ the step */
+
+/* cos/sin of every token's position, computed in double then rounded: depends on
+ * the position alone. */
+static void cpu_rope_table(const struct model_config *c, const struct batch *b, float *cs)
+{
+    int half = c->head_dim / 2;
+    for (int t = 0; t < b->n_tok; t++) {
+        double pos = (double)b->positions[t];
+        for (int i = 0; i < half; i++) {
+            double inv_freq = pow(c->rope_theta, -(double)(2 * i) / (double)c->head_dim);
+            double ang = pos * inv_freq;
+            cs[((int64_t)t * half + i) * 2] = (float)cos(ang);
+            cs[((int64_t)t * half + i) * 2 + 1] = (float)sin(ang);
+        }
+    }
+}
+
+static enum hr_status cpu_begin_step(struct backend *be, const struct batch *b, struct kv_store *kv, char *err,
+                                     size_t errlen)
+{
+    struct cpu_backend *c = cpu_of(be);
+    if (!c->cfg || b->n_tok > c->max_tok)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cpu backend: a step of %d tokens (reserved for %d)", b->n_tok,
+                      c->max_tok);
+    for (int i = 0; i < b->n_copies; i++)
+        kv_store_copy_block(kv, b->copies[i].dst, b->copies[i].src);
+    c->b = b;
+    cpu_rope_table(c->cfg, b, c->cos_sin);
+    return HR_OK;
+}
+
+/* Every op ran to completion on the pool's threads, and none can fail. */
+static enum hr_status cpu_sync(struct backend *be, char *err, size_t errlen)
+{
+    (void)be;
+    (void)err;
+    (void)errlen;
+    return HR_OK;
+}
+
+static enum hr_status cpu_to_host(struct backend *be, const void *src, size_t bytes, const void **host, char *err,
+                                  size_t errlen)
+{
+    (void)be;
+    (void)bytes;
+    (void)err;
+    (void)errlen;
+    *host = src;
+    return HR_OK;
+}
+
+static void cpu_attn_prep_op(struct backend *be, float *q, float *k, const float *v, const float *q_norm,
+                             const float *k_norm, float eps, int n_heads, struct kv_store *kv, int layer)
+{
+    struct cpu_backend *c = cpu_of(be);
+    cpu_attn_prep(be, q, k, v, q_norm, k_norm, eps, c->cos_sin, n_heads, kv, layer, c->b);
+}
+
+static void cpu_attention_op(struct backend *be, float *out, const float *q, const struct kv_store *kv, int layer,
+                             int n_heads, float scale)
+{
+    cpu_attention(be, out, q, cpu_of(be)->b, kv, layer, n_heads, scale);
+}
+
+static void cpu_gather_logit_rows(struct backend *be, float *dst, const float *src, int first, int n, int dim)
+{
+    const struct batch *b = cpu_of(be)->b;
+    HR_ASSERT(first >= 0 && n >= 0 && first + n <= b->n_logits);
+    for (int i = 0; i < n; i++)
+        memcpy(dst + (int64_t)i * dim, src + (int64_t)b->logit_tok[first + i] * dim, (size_t)dim * sizeof(float));
 }
 
 /* ------------------------------------------------------------------ life cycle */
@@ -452,36 +563,68 @@ static void cpu_free(struct backend *be)
     threadpool_free(&c->pool);
     free(c->attn);
     free(c->xb);
+    free(c->cos_sin);
     free(c);
     be->impl = NULL;
 }
 
 static const struct backend_ops cpu_ops = {
     .reserve = cpu_reserve,
+    .alloc = cpu_alloc,
+    .mem_free = cpu_mem_free,
+    .kv_alloc = cpu_kv_alloc,
+    .kv_free = cpu_kv_free,
+    .bind_weights = cpu_bind_weights,
+    .unbind_weights = cpu_unbind_weights,
+    .kv_export = cpu_kv_export,
+    .kv_import = cpu_kv_import,
+    .begin_step = cpu_begin_step,
+    .sync = cpu_sync,
+    .to_host = cpu_to_host,
+    .embed = cpu_embed,
     .matmul = cpu_matmul,
-    .matmul_f32 = cpu_matmul_f32,
     .matmul_add = cpu_matmul_add,
     .matmul_multi = cpu_matmul_multi,
     .matmul_swiglu = cpu_matmul_swiglu,
-    .matmul_grouped = cpu_matmul_grouped,
     .rmsnorm = cpu_rmsnorm,
-    .rope = cpu_rope,
-    .embed = cpu_embed,
-    .attn_prep = cpu_attn_prep,
-    .kv_write = cpu_kv_write,
-    .attention = cpu_attention,
-    .silu_mul = cpu_silu_mul,
-    .add = cpu_add,
+    .attn_prep = cpu_attn_prep_op,
+    .attention = cpu_attention_op,
+    .moe_work_bytes = cpu_moe_work_bytes,
+    .moe = cpu_moe,
+    .gather_logit_rows = cpu_gather_logit_rows,
     .free = cpu_free,
 };
 
-enum hr_status backend_cpu_init(struct backend *be, int n_threads, const char *variant, char *err, size_t errlen)
+/* The kernel variant a request names: compute bf16 is the avx512bf16 variant, which
+ * nothing else may contradict (the one place these combinations are checked). */
+static enum hr_status cpu_variant_wanted(const struct backend_opts *o, const char **want, char *err, size_t errlen)
+{
+    const char *kernel = o->kernel, *compute = o->compute;
+    *want = kernel;
+    if (compute && strcmp(compute, "f32") != 0) {
+        if (strcmp(compute, "bf16") != 0)
+            return hr_err(err, errlen, HR_ERR_INVALID, "--compute must be f32 or bf16, got '%s'", compute);
+        if (kernel && *kernel && strcmp(kernel, "auto") && strcmp(kernel, "avx512bf16"))
+            return hr_err(err, errlen, HR_ERR_INVALID, "--compute bf16 needs the avx512bf16 kernel, not '%s'", kernel);
+        *want = "avx512bf16";
+    } else if (compute && kernel && !strcmp(kernel, "avx512bf16")) {
+        return hr_err(err, errlen, HR_ERR_INVALID, "--compute f32 contradicts the avx512bf16 kernel");
+    }
+    return HR_OK;
+}
+
+enum hr_status backend_cpu_init(struct backend *be, const struct backend_opts *o, char *err, size_t errlen)
 {
     memset(be, 0, sizeof *be);
-    const struct cpu_variant *v;
-    enum hr_status st = cpu_variant_pick(variant, &v, err, errlen);
+    const char *variant;
+    enum hr_status st = cpu_variant_wanted(o, &variant, err, errlen);
     if (st != HR_OK)
         return st;
+    const struct cpu_variant *v;
+    st = cpu_variant_pick(variant, &v, err, errlen);
+    if (st != HR_OK)
+        return st;
+    int n_threads = o->n_threads;
     if (n_threads < 1 || n_threads > 1024)
         return hr_err(err, errlen, HR_ERR_INVALID, "threads must be in 1..1024, got %d", n_threads);
     struct cpu_backend *c = calloc(1, sizeof *c);
@@ -502,12 +645,9 @@ enum hr_status backend_cpu_init(struct backend *be, int n_threads, const char *v
     be->impl = c;
     be->n_threads = n_threads;
     snprintf(be->name, sizeof be->name, "cpu-%s", v->name);
+    snprintf(be->device, sizeof be->device, "cpu");
+    snprintf(be->variant, sizeof be->variant, "%s", v->name);
+    snprintf(be->isa, sizeof be->isa, "%s", v->isa);
     be->bf16_compute = v->gemm_bb != NULL;
     return HR_OK;
-}
-
-void backend_free(struct backend *be)
-{
-    if (be && be->ops && be->impl)
-        be->ops->free(be);
 }

@@ -5,6 +5,7 @@
 
 const struct cpu_variant cpu_variant_scalar = {
     .name = "scalar",
+    .isa = "scalar",
     .gemm_f32 = cpu_scalar_gemm_f32,
     .gemm_bf16 = cpu_scalar_gemm_bf16,
     .gemm_f16 = cpu_scalar_gemm_f16,
@@ -16,6 +17,7 @@ const struct cpu_variant cpu_variant_scalar = {
 
 const struct cpu_variant cpu_variant_avx2 = {
     .name = "avx2",
+    .isa = "avx2",
     .gemm_f32 = cpu_avx2_gemm_f32,
     .gemm_bf16 = cpu_avx2_gemm_bf16,
     .gemm_f16 = cpu_avx2_gemm_f16,
@@ -36,6 +38,7 @@ const struct cpu_variant cpu_variant_avx2 = {
 
 const struct cpu_variant cpu_variant_avx512 = {
     .name = "avx512",
+    .isa = "avx512",
     CPU_VARIANT_AVX512_ROUTINES,
 };
 
@@ -44,6 +47,7 @@ const struct cpu_variant cpu_variant_avx512 = {
  * query rounded to bf16); everything else is the avx512 variant's. */
 const struct cpu_variant cpu_variant_avx512bf16 = {
     .name = "avx512bf16",
+    .isa = "avx512",
     CPU_VARIANT_AVX512_ROUTINES,
     .gemm_bb = cpu_avx512bf16_gemm_bb,
     .scores_bb = cpu_avx512bf16_scores_bb,

@@ -20,6 +20,7 @@ typedef void (*cpu_gemm_bb_fn)(float *y, int64_t ldy, const uint16_t *x, int64_t
 
 struct cpu_variant {
     const char *name;           /* "avx512bf16", "avx512", "avx2", "scalar" */
+    const char *isa;            /* the instruction set: the f32-compute variant of the same ISA */
     cpu_gemm_f32_fn gemm_f32;
     cpu_gemm_u16_fn gemm_bf16;
     cpu_gemm_u16_fn gemm_f16;

@@ -1,0 +1,169 @@
+/* The step path allocates nothing: malloc and friends are interposed (this binary's
+ * definitions take precedence over the C library's for the whole process, the
+ * library's threads included) and counted while engine_step runs, over steps that
+ * take prefill chunks, decodes, a group of n > 1 forking and copying its shared
+ * tail, prefix-cache hits and publication, preemption and requests ending.  The
+ * documented exceptions (a request's event queue or text outgrowing what it was given
+ * at submission, a namespace root for a new cache_salt) are kept out of the workload:
+ * events are drained every step, carry no text, and every request has the salt of a
+ * priming request run before the counting starts (its namespace root exists).
+ * Under a sanitizer, which brings its own allocator, the test reports a skip. */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine_rig.h"
+#include "test.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define STEP_ALLOC_SKIP 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define STEP_ALLOC_SKIP 1
+#endif
+#endif
+
+#ifndef STEP_ALLOC_SKIP
+static atomic_int counting;
+static atomic_long n_allocs;
+
+/* glibc's own entry points, which its malloc, calloc, ... call. */
+void *__libc_malloc(size_t n);
+void *__libc_calloc(size_t n, size_t size);
+void *__libc_realloc(void *p, size_t n);
+void *__libc_memalign(size_t align, size_t n);
+
+static void count(void)
+{
+    if (atomic_load_explicit(&counting, memory_order_relaxed))
+        atomic_fetch_add_explicit(&n_allocs, 1, memory_order_relaxed);
+}
+
+void *malloc(size_t n)
+{
+    count();
+    return __libc_malloc(n);
+}
+
+void *calloc(size_t n, size_t size)
+{
+    count();
+    return __libc_calloc(n, size);
+}
+
+void *realloc(void *p, size_t n)
+{
+    count();
+    return __libc_realloc(p, n);
+}
+
+void *aligned_alloc(size_t align, size_t n)
+{
+    count();
+    return __libc_memalign(align, n);
+}
+
+int posix_memalign(void **out, size_t align, size_t n)
+{
+    count();
+    void *p = __libc_memalign(align, n);
+    if (!p)
+        return ENOMEM;
+    *out = p;
+    return 0;
+}
+
+/* Runs the jobs as rig_run_together does, counting allocations inside engine_step. */
+static long run_counted(struct hearth_engine *e, struct job *jobs, int n, int *steps)
+{
+    char err[HR_ERRLEN];
+    int remaining = n;
+    long allocs = 0;
+    for (int i = 0; i < n; i++)
+        memset(&jobs[i].together, 0, sizeof jobs[i].together);
+    for (int step = 0; remaining > 0 && step < 100000; step++) {
+        for (int i = 0; i < n; i++)
+            if (jobs[i].arrive_step == step && hearth_submit(e, &jobs[i].p, &jobs[i].r, err, sizeof err) != HR_OK) {
+                fprintf(stderr, "  submit: %s\n", err);
+                return -1;
+            }
+        atomic_store(&n_allocs, 0);
+        atomic_store(&counting, 1);
+        engine_step(e);
+        atomic_store(&counting, 0);
+        allocs += atomic_load(&n_allocs);
+        (*steps)++;
+        for (int i = 0; i < n; i++) {
+            if (!jobs[i].r || jobs[i].together.done)
+                continue;
+            rig_drain(&jobs[i], &jobs[i].together);
+            if (jobs[i].together.done) {
+                hearth_request_free(jobs[i].r);
+                jobs[i].r = NULL;
+                remaining--;
+            }
+        }
+    }
+    return remaining == 0 ? allocs : -1;
+}
+
+static void test_step_allocates_nothing(void)
+{
+    enum { NJ = 16 };
+    struct hearth_engine *ref = rig_engine(rig_kv_bytes(256), 32, 512, 1);
+    /* a small pool (preemption) and small steps (chunked prefill), 2 threads */
+    struct hearth_engine *e = rig_engine(rig_kv_bytes(40), 12, 48, 2);
+    CHECK(ref && e);
+    if (!ref || !e) {
+        hearth_engine_free(ref);
+        hearth_engine_free(e);
+        return;
+    }
+    static struct job jobs[NJ];
+    for (int i = 0; i < NJ; i++) {
+        rig_make_job(&jobs[i], 512);
+        if (i >= NJ / 2) /* a shared prefix: cache hits */
+            memcpy(jobs[i].prompt, jobs[0].prompt, (size_t)(jobs[0].n_prompt < jobs[i].n_prompt ? jobs[0].n_prompt
+                                                                                                 : jobs[i].n_prompt) *
+                                                       sizeof(int32_t));
+        jobs[i].p.n = i % 5 == 1 ? 3 : 1; /* groups fork and copy their shared tail */
+        jobs[i].arrive_step = 2 * i;
+        CHECK(rig_run_alone(ref, &jobs[i]));
+    }
+    struct job prime;
+    rig_make_job(&prime, 512);
+    CHECK(rig_run_alone(e, &prime));
+    int steps = 0;
+    long allocs = run_counted(e, jobs, NJ, &steps);
+    struct hearth_stats st;
+    hearth_engine_stats(e, &st);
+    CHECK_MSG(allocs == 0, "%ld allocations in %d steps", allocs, steps);
+    CHECK_MSG(steps > 50 && st.preemptions > 0 && st.prefix_cache.hits_total > 0,
+              "the workload must exercise the paths: %d steps, %lld preemptions, %lld hits", steps,
+              (long long)st.preemptions, (long long)st.prefix_cache.hits_total);
+    for (int i = 0; i < NJ; i++)
+        CHECK(rig_same_out(&jobs[i].alone, &jobs[i].together, jobs[i].p.n));
+    /* The counter itself counts: an allocation while counting is seen. */
+    atomic_store(&n_allocs, 0);
+    atomic_store(&counting, 1);
+    void *volatile p = malloc(32);
+    atomic_store(&counting, 0);
+    CHECK(atomic_load(&n_allocs) == 1);
+    free(p);
+    rig_check_idle(e);
+    hearth_engine_free(e);
+    hearth_engine_free(ref);
+}
+#endif
+
+int main(void)
+{
+#ifdef STEP_ALLOC_SKIP
+    printf("skip: the sanitizer's allocator replaces malloc (checked by make test)\n");
+#else
+    TEST_RUN(test_step_allocates_nothing);
+#endif
+    TEST_END();
+}
