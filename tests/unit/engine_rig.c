@@ -111,6 +111,12 @@ int rig_run_alone(struct hearth_engine *e, struct job *j)
 /* Submits each job at its arrival step, steps until all are done. */
 int rig_run_together(struct hearth_engine *e, struct job *jobs, int n)
 {
+    return rig_run_together_around(e, jobs, n, NULL, NULL);
+}
+
+int rig_run_together_around(struct hearth_engine *e, struct job *jobs, int n, void (*before)(void),
+                            void (*after)(void))
+{
     char err[HR_ERRLEN];
     int remaining = n;
     for (int i = 0; i < n; i++)
@@ -126,7 +132,11 @@ int rig_run_together(struct hearth_engine *e, struct job *jobs, int n)
             if (jobs[i].r && jobs[i].cancel_step == step)
                 hearth_request_cancel(jobs[i].r);
         }
+        if (before)
+            before();
         engine_step(e);
+        if (after)
+            after();
         for (int i = 0; i < n; i++) {
             if (!jobs[i].r || jobs[i].together.done)
                 continue;

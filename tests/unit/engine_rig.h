@@ -44,6 +44,9 @@ void rig_drain(struct job *j, struct out *o);
 void rig_make_job(struct job *j, int vocab);
 int rig_run_alone(struct hearth_engine *e, struct job *j);
 int rig_run_together(struct hearth_engine *e, struct job *jobs, int n);
+/* The same, calling before() and after() around every engine_step (either may be NULL). */
+int rig_run_together_around(struct hearth_engine *e, struct job *jobs, int n, void (*before)(void),
+                            void (*after)(void));
 int rig_same_out(const struct out *a, const struct out *b, int n);
 /* Checks that nothing runs or waits, no lease is open, and free + cached = capacity. */
 void rig_check_idle(struct hearth_engine *e);

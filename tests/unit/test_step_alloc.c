@@ -75,38 +75,20 @@ int posix_memalign(void **out, size_t align, size_t n)
     return 0;
 }
 
-/* Runs the jobs as rig_run_together does, counting allocations inside engine_step. */
-static long run_counted(struct hearth_engine *e, struct job *jobs, int n, int *steps)
+static int n_steps;
+static long step_allocs;
+
+static void count_on(void)
 {
-    char err[HR_ERRLEN];
-    int remaining = n;
-    long allocs = 0;
-    for (int i = 0; i < n; i++)
-        memset(&jobs[i].together, 0, sizeof jobs[i].together);
-    for (int step = 0; remaining > 0 && step < 100000; step++) {
-        for (int i = 0; i < n; i++)
-            if (jobs[i].arrive_step == step && hearth_submit(e, &jobs[i].p, &jobs[i].r, err, sizeof err) != HR_OK) {
-                fprintf(stderr, "  submit: %s\n", err);
-                return -1;
-            }
-        atomic_store(&n_allocs, 0);
-        atomic_store(&counting, 1);
-        engine_step(e);
-        atomic_store(&counting, 0);
-        allocs += atomic_load(&n_allocs);
-        (*steps)++;
-        for (int i = 0; i < n; i++) {
-            if (!jobs[i].r || jobs[i].together.done)
-                continue;
-            rig_drain(&jobs[i], &jobs[i].together);
-            if (jobs[i].together.done) {
-                hearth_request_free(jobs[i].r);
-                jobs[i].r = NULL;
-                remaining--;
-            }
-        }
-    }
-    return remaining == 0 ? allocs : -1;
+    atomic_store(&n_allocs, 0);
+    atomic_store(&counting, 1);
+}
+
+static void count_off(void)
+{
+    atomic_store(&counting, 0);
+    step_allocs += atomic_load(&n_allocs);
+    n_steps++;
 }
 
 static void test_step_allocates_nothing(void)
@@ -135,8 +117,9 @@ static void test_step_allocates_nothing(void)
     struct job prime;
     rig_make_job(&prime, 512);
     CHECK(rig_run_alone(e, &prime));
-    int steps = 0;
-    long allocs = run_counted(e, jobs, NJ, &steps);
+    CHECK(rig_run_together_around(e, jobs, NJ, count_on, count_off));
+    long allocs = step_allocs;
+    int steps = n_steps;
     struct hearth_stats st;
     hearth_engine_stats(e, &st);
     CHECK_MSG(allocs == 0, "%ld allocations in %d steps", allocs, steps);
