@@ -127,10 +127,13 @@ static void bench_gemm(const struct cuda_kernels *K, double read_gbs, int only_m
         size_t ybytes = (size_t)max_m * s->n * 4 * (sw ? 2 : 1);
         MUST(cuda_dev_alloc(&y, ybytes, err, sizeof err));
         MUST(cuda_dev_memset(y, 0, ybytes, err, sizeof err));
-        size_t wb = K->gemm_workspace(max_m, s->n, s->k, s->epi);
-        if (wb) {
+        size_t wb = K->gemm_workspace(max_m, s->n, s->k, s->epi), ntk = K->gemm_tickets(max_m, s->n, s->k, s->epi);
+        int *tickets = NULL;
+        if (wb)
             MUST(cuda_dev_alloc(&work, wb, err, sizeof err));
-            MUST(cuda_dev_memset(work, 0, wb, err, sizeof err));
+        if (ntk) {
+            MUST(cuda_dev_alloc((void **)&tickets, ntk * sizeof(int), err, sizeof err));
+            MUST(cuda_dev_memset(tickets, 0, ntk * sizeof(int), err, sizeof err));
         }
         for (size_t mi = 0; mi < sizeof ms_list / sizeof ms_list[0]; mi++) {
             int m = ms_list[mi];
@@ -148,7 +151,8 @@ static void bench_gemm(const struct cuda_kernels *K, double read_gbs, int only_m
                 for (int r = 0; r < reps; r++) {
                     const uint16_t *wc = w + (size_t)(r % copies) * (wbytes / 2);
                     struct cuda_gemm g = {.epi = s->epi, .y = y, .x = x, .w = wc, .w_up = sw ? wc + wbytes / 4 : NULL,
-                                          .m = m, .n = s->n, .k = s->k, .work = work, .work_bytes = wb};
+                                          .m = m, .n = s->n, .k = s->k, .work = work, .work_bytes = wb,
+                                          .tickets = tickets, .n_tickets = ntk};
                     MUST(K->gemm(&g, NULL, err, sizeof err));
                 }
                 double ms = cuda_dev_timer_stop(timer) / reps;
@@ -179,9 +183,9 @@ static void bench_gemm(const struct cuda_kernels *K, double read_gbs, int only_m
             double us = t_ours[TRIALS / 2] * 1e3;
             item_sep();
             printf("{\"variant\": \"%s\", \"model\": \"%s\", \"matrix\": \"%s\", \"epilogue\": \"%s\", \"n\": %d, "
-                   "\"k\": %d, \"m\": %d, \"split\": %d, \"us\": %.2f, \"gbs\": %.0f, \"of_read_bw\": %.3f, "
+                   "\"k\": %d, \"m\": %d, \"tile\": \"%s\", \"split\": %d, \"us\": %.2f, \"gbs\": %.0f, \"of_read_bw\": %.3f, "
                    "\"tflops\": %.1f, ",
-                   K->name, s->model, s->name, epi_name(s->epi), s->n, s->k, m, K->gemm_split(s->n, s->k, s->epi), us,
+                   K->name, s->model, s->name, epi_name(s->epi), s->n, s->k, m, K->gemm_tile(s->n, s->k, s->epi), K->gemm_split(s->n, s->k, s->epi), us,
                    bytes / (us * 1e-6) / 1e9, bytes / (us * 1e-6) / 1e9 / read_gbs, flops / (us * 1e-6) / 1e12);
             if (cb > 0)
                 printf("\"cublas_us\": %.2f, \"cublas_tflops\": %.1f, \"vs_cublas\": %.3f}", cb * 1e3,
@@ -194,6 +198,7 @@ static void bench_gemm(const struct cuda_kernels *K, double read_gbs, int only_m
         cuda_dev_free(x);
         cuda_dev_free(y);
         cuda_dev_free(work);
+        cuda_dev_free(tickets);
     }
 }
 
@@ -304,14 +309,16 @@ static void bench_attn(const struct cuda_kernels *K, int nh, int nkv, int n_rows
 int main(int argc, char **argv)
 {
     const char *variant = "all";
-    int only_m = 0;
+    int only_m = 0, gemm_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--variant") && i + 1 < argc)
             variant = argv[++i];
         else if (!strcmp(argv[i], "--m") && i + 1 < argc)
             only_m = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gemm-only"))
+            gemm_only = 1;
         else {
-            fprintf(stderr, "usage: cuda_bench [--variant sm90a|sm80|all] [--m M]\n");
+            fprintf(stderr, "usage: cuda_bench [--variant sm90a|sm80|all] [--m M] [--gemm-only]\n");
             return 2;
         }
     }
@@ -370,7 +377,7 @@ int main(int argc, char **argv)
     }
     printf("\n  ],\n  \"attention\": [");
     first_item = 1;
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < 2 && !gemm_only; v++) {
         if (strcmp(variant, "all") && strcmp(variant, names[v]))
             continue;
         const struct cuda_kernels *K = cuda_kernels_pick(names[v], info.major, info.minor, err, sizeof err);

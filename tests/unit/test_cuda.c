@@ -99,11 +99,38 @@ static size_t out_elem(enum cuda_epi e)
     return e == CUDA_EPI_STORE_BF16 || e == CUDA_EPI_SWIGLU_BF16 ? 2 : 4;
 }
 
+/* The split's workspace and tickets of one shape, for up to max_m rows. */
+struct gemm_ws {
+    void *work;
+    size_t work_bytes;
+    int *tickets;
+    size_t n_tickets;
+};
+
+static void gemm_ws_init(struct gemm_ws *ws, const struct shape *s, int max_m)
+{
+    ws->work_bytes = K->gemm_workspace(max_m, s->n, s->k, s->epi);
+    ws->n_tickets = K->gemm_tickets(max_m, s->n, s->k, s->epi);
+    ws->work = ws->work_bytes ? dmust(ws->work_bytes) : NULL;
+    ws->tickets = ws->n_tickets ? dmust(ws->n_tickets * sizeof(int)) : NULL;
+    if (ws->work) /* poisoned: the partials must not depend on what was there */
+        CHECK_OK(cuda_dev_memset(ws->work, 0x7f, ws->work_bytes, err, sizeof err), err);
+    if (ws->tickets)
+        CHECK_OK(cuda_dev_memset(ws->tickets, 0, ws->n_tickets * sizeof(int), err, sizeof err), err);
+}
+
+static void gemm_ws_free(struct gemm_ws *ws)
+{
+    cuda_dev_free(ws->work);
+    cuda_dev_free(ws->tickets);
+}
+
 static int run_gemm(const struct shape *s, void *y, const uint16_t *x, int m, const uint16_t *w, const uint16_t *wu,
-                    void *work, size_t work_bytes)
+                    const struct gemm_ws *ws)
 {
     struct cuda_gemm g = {.epi = s->epi, .y = y, .x = x, .w = w, .w_up = wu, .m = m, .n = s->n, .k = s->k,
-                          .work = work, .work_bytes = work_bytes};
+                          .work = ws->work, .work_bytes = ws->work_bytes, .tickets = ws->tickets,
+                          .n_tickets = ws->n_tickets};
     enum hr_status st = K->gemm(&g, NULL, err, sizeof err);
     CHECK_OK(st, err);
     return st == HR_OK;
@@ -124,10 +151,8 @@ static void test_gemm_rows(void)
             CHECK_OK(cuda_dev_fill_bf16(wu, (size_t)s->n * s->k, 101 + si, 0.05f, err, sizeof err), err);
         }
         CHECK_OK(cuda_dev_fill_bf16(x, (size_t)GEMM_MAX_M * s->k, 1001 + si, 1.0f, err, sizeof err), err);
-        size_t wb = K->gemm_workspace(GEMM_MAX_M, s->n, s->k, s->epi);
-        void *work = wb ? dmust(wb) : NULL;
-        if (work)
-            CHECK_OK(cuda_dev_memset(work, 0, wb, err, sizeof err), err);
+        struct gemm_ws ws;
+        gemm_ws_init(&ws, s, GEMM_MAX_M);
         void *y = dmust((size_t)GEMM_MAX_M * row_bytes);
         float *y0 = NULL; /* the residual's start */
         if (s->epi == CUDA_EPI_ADD_F32) {
@@ -137,7 +162,7 @@ static void test_gemm_rows(void)
         unsigned char *ref = hmust((size_t)GEMM_MAX_M * row_bytes), *got = hmust((size_t)GEMM_MAX_M * row_bytes);
         if (y0)
             up(y, y0, (size_t)GEMM_MAX_M * row_bytes);
-        run_gemm(s, y, x, GEMM_MAX_M, w, wu, work, wb);
+        run_gemm(s, y, x, GEMM_MAX_M, w, wu, &ws);
         down(ref, y, (size_t)GEMM_MAX_M * row_bytes);
         int bad_m = 0, bad_alone = 0;
         for (size_t mi = 0; mi < sizeof row_counts / sizeof row_counts[0]; mi++) {
@@ -146,7 +171,7 @@ static void test_gemm_rows(void)
                 up(y, y0, (size_t)m * row_bytes);
             else
                 CHECK_OK(cuda_dev_memset(y, 0xff, (size_t)m * row_bytes, err, sizeof err), err);
-            run_gemm(s, y, x, m, w, wu, work, wb);
+            run_gemm(s, y, x, m, w, wu, &ws);
             down(got, y, (size_t)m * row_bytes);
             for (int r = 0; r < m; r++)
                 if (memcmp(got + (size_t)r * row_bytes, ref + (size_t)r * row_bytes, row_bytes)) {
@@ -160,7 +185,7 @@ static void test_gemm_rows(void)
         else
             CHECK_OK(cuda_dev_memset(y, 0xff, (size_t)GEMM_ALONE * row_bytes, err, sizeof err), err);
         for (int r = 0; r < GEMM_ALONE; r++)
-            run_gemm(s, (char *)y + (size_t)r * row_bytes, x + (size_t)r * s->k, 1, w, wu, work, wb);
+            run_gemm(s, (char *)y + (size_t)r * row_bytes, x + (size_t)r * s->k, 1, w, wu, &ws);
         down(got, y, (size_t)GEMM_ALONE * row_bytes);
         for (int r = 0; r < GEMM_ALONE; r++)
             if (memcmp(got + (size_t)r * row_bytes, ref + (size_t)r * row_bytes, row_bytes) && !bad_alone++)
@@ -169,14 +194,14 @@ static void test_gemm_rows(void)
         CHECK_OK(cuda_dev_sync(err, sizeof err), err);
         CHECK_MSG(bad_m == 0 && bad_alone == 0, "%s %s (split %d): %d rows differ among m, %d alone", K->name,
                   s->name, K->gemm_split(s->n, s->k, s->epi), bad_m, bad_alone);
-        printf("  %s %-13s n=%6d k=%5d split=%d: %zu row counts + %d rows alone, bitwise equal: %s\n", K->name,
-               s->name, s->n, s->k, K->gemm_split(s->n, s->k, s->epi), sizeof row_counts / sizeof row_counts[0],
-               GEMM_ALONE, bad_m || bad_alone ? "NO" : "yes");
+        printf("  %s %-13s n=%6d k=%5d tile %s split %d: %zu row counts + %d rows alone, bitwise equal: %s\n",
+               K->name, s->name, s->n, s->k, K->gemm_tile(s->n, s->k, s->epi), K->gemm_split(s->n, s->k, s->epi),
+               sizeof row_counts / sizeof row_counts[0], GEMM_ALONE, bad_m || bad_alone ? "NO" : "yes");
         free(ref);
         free(got);
         free(y0);
         cuda_dev_free(y);
-        cuda_dev_free(work);
+        gemm_ws_free(&ws);
         cuda_dev_free(x);
         cuda_dev_free(w);
         cuda_dev_free(wu);
@@ -199,16 +224,14 @@ static void test_gemm_reference(void)
         if (wu)
             CHECK_OK(cuda_dev_fill_bf16(wu, nk, 77 + si, 0.05f, err, sizeof err), err);
         CHECK_OK(cuda_dev_fill_bf16(x, (size_t)m * s->k, 777 + si, 1.0f, err, sizeof err), err);
-        size_t wb = K->gemm_workspace(m, s->n, s->k, s->epi);
-        void *work = wb ? dmust(wb) : NULL;
-        if (work)
-            CHECK_OK(cuda_dev_memset(work, 0, wb, err, sizeof err), err);
+        struct gemm_ws ws;
+        gemm_ws_init(&ws, s, m);
         void *y = dmust((size_t)m * s->n * oe);
         float *y0 = hmust((size_t)m * s->n * 4);
         fill_f32(y0, (size_t)m * s->n, 1.0);
         if (s->epi == CUDA_EPI_ADD_F32)
             up(y, y0, (size_t)m * s->n * 4);
-        run_gemm(s, y, x, m, w, wu, work, wb);
+        run_gemm(s, y, x, m, w, wu, &ws);
         uint16_t *hw = hmust(nk * 2), *hwu = swiglu ? hmust(nk * 2) : NULL, *hx = hmust((size_t)m * s->k * 2);
         unsigned char *hy = hmust((size_t)m * s->n * oe);
         down(hw, w, nk * 2);
@@ -278,7 +301,7 @@ static void test_gemm_reference(void)
         free(hy);
         free(y0);
         cuda_dev_free(y);
-        cuda_dev_free(work);
+        gemm_ws_free(&ws);
         cuda_dev_free(x);
         cuda_dev_free(w);
         cuda_dev_free(wu);
@@ -289,7 +312,7 @@ static void test_gemm_reference(void)
 static void test_gemm_bad_args(void)
 {
     struct cuda_gemm g = {.epi = CUDA_EPI_STORE_F32, .y = (void *)16, .x = (void *)16, .w = (void *)16, .m = 4,
-                          .n = 64, .k = 40};
+                          .n = 64, .k = 96};
     CHECK(K->gemm(&g, NULL, err, sizeof err) == HR_ERR_INVALID);
     g.k = 64;
     g.n = 63;

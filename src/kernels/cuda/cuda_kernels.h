@@ -38,9 +38,12 @@ struct cuda_gemm {
     const uint16_t *x;    /* bf16 [m, k] */
     const uint16_t *w;    /* bf16 [n, k] (SwiGLU: the gate) */
     const uint16_t *w_up; /* bf16 [n, k]: SwiGLU's up, else NULL */
-    int m, n, k;          /* k a multiple of 32, n even */
-    void *work;           /* gemm_workspace bytes, zeroed once when allocated */
+    int m, n, k;          /* k a multiple of 64, n even */
+    void *work;           /* gemm_workspace bytes (the K split's partial sums) */
     size_t work_bytes;
+    int *tickets;         /* gemm_tickets counters, zeroed once when allocated: every
+                           * launch leaves them zero, so shapes may share them */
+    size_t n_tickets;
 };
 
 struct cuda_rmsnorm {
@@ -127,6 +130,9 @@ struct cuda_kernels {
     /* Once per process and device, before any other call (kernel attributes). */
     enum hr_status (*prepare)(int sm_count, char *err, size_t errlen);
     size_t (*gemm_workspace)(int m, int n, int k, enum cuda_epi epi);
+    size_t (*gemm_tickets)(int m, int n, int k, enum cuda_epi epi);
+    /* The tile of a shape ("128x32": BM x BK), a function of (n, k, epi) alone. */
+    const char *(*gemm_tile)(int n, int k, enum cuda_epi epi);
     /* The K split of a shape (1: none): a function of (n, k, epi) and the SM count. */
     int (*gemm_split)(int n, int k, enum cuda_epi epi);
     enum hr_status (*gemm)(const struct cuda_gemm *g, void *stream, char *err, size_t errlen);

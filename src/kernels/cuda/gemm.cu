@@ -13,26 +13,44 @@
  * sequence of steps); rows past m and columns past n are zero-filled on load.
  * Pipeline: STAGES-deep cp.async ring, ldmatrix from padded rows (80 bytes: the
  * eight 16-byte rows of an ldmatrix fall in distinct banks). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels/cuda/common.cuh"
 
 namespace CUK_NS {
 
 namespace {
 
-constexpr int BM = 64, BN = 128, BK = 32, STAGES = 4, THREADS = 256;
-constexpr int LDS = BK + 8; /* smem row stride, bf16 elements */
-constexpr int A_STAGE = BM * LDS, B_STAGE = BN * LDS;
-constexpr int SMEM = STAGES * (A_STAGE + B_STAGE) * 2;
-constexpr int EPI_LD = BN + 1; /* the SwiGLU staging tile's row stride, floats */
-static_assert(BM * EPI_LD * 4 <= SMEM, "SwiGLU staging fits the pipeline's smem");
+constexpr int BN = 128, THREADS = 256;
+
+/* Tile configurations (BM x BN x BK, STAGES); which one a shape uses is a function of
+ * the shape alone (tile_of), or HEARTH_CUDA_GEMM_TILE for the whole process. */
+enum tile { TILE_64x32, TILE_64x64, TILE_128x32, TILE_COUNT };
+static const char *const tile_names[TILE_COUNT] = {"64x32", "64x64", "128x32"};
+
+template <int BM_, int BK_, int STAGES_> struct cfg {
+    static constexpr int BM = BM_, BK = BK_, STAGES = STAGES_;
+    static constexpr int LDS = BK + 8; /* smem row stride, bf16 elements: ldmatrix rows in distinct banks */
+    static constexpr int A_STAGE = BM * LDS, B_STAGE = BN * LDS;
+    static constexpr int PIPE = STAGES * (A_STAGE + B_STAGE) * 2;
+    static constexpr int EPI_LD = BN + 1; /* the SwiGLU staging tile's row stride, floats */
+    static constexpr int SMEM = PIPE > BM * EPI_LD * 4 ? PIPE : BM * EPI_LD * 4;
+    static constexpr int WM = BM / 2, MI = WM / 16; /* 2 x 4 warps, WM x 32 each */
+    static constexpr int A_PER = BM * BK / 8 / THREADS, B_PER = BN * BK / 8 / THREADS;
+};
+using cfg64x32 = cfg<64, 32, 4>;
+using cfg64x64 = cfg<64, 64, 4>;
+using cfg128x32 = cfg<128, 32, 4>;
 
 int g_sm_count = 132;
+int g_tile_forced = -1;
 
 struct params {
     const uint16_t *x, *w, *w_up;
     void *y;
-    float *part; /* [split, m, n_tiles * BN] */
-    int *tickets; /* [m_tiles, n_tiles] */
+    float *part;  /* [split, m, n_tiles * BN] */
+    int *tickets; /* [m_tiles, n_tiles], zero between launches */
     int m, n, k, split, n_tiles;
 };
 
@@ -69,30 +87,35 @@ __device__ __forceinline__ void mma16816(float *c, const unsigned *a, const unsi
 
 /* One block: tile (blockIdx.y, blockIdx.x) of y, k tiles of split blockIdx.z.  For
  * SwiGLU the tile's columns 0..BN/2-1 are gate rows and BN/2.. the same up rows. */
-template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(params p)
+template <class C, int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(params p)
 {
+    constexpr int BM = C::BM, BK = C::BK, STAGES = C::STAGES, LDS = C::LDS, WM = C::WM, MI = C::MI;
     extern __shared__ __align__(128) uint16_t smem[];
-    uint16_t *sa = smem, *sb = smem + STAGES * A_STAGE;
+    uint16_t *sa = smem, *sb = smem + STAGES * C::A_STAGE;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wm = warp >> 2, wn = warp & 3; /* 2 x 4 warps, 32 x 32 each */
+    const int wm = warp >> 2, wn = warp & 3;
     const int nt = blockIdx.x, mt = blockIdx.y, s = blockIdx.z;
     const int m0 = mt * BM;
     const int kt_per = p.k / BK / p.split, kt0 = s * kt_per;
-    const bool swiglu = EPI == CUDA_EPI_SWIGLU_BF16;
+    constexpr bool swiglu = EPI == CUDA_EPI_SWIGLU_BF16;
+    constexpr int CPR = BK / 8; /* 16-byte chunks per row */
 
-    /* this thread's cp.async sources: one A chunk, two B chunks (16 bytes each) */
-    const int a_row = tid >> 2, a_chunk = tid & 3;
-    const bool a_ok = m0 + a_row < p.m;
-    const uint16_t *a_src = p.x + (size_t)(a_ok ? m0 + a_row : 0) * p.k + a_chunk * 8;
-    const uint16_t *b_src[2];
-    bool b_ok[2];
-    int b_row[2], b_chunk[2];
-    #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        int idx = tid + i * THREADS;
-        b_row[i] = idx >> 2;
-        b_chunk[i] = idx & 3;
-        int r = b_row[i];
+    const uint16_t *a_src[C::A_PER];
+    bool a_ok[C::A_PER];
+    int a_dst[C::A_PER];
+#pragma unroll
+    for (int i = 0; i < C::A_PER; i++) {
+        int idx = tid + i * THREADS, row = idx / CPR, ch = idx % CPR;
+        a_ok[i] = m0 + row < p.m;
+        a_src[i] = p.x + (size_t)(a_ok[i] ? m0 + row : 0) * p.k + ch * 8;
+        a_dst[i] = row * LDS + ch * 8;
+    }
+    const uint16_t *b_src[C::B_PER];
+    bool b_ok[C::B_PER];
+    int b_dst[C::B_PER];
+#pragma unroll
+    for (int i = 0; i < C::B_PER; i++) {
+        int idx = tid + i * THREADS, r = idx / CPR, ch = idx % CPR;
         const uint16_t *base = p.w;
         int n_at;
         if (swiglu) {
@@ -102,27 +125,34 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(par
             n_at = nt * BN + r;
         }
         b_ok[i] = n_at < p.n;
-        b_src[i] = base + (size_t)(b_ok[i] ? n_at : 0) * p.k + b_chunk[i] * 8;
+        b_src[i] = base + (size_t)(b_ok[i] ? n_at : 0) * p.k + ch * 8;
+        b_dst[i] = r * LDS + ch * 8;
     }
 
     auto load = [&](int stage, int kt) {
         size_t ko = (size_t)kt * BK;
-        cp16(sa + stage * A_STAGE + a_row * LDS + a_chunk * 8, a_src + ko, a_ok);
-        #pragma unroll
-        for (int i = 0; i < 2; i++)
-            cp16(sb + stage * B_STAGE + b_row[i] * LDS + b_chunk[i] * 8, b_src[i] + ko, b_ok[i]);
+#pragma unroll
+        for (int i = 0; i < C::A_PER; i++)
+            cp16(sa + stage * C::A_STAGE + a_dst[i], a_src[i] + ko, a_ok[i]);
+#pragma unroll
+        for (int i = 0; i < C::B_PER; i++)
+            cp16(sb + stage * C::B_STAGE + b_dst[i], b_src[i] + ko, b_ok[i]);
     };
 
-    float acc[2][4][4];
-    #pragma unroll
-    for (int i = 0; i < 2; i++)
-        #pragma unroll
+    float acc[MI][4][4];
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
         for (int j = 0; j < 4; j++)
-            #pragma unroll
+#pragma unroll
             for (int r = 0; r < 4; r++)
                 acc[i][j][r] = 0.0f;
 
-    const bool act0 = m0 + wm * 32 < p.m, act1 = m0 + wm * 32 + 16 < p.m;
+    /* m16 tiles of this warp that hold rows below m (warp-uniform) */
+    int n_act = 0;
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+        n_act += m0 + wm * WM + i * 16 < p.m;
 
 #pragma unroll
     for (int st = 0; st < STAGES - 1; st++) {
@@ -137,28 +167,26 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(par
         if (nk < kt_per)
             load(nk % STAGES, kt0 + nk);
         cp_commit();
-        if (!act0)
+        if (n_act == 0)
             continue;
-        const uint16_t *ta = sa + (kt % STAGES) * A_STAGE, *tb = sb + (kt % STAGES) * B_STAGE;
+        const uint16_t *ta = sa + (kt % STAGES) * C::A_STAGE, *tb = sb + (kt % STAGES) * C::B_STAGE;
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
-            unsigned a[2][4], b[4][2];
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-                ldsm_x4(a[i][0], a[i][1], a[i][2], a[i][3],
-                        ta + (wm * 32 + i * 16 + (lane & 15)) * LDS + kk + (lane >> 4) * 8);
+            unsigned a[MI][4], b[4][2];
 #pragma unroll
             for (int j2 = 0; j2 < 2; j2++)
                 ldsm_x4(b[2 * j2][0], b[2 * j2][1], b[2 * j2 + 1][0], b[2 * j2 + 1][1],
                         tb + (wn * 32 + j2 * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk +
                             ((lane >> 3) & 1) * 8);
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                mma16816(acc[0][j], a[0], b[j]);
-            if (act1) {
+            for (int i = 0; i < MI; i++) {
+                if (i >= n_act)
+                    break;
+                ldsm_x4(a[i][0], a[i][1], a[i][2], a[i][3],
+                        ta + (wm * WM + i * 16 + (lane & 15)) * LDS + kk + (lane >> 4) * 8);
 #pragma unroll
                 for (int j = 0; j < 4; j++)
-                    mma16816(acc[1][j], a[1], b[j]);
+                    mma16816(acc[i][j], a[i], b[j]);
             }
         }
     }
@@ -167,13 +195,13 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(par
     /* the split's partials, then the combine in split order by the last block */
     const int pw = p.n_tiles * BN; /* partial row width */
     if (p.split > 1) {
-        #pragma unroll
-        for (int i = 0; i < 2; i++)
-            #pragma unroll
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
             for (int j = 0; j < 4; j++)
-                #pragma unroll
+#pragma unroll
                 for (int r = 0; r < 4; r++) {
-                    int row = m0 + wm * 32 + i * 16 + (lane >> 2) + (r >> 1) * 8;
+                    int row = m0 + wm * WM + i * 16 + (lane >> 2) + (r >> 1) * 8;
                     int col = nt * BN + wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
                     if (row < p.m)
                         __stcg(p.part + ((size_t)s * p.m + row) * pw + col, acc[i][j][r]);
@@ -191,13 +219,13 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(par
         if (!last)
             return;
         __threadfence();
-        #pragma unroll
-        for (int i = 0; i < 2; i++)
-            #pragma unroll
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
             for (int j = 0; j < 4; j++)
-                #pragma unroll
+#pragma unroll
                 for (int r = 0; r < 4; r++) {
-                    int row = m0 + wm * 32 + i * 16 + (lane >> 2) + (r >> 1) * 8;
+                    int row = m0 + wm * WM + i * 16 + (lane >> 2) + (r >> 1) * 8;
                     int col = nt * BN + wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
                     if (row >= p.m)
                         continue;
@@ -211,15 +239,15 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(par
     if constexpr (EPI == CUDA_EPI_SWIGLU_BF16) {
         __syncthreads(); /* every warp is done with the pipeline's smem */
         float *tile = (float *)smem;
-        #pragma unroll
-        for (int i = 0; i < 2; i++)
-            #pragma unroll
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
             for (int j = 0; j < 4; j++)
-                #pragma unroll
+#pragma unroll
                 for (int r = 0; r < 4; r++) {
-                    int lr = wm * 32 + i * 16 + (lane >> 2) + (r >> 1) * 8;
+                    int lr = wm * WM + i * 16 + (lane >> 2) + (r >> 1) * 8;
                     int lc = wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
-                    tile[lr * EPI_LD + lc] = acc[i][j][r];
+                    tile[lr * C::EPI_LD + lc] = acc[i][j][r];
                 }
         __syncthreads();
         uint16_t *y = (uint16_t *)p.y;
@@ -228,34 +256,51 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(par
             int row = m0 + lr, col = nt * (BN / 2) + lc;
             if (row >= p.m || col >= p.n)
                 continue;
-            float g = tile[lr * EPI_LD + lc], u = tile[lr * EPI_LD + BN / 2 + lc];
+            float g = tile[lr * C::EPI_LD + lc], u = tile[lr * C::EPI_LD + BN / 2 + lc];
             float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
             y[(size_t)row * p.n + col] = f32_to_bf16(__fmul_rn(silu, u));
         }
     } else {
-    #pragma unroll
-    for (int i = 0; i < 2; i++)
-        #pragma unroll
-        for (int j = 0; j < 4; j++)
-            #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                int row = m0 + wm * 32 + i * 16 + (lane >> 2) + h * 8;
-                int col = nt * BN + wn * 32 + j * 8 + (lane & 3) * 2;
-                if (row >= p.m || col >= p.n)
-                    continue; /* n is even: col + 1 < n too */
-                float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                size_t at = (size_t)row * p.n + col;
-                if constexpr (EPI == CUDA_EPI_STORE_F32) {
-                    *(float2 *)((float *)p.y + at) = make_float2(v0, v1);
-                } else if constexpr (EPI == CUDA_EPI_ADD_F32) {
-                    float2 o = *(float2 *)((float *)p.y + at);
-                    *(float2 *)((float *)p.y + at) = make_float2(__fadd_rn(o.x, v0), __fadd_rn(o.y, v1));
-                } else {
-                    uint32_t pk = (uint32_t)f32_to_bf16(v0) | ((uint32_t)f32_to_bf16(v1) << 16);
-                    *(uint32_t *)((uint16_t *)p.y + at) = pk;
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    int row = m0 + wm * WM + i * 16 + (lane >> 2) + h * 8;
+                    int col = nt * BN + wn * 32 + j * 8 + (lane & 3) * 2;
+                    if (row >= p.m || col >= p.n)
+                        continue; /* n is even: col + 1 < n too */
+                    float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                    size_t at = (size_t)row * p.n + col;
+                    if constexpr (EPI == CUDA_EPI_STORE_F32) {
+                        *(float2 *)((float *)p.y + at) = make_float2(v0, v1);
+                    } else if constexpr (EPI == CUDA_EPI_ADD_F32) {
+                        float2 o = *(float2 *)((float *)p.y + at);
+                        *(float2 *)((float *)p.y + at) = make_float2(__fadd_rn(o.x, v0), __fadd_rn(o.y, v1));
+                    } else {
+                        uint32_t pk = (uint32_t)f32_to_bf16(v0) | ((uint32_t)f32_to_bf16(v1) << 16);
+                        *(uint32_t *)((uint16_t *)p.y + at) = pk;
+                    }
                 }
-            }
     }
+}
+
+int tile_of(int n, int k, enum cuda_epi epi)
+{
+    (void)n;
+    (void)k;
+    (void)epi;
+    return g_tile_forced >= 0 ? g_tile_forced : TILE_128x32;
+}
+
+int tile_bm(int t)
+{
+    return t == TILE_128x32 ? 128 : 64;
+}
+int tile_bk(int t)
+{
+    return t == TILE_64x64 ? 64 : 32;
 }
 
 int n_tiles_of(int n, enum cuda_epi epi)
@@ -264,9 +309,23 @@ int n_tiles_of(int n, enum cuda_epi epi)
     return (n + per - 1) / per;
 }
 
-size_t align256(size_t x)
+template <class C> void set_smem()
 {
-    return (x + 255) & ~(size_t)255;
+    cudaFuncSetAttribute(gemm_kernel<C, CUDA_EPI_STORE_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    cudaFuncSetAttribute(gemm_kernel<C, CUDA_EPI_ADD_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    cudaFuncSetAttribute(gemm_kernel<C, CUDA_EPI_STORE_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    cudaFuncSetAttribute(gemm_kernel<C, CUDA_EPI_SWIGLU_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+}
+
+template <class C> void launch(const params &p, enum cuda_epi epi, cudaStream_t st)
+{
+    dim3 grid(p.n_tiles, (p.m + C::BM - 1) / C::BM, p.split);
+    switch (epi) {
+    case CUDA_EPI_STORE_F32: gemm_kernel<C, CUDA_EPI_STORE_F32><<<grid, THREADS, C::SMEM, st>>>(p); break;
+    case CUDA_EPI_ADD_F32: gemm_kernel<C, CUDA_EPI_ADD_F32><<<grid, THREADS, C::SMEM, st>>>(p); break;
+    case CUDA_EPI_STORE_BF16: gemm_kernel<C, CUDA_EPI_STORE_BF16><<<grid, THREADS, C::SMEM, st>>>(p); break;
+    case CUDA_EPI_SWIGLU_BF16: gemm_kernel<C, CUDA_EPI_SWIGLU_BF16><<<grid, THREADS, C::SMEM, st>>>(p); break;
+    }
 }
 
 } // namespace
@@ -274,40 +333,61 @@ size_t align256(size_t x)
 enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
 {
     g_sm_count = sm_count > 0 ? sm_count : 132;
-    cudaFuncSetAttribute(gemm_kernel<CUDA_EPI_STORE_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-    cudaFuncSetAttribute(gemm_kernel<CUDA_EPI_ADD_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-    cudaFuncSetAttribute(gemm_kernel<CUDA_EPI_STORE_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-    cudaFuncSetAttribute(gemm_kernel<CUDA_EPI_SWIGLU_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+    const char *t = getenv("HEARTH_CUDA_GEMM_TILE");
+    g_tile_forced = -1;
+    if (t && *t) {
+        for (int i = 0; i < TILE_COUNT; i++)
+            if (strcmp(t, tile_names[i]) == 0)
+                g_tile_forced = i;
+        if (g_tile_forced < 0)
+            return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_TILE=%s: not one of 64x32, 64x64, 128x32", t);
+    }
+    set_smem<cfg64x32>();
+    set_smem<cfg64x64>();
+    set_smem<cfg128x32>();
     return launch_status("gemm prepare", err, errlen);
 }
 
-/* Splits K (in powers of two, each part at least 8 k tiles) until the tiles of n fill
- * the SMs once: the weight streams of a small-m product need that many blocks. */
+const char *gemm_tile_name(int n, int k, enum cuda_epi epi)
+{
+    return tile_names[tile_of(n, k, epi)];
+}
+
+/* Splits K (in powers of two, each part at least 256 long and whole k tiles) until
+ * the tiles of n fill the SMs once: the weight streams of a small-m product need that
+ * many blocks. */
 int gemm_split(int n, int k, enum cuda_epi epi)
 {
-    int tiles = n_tiles_of(n, epi), kt = k / BK, s = 1;
-    while (tiles * s < g_sm_count && s < 8 && kt % (2 * s) == 0 && kt / (2 * s) >= 8)
+    int tiles = n_tiles_of(n, epi), bk = tile_bk(tile_of(n, k, epi)), s = 1;
+    while (tiles * s < g_sm_count && s < 8 && k % (2 * s * bk) == 0 && k / (2 * s) >= 256)
         s *= 2;
     return s;
 }
 
 size_t gemm_workspace(int m, int n, int k, enum cuda_epi epi)
 {
-    int s = gemm_split(n, k, epi), nt = n_tiles_of(n, epi), mt = (m + BM - 1) / BM;
-    if (s == 1)
-        return 0;
-    return align256((size_t)mt * nt * sizeof(int)) + (size_t)s * m * nt * BN * sizeof(float);
+    int s = gemm_split(n, k, epi);
+    return s == 1 ? 0 : (size_t)s * m * n_tiles_of(n, epi) * BN * sizeof(float);
+}
+
+size_t gemm_tickets(int m, int n, int k, enum cuda_epi epi)
+{
+    int bm = tile_bm(tile_of(n, k, epi));
+    return gemm_split(n, k, epi) == 1 ? 0 : (size_t)((m + bm - 1) / bm) * n_tiles_of(n, epi);
 }
 
 enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t errlen)
 {
-    if (g->m < 0 || g->n <= 0 || g->k <= 0 || g->k % BK || g->n % 2)
-        return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: bad shape m=%d n=%d k=%d (k a multiple of %d, n even)",
-                      g->m, g->n, g->k, BK);
+    if (g->m < 0 || g->n <= 0 || g->k <= 0 || g->k % 64 || g->n % 2)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: bad shape m=%d n=%d k=%d (k a multiple of 64, n even)",
+                      g->m, g->n, g->k);
     if (!g->y || !g->x || !g->w || (g->epi == CUDA_EPI_SWIGLU_BF16) != (g->w_up != NULL))
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: missing operand");
+    if (g->epi < CUDA_EPI_STORE_F32 || g->epi > CUDA_EPI_SWIGLU_BF16)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: unknown epilogue %d", (int)g->epi);
     if (g->m == 0)
         return HR_OK;
+    int t = tile_of(g->n, g->k, g->epi);
     params p;
     p.x = g->x;
     p.w = g->w;
@@ -318,28 +398,26 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     p.k = g->k;
     p.split = gemm_split(g->n, g->k, g->epi);
     p.n_tiles = n_tiles_of(g->n, g->epi);
-    int mt = (g->m + BM - 1) / BM;
     p.tickets = NULL;
     p.part = NULL;
-    if (p.split > 1) {
-        size_t need = gemm_workspace(g->m, g->n, g->k, g->epi);
-        if (!g->work || g->work_bytes < need)
-            return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: workspace of %zu bytes needed, %zu given", need,
-                          g->work_bytes);
-        p.tickets = (int *)g->work;
-        p.part = (float *)((char *)g->work + align256((size_t)mt * p.n_tiles * sizeof(int)));
-    }
-    if (mt > 65535)
+    if ((g->m + tile_bm(t) - 1) / tile_bm(t) > 65535)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: m=%d too large", g->m);
-    dim3 grid(p.n_tiles, mt, p.split);
-    cudaStream_t st = (cudaStream_t)stream;
-    switch (g->epi) {
-    case CUDA_EPI_STORE_F32: gemm_kernel<CUDA_EPI_STORE_F32><<<grid, THREADS, SMEM, st>>>(p); break;
-    case CUDA_EPI_ADD_F32: gemm_kernel<CUDA_EPI_ADD_F32><<<grid, THREADS, SMEM, st>>>(p); break;
-    case CUDA_EPI_STORE_BF16: gemm_kernel<CUDA_EPI_STORE_BF16><<<grid, THREADS, SMEM, st>>>(p); break;
-    case CUDA_EPI_SWIGLU_BF16: gemm_kernel<CUDA_EPI_SWIGLU_BF16><<<grid, THREADS, SMEM, st>>>(p); break;
-    default: return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: unknown epilogue %d", (int)g->epi);
+    if (p.split > 1) {
+        size_t need = gemm_workspace(g->m, g->n, g->k, g->epi), nt = gemm_tickets(g->m, g->n, g->k, g->epi);
+        if (!g->work || g->work_bytes < need || !g->tickets || g->n_tickets < nt)
+            return hr_err(err, errlen, HR_ERR_INVALID,
+                          "cuda gemm: workspace of %zu bytes and %zu tickets needed, %zu and %zu given", need, nt,
+                          g->work_bytes, g->n_tickets);
+        p.tickets = g->tickets;
+        p.part = (float *)g->work;
     }
+    cudaStream_t st = (cudaStream_t)stream;
+    if (t == TILE_64x32)
+        launch<cfg64x32>(p, g->epi, st);
+    else if (t == TILE_64x64)
+        launch<cfg64x64>(p, g->epi, st);
+    else
+        launch<cfg128x32>(p, g->epi, st);
     return launch_status("gemm", err, errlen);
 }
 
