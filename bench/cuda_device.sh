@@ -22,13 +22,4 @@ step test_cuda "${TEST_LIMIT:-300}" build/tests/test_cuda
 grep -E '^(ok|FAIL|SKIP|RESULT|device|variant)|check failed|differ|error' "$out/test_cuda.log" | head -60
 step bench "${BENCH_LIMIT:-240}" build/cuda_bench ${BENCH_ARGS:-}
 cp "$out/bench.log" "$out/cuda_kernels.json" 2>/dev/null
-python3 - "$out/bench.log" <<'PY' || tail -40 "$out/bench.log"
-import json, sys
-txt = open(sys.argv[1]).read()
-j = json.loads(txt[txt.index('{'):])
-print(j["device"], j["ceilings"])
-for g in j["gemm"]:
-    print("%-6s %-10s %-8s m=%-5d s=%d %9.1fus %6.0fGB/s %.2fbw %6.1fTF cublas %s" % (g["variant"], g["model"], g["matrix"], g["m"], g["split"], g["us"], g["gbs"], g["of_read_bw"], g["tflops"], g["vs_cublas"]))
-for a in j["attention"]:
-    print(a)
-PY
+python3 bench/cuda_summary.py "$out/bench.log" || tail -40 "$out/bench.log"

@@ -121,7 +121,7 @@ struct cuda_block_copy {
 
 /* Positions per KV split of attention: a row's walk is cut at multiples of this
  * (absolute positions), and the pieces combined in order. */
-#define CUDA_ATTN_SPLIT 512
+#define CUDA_ATTN_SPLIT 256
 /* Query rows (tokens x the query heads of one KV head) of one attention block. */
 #define CUDA_ATTN_ROWS 16
 
@@ -131,7 +131,8 @@ struct cuda_kernels {
     enum hr_status (*prepare)(int sm_count, char *err, size_t errlen);
     size_t (*gemm_workspace)(int m, int n, int k, enum cuda_epi epi);
     size_t (*gemm_tickets)(int m, int n, int k, enum cuda_epi epi);
-    /* The tile of a shape ("128x32": BM x BK), a function of (n, k, epi) alone. */
+    /* The tile of a shape ("64x64": BM x BK; BN is 128), a function of (n, k, epi)
+     * alone. */
     const char *(*gemm_tile)(int n, int k, enum cuda_epi epi);
     /* The K split of a shape (1: none): a function of (n, k, epi) and the SM count. */
     int (*gemm_split)(int n, int k, enum cuda_epi epi);

@@ -26,11 +26,12 @@ constexpr int BN = 128, THREADS = 256;
 
 /* Tile configurations (BM x BN x BK, STAGES); which one a shape uses is a function of
  * the shape alone (tile_of), or HEARTH_CUDA_GEMM_TILE for the whole process. */
-enum tile { TILE_64x32, TILE_64x64, TILE_128x32, TILE_COUNT };
-static const char *const tile_names[TILE_COUNT] = {"64x32", "64x64", "128x32"};
+enum tile { TILE_64x64, TILE_128x64, TILE_COUNT };
+static const char *const tile_names[TILE_COUNT] = {"64x64", "128x64"};
 
 template <int BM_, int BK_, int STAGES_> struct cfg {
     static constexpr int BM = BM_, BK = BK_, STAGES = STAGES_;
+    static constexpr int MIN_BLOCKS = 2; /* two blocks an SM: one's loads hide the other's waits */
     static constexpr int LDS = BK + 8; /* smem row stride, bf16 elements: ldmatrix rows in distinct banks */
     static constexpr int A_STAGE = BM * LDS, B_STAGE = BN * LDS;
     static constexpr int PIPE = STAGES * (A_STAGE + B_STAGE) * 2;
@@ -39,9 +40,8 @@ template <int BM_, int BK_, int STAGES_> struct cfg {
     static constexpr int WM = BM / 2, MI = WM / 16; /* 2 x 4 warps, WM x 32 each */
     static constexpr int A_PER = BM * BK / 8 / THREADS, B_PER = BN * BK / 8 / THREADS;
 };
-using cfg64x32 = cfg<64, 32, 4>;
-using cfg64x64 = cfg<64, 64, 4>;
-using cfg128x32 = cfg<128, 32, 4>;
+using cfg64x64 = cfg<64, 64, 4>;   /* 110.6 KB of smem */
+using cfg128x64 = cfg<128, 64, 3>; /* 110.6 KB */
 
 int g_sm_count = 132;
 int g_tile_forced = -1;
@@ -87,7 +87,7 @@ __device__ __forceinline__ void mma16816(float *c, const unsigned *a, const unsi
 
 /* One block: tile (blockIdx.y, blockIdx.x) of y, k tiles of split blockIdx.z.  For
  * SwiGLU the tile's columns 0..BN/2-1 are gate rows and BN/2.. the same up rows. */
-template <class C, int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(params p)
+template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BLOCKS) gemm_kernel(params p)
 {
     constexpr int BM = C::BM, BK = C::BK, STAGES = C::STAGES, LDS = C::LDS, WM = C::WM, MI = C::MI;
     extern __shared__ __align__(128) uint16_t smem[];
@@ -291,16 +291,17 @@ int tile_of(int n, int k, enum cuda_epi epi)
     (void)n;
     (void)k;
     (void)epi;
-    return g_tile_forced >= 0 ? g_tile_forced : TILE_128x32;
+    return g_tile_forced >= 0 ? g_tile_forced : TILE_64x64;
 }
 
 int tile_bm(int t)
 {
-    return t == TILE_128x32 ? 128 : 64;
+    return t == TILE_128x64 ? 128 : 64;
 }
 int tile_bk(int t)
 {
-    return t == TILE_64x64 ? 64 : 32;
+    (void)t;
+    return 64;
 }
 
 int n_tiles_of(int n, enum cuda_epi epi)
@@ -340,11 +341,10 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
             if (strcmp(t, tile_names[i]) == 0)
                 g_tile_forced = i;
         if (g_tile_forced < 0)
-            return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_TILE=%s: not one of 64x32, 64x64, 128x32", t);
+            return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_TILE=%s: not one of 64x64, 128x64", t);
     }
-    set_smem<cfg64x32>();
     set_smem<cfg64x64>();
-    set_smem<cfg128x32>();
+    set_smem<cfg128x64>();
     return launch_status("gemm prepare", err, errlen);
 }
 
@@ -412,12 +412,10 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
         p.part = (float *)g->work;
     }
     cudaStream_t st = (cudaStream_t)stream;
-    if (t == TILE_64x32)
-        launch<cfg64x32>(p, g->epi, st);
-    else if (t == TILE_64x64)
+    if (t == TILE_64x64)
         launch<cfg64x64>(p, g->epi, st);
     else
-        launch<cfg128x32>(p, g->epi, st);
+        launch<cfg128x64>(p, g->epi, st);
     return launch_status("gemm", err, errlen);
 }
 
