@@ -14,6 +14,31 @@ CFLAGS  ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS  = -ljansson -lonig -lmicrohttpd -lxxhash -lm -pthread
 
+# CUDA kernels (src/kernels/cuda/*.cu): built when nvcc is found (PATH, then
+# /usr/local/cuda/bin); CUDA=0 turns them off.  The variant sources are compiled
+# twice, sm90a (Hopper SASS) and sm80 (compute_80 PTX + sm_80 SASS: portable, and
+# JIT-compiled by the driver on later cards, so an H200 runs both); each copy lives in
+# its own namespace.  The runtime is linked statically: a machine without a driver
+# gets an error from cuda_dev_init, not a missing library at start-up.
+CUDA    ?= 1
+ifneq ($(CUDA),0)
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+endif
+ifneq ($(strip $(NVCC)),)
+CUDA_HOME   := $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+CUDA_BUILD  ?= build-cuda
+NVCC_FLAGS  = -std=c++17 -O3 -g -lineinfo --fmad=false -Iinclude -Isrc \
+              -Xcompiler -fno-strict-aliasing,-ffp-contract=off,-Wall,-Wextra -Xptxas -warn-spills
+CU_ALL      := $(sort $(wildcard src/kernels/cuda/*.cu))
+CU_VARIANT  := $(filter-out src/kernels/cuda/dev.cu,$(CU_ALL))
+CU_OBJS     := $(CUDA_BUILD)/dev.o $(CU_VARIANT:src/kernels/cuda/%.cu=$(CUDA_BUILD)/sm90a/%.o) \
+               $(CU_VARIANT:src/kernels/cuda/%.cu=$(CUDA_BUILD)/sm80/%.o)
+CFLAGS_BASE += -DHEARTH_CUDA=1
+LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+GENCODE_sm90a = -gencode=arch=compute_90a,code=sm_90a
+GENCODE_sm80  = -gencode=arch=compute_80,code=[sm_80,compute_80]
+endif
+
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c
 
@@ -48,7 +73,20 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/libhearth.a: $(LIB_OBJS)
+ifneq ($(strip $(NVCC)),)
+$(CUDA_BUILD)/dev.o: src/kernels/cuda/dev.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(GENCODE_sm90a) $(GENCODE_sm80) -MMD -MP -c $< -o $@
+$(CUDA_BUILD)/sm90a/%.o: src/kernels/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -DCUK_VARIANT=sm90a $(GENCODE_sm90a) -MMD -MP -c $< -o $@
+$(CUDA_BUILD)/sm80/%.o: src/kernels/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -DCUK_VARIANT=sm80 $(GENCODE_sm80) -MMD -MP -c $< -o $@
+-include $(CU_OBJS:.o=.d)
+endif
+
+$(BUILD)/libhearth.a: $(LIB_OBJS) $(CU_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -62,7 +100,13 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(HELPER_OBJS) $(BUILD)/libhearth.a
 testdata: | $(DEPS_STAMP)
 	@bash scripts/testdata.sh
 
-test: $(BUILD)/hearth $(TEST_BINS) testdata
+# The CUDA kernel benchmark (bench/cuda_kernels.sh); built with the tests so that CI
+# compiles and links it.
+CUDA_BENCH := $(if $(strip $(NVCC)),$(BUILD)/cuda_bench)
+$(BUILD)/cuda_bench: $(BUILD)/bench/cuda_bench.o $(BUILD)/libhearth.a
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libhearth.a $(LDLIBS)
+
+test: $(BUILD)/hearth $(TEST_BINS) $(CUDA_BENCH) testdata
 	@HEARTH_BIN=$(BUILD)/hearth bash tests/run.sh $(BUILD) $(TEST_BINS)
 
 asan:
@@ -79,6 +123,6 @@ fuzz:
 	@bash tests/fuzz/build.sh
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-cuda
 
 -include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(HELPER_OBJS:.o=.d) $(TEST_BINS:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d)

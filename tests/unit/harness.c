@@ -1,7 +1,7 @@
 /* Definitions behind tests/unit/test.h. */
 #include "test.h"
 
-int test_failed_checks, test_n_passed, test_n_failed;
+int test_failed_checks, test_n_passed, test_n_failed, test_n_skipped;
 
 const char *test_data_dir(void)
 {

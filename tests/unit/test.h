@@ -9,7 +9,7 @@
 #include <string.h>
 
 extern int test_failed_checks;   /* checks failed inside the current test */
-extern int test_n_passed, test_n_failed;
+extern int test_n_passed, test_n_failed, test_n_skipped;
 
 #define CHECK(cond) do { if (!(cond)) { \
     fprintf(stderr, "  %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
@@ -28,7 +28,13 @@ extern int test_n_passed, test_n_failed;
     if (test_failed_checks) { test_n_failed++; printf("FAIL %s\n", #fn); } \
     else { test_n_passed++; printf("ok   %s\n", #fn); } fflush(stdout); } while (0)
 
-#define TEST_END() do { printf("RESULT passed=%d failed=%d\n", test_n_passed, test_n_failed); \
+/* A test that cannot run here (no GPU): counted and shown as skipped, with why. */
+#define TEST_SKIP(name, ...) do { test_n_skipped++; printf("SKIP %s: ", name); printf(__VA_ARGS__); \
+    putchar('\n'); fflush(stdout); } while (0)
+
+#define TEST_END() do { if (test_n_skipped) \
+        printf("RESULT passed=%d failed=%d skipped=%d\n", test_n_passed, test_n_failed, test_n_skipped); \
+    else printf("RESULT passed=%d failed=%d\n", test_n_passed, test_n_failed); \
     return test_n_failed ? 1 : 0; } while (0)
 
 /* Test data: tests/data (checked in) and tests/.cache (fetched by scripts/testdata.sh). */

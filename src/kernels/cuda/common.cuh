@@ -1,0 +1,60 @@
+/* Shared by the variant sources (gemm.cu, norm.cu, attention.cu, variant.cu): each
+ * is compiled once per variant with CUK_VARIANT naming it, and everything it defines
+ * lives in that variant's namespace, so the copies link side by side. */
+#ifndef HEARTH_KERNELS_CUDA_COMMON_CUH
+#define HEARTH_KERNELS_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kernels/cuda/cuda_kernels.h"
+
+#ifndef CUK_VARIANT
+#error "CUK_VARIANT must name the kernel variant (sm90a, sm80)"
+#endif
+#define CUK_CAT2(a, b) a##b
+#define CUK_CAT(a, b) CUK_CAT2(a, b)
+#define CUK_NS CUK_CAT(cuk_, CUK_VARIANT)
+#define CUK_STR2(a) #a
+#define CUK_STR(a) CUK_STR2(a)
+
+namespace CUK_NS {
+
+/* bf16 bits <-> float: widening is exact; narrowing rounds to nearest even. */
+__device__ __forceinline__ float bf16_to_f32(uint16_t b)
+{
+    return __uint_as_float((uint32_t)b << 16);
+}
+__device__ __forceinline__ uint16_t f32_to_bf16(float f)
+{
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+/* The launch's error as a status (checked after every launch). */
+static inline enum hr_status launch_status(const char *what, char *err, size_t errlen)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return hr_err(err, errlen, HR_ERR_INTERNAL, "cuda %s (%s): %s", what, CUK_STR(CUK_VARIANT),
+                      cudaGetErrorString(e));
+    return HR_OK;
+}
+
+/* The kernels of this variant (variant.cu gathers them into the table). */
+enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen);
+int gemm_split(int n, int k, enum cuda_epi epi);
+size_t gemm_workspace(int m, int n, int k, enum cuda_epi epi);
+size_t gemm_tickets(int m, int n, int k, enum cuda_epi epi);
+const char *gemm_tile_name(int n, int k, enum cuda_epi epi);
+enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t errlen);
+enum hr_status rmsnorm(const struct cuda_rmsnorm *a, void *stream, char *err, size_t errlen);
+enum hr_status embed(const struct cuda_embed *a, void *stream, char *err, size_t errlen);
+enum hr_status block_copy(const struct cuda_block_copy *a, void *stream, char *err, size_t errlen);
+enum hr_status attn_prep(const struct cuda_attn_prep *a, void *stream, char *err, size_t errlen);
+size_t attn_workspace(int n_tok, int n_heads, int head_dim, int max_kv);
+enum hr_status attention(const struct cuda_attention *a, void *stream, char *err, size_t errlen);
+
+} // namespace CUK_NS
+
+#endif

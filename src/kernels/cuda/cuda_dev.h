@@ -1,0 +1,63 @@
+/* The CUDA device, seen from C: initialisation, memory, streams, timing, and the
+ * card's yardsticks (HBM bandwidth).  Compiled once (dev.cu), whatever the kernel
+ * variant; C code never includes a CUDA header.
+ *
+ * A build or machine without a GPU or driver gets HR_ERR_UNSUPPORTED from
+ * cuda_dev_init with the runtime's reason, never a crash: the CUDA runtime is linked
+ * statically and finds the driver (libcuda.so.1) only when it is asked to. */
+#ifndef HEARTH_KERNELS_CUDA_CUDA_DEV_H
+#define HEARTH_KERNELS_CUDA_CUDA_DEV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "base/status.h"
+
+struct cuda_dev_info {
+    char name[256];
+    int major, minor;    /* compute capability */
+    int sm_count;        /* multiprocessors: part of a variant's cache namespace */
+    size_t total_mem;    /* bytes of device memory */
+    size_t l2_bytes;
+    int runtime_version; /* e.g. 13000 */
+    int driver_version;
+};
+
+/* Selects device dev and reads its properties.  HR_ERR_UNSUPPORTED (with the
+ * runtime's reason) when there is no driver or no such device. */
+enum hr_status cuda_dev_init(int dev, struct cuda_dev_info *info, char *err, size_t errlen);
+
+enum hr_status cuda_dev_alloc(void **p, size_t bytes, char *err, size_t errlen);
+void cuda_dev_free(void *p);
+/* Copies between host and device (or device and device): direction from the pointers. */
+enum hr_status cuda_dev_copy(void *dst, const void *src, size_t bytes, char *err, size_t errlen);
+enum hr_status cuda_dev_memset(void *p, int byte, size_t bytes, char *err, size_t errlen);
+/* Waits for all work on the device; reports an error raised by any earlier kernel. */
+enum hr_status cuda_dev_sync(char *err, size_t errlen);
+
+/* Timing with device events on the default stream. */
+struct cuda_dev_timer;
+enum hr_status cuda_dev_timer_init(struct cuda_dev_timer **t, char *err, size_t errlen);
+void cuda_dev_timer_start(struct cuda_dev_timer *t);
+/* Milliseconds since cuda_dev_timer_start (waits for the work in between). */
+double cuda_dev_timer_stop(struct cuda_dev_timer *t);
+void cuda_dev_timer_free(struct cuda_dev_timer *t);
+
+/* Yardsticks: device memory read bandwidth (a pass summing `bytes` of data) and copy
+ * bandwidth (bytes read plus bytes written), in GB/s, medians of `reps` passes. */
+enum hr_status cuda_dev_read_gbs(size_t bytes, int reps, double *gbs, char *err, size_t errlen);
+enum hr_status cuda_dev_copy_gbs(size_t bytes, int reps, double *gbs, char *err, size_t errlen);
+
+/* Fills n bf16 values at device pointer p with uniform values in [-scale, scale) from
+ * a counter-based hash of (seed, index): reproducible, no host round trip. */
+enum hr_status cuda_dev_fill_bf16(uint16_t *p, size_t n, uint64_t seed, float scale, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

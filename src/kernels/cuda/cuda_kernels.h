@@ -1,0 +1,165 @@
+/* The CUDA kernels behind the backend, as a C ABI over device pointers.
+ *
+ * Each kernel variant (sm90a: Hopper; sm80: portable, PTX for compute_80 that the
+ * driver compiles for any later card) is the same sources compiled twice, each copy
+ * in its own C++ namespace, and reached through its table below; both load on an
+ * H200, so both are tested there.  A variant is part of the prefix-cache namespace.
+ *
+ * Determinism (DESIGN.md "Determinism"): every output element has one reduction
+ * order that depends only on the weight shape (GEMM: N, K and the card's SM count)
+ * or the token's own position (attention), never on the number of rows, their
+ * neighbours or where KV blocks lie.  No reduction uses atomics.
+ *
+ * Every function validates its arguments and reports a launch failure as a status
+ * with a message; work is queued on `stream` (NULL: the default stream). */
+#ifndef HEARTH_KERNELS_CUDA_CUDA_KERNELS_H
+#define HEARTH_KERNELS_CUDA_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "base/status.h"
+
+/* What the GEMM does with y[m, n] = x[m, k] . w[n, k]^T. */
+enum cuda_epi {
+    CUDA_EPI_STORE_F32,   /* y (float [m, n]) = acc */
+    CUDA_EPI_ADD_F32,     /* y (float [m, n]) = y + acc: the residual add */
+    CUDA_EPI_STORE_BF16,  /* y (bf16 [m, n]) = bf16(acc) */
+    CUDA_EPI_SWIGLU_BF16, /* y (bf16 [m, n]) = bf16(silu(x . w^T) * (x . w_up^T)) */
+};
+
+struct cuda_gemm {
+    enum cuda_epi epi;
+    void *y;              /* [m, n], float or bf16 by epi */
+    const uint16_t *x;    /* bf16 [m, k] */
+    const uint16_t *w;    /* bf16 [n, k] (SwiGLU: the gate) */
+    const uint16_t *w_up; /* bf16 [n, k]: SwiGLU's up, else NULL */
+    int m, n, k;          /* k a multiple of 64, n even */
+    void *work;           /* gemm_workspace bytes (the K split's partial sums) */
+    size_t work_bytes;
+    int *tickets;         /* gemm_tickets counters, zeroed once when allocated: every
+                           * launch leaves them zero, so shapes may share them */
+    size_t n_tickets;
+};
+
+struct cuda_rmsnorm {
+    float *y_f32;          /* [rows, dim] or NULL */
+    uint16_t *y_bf16;      /* bf16 [rows, dim] or NULL */
+    const float *x;        /* [*, dim] */
+    const int32_t *x_rows; /* [rows]: row i reads x row x_rows[i] (a gather), or NULL: row i */
+    const float *w;        /* [dim] */
+    int rows, dim;
+    float eps;
+};
+
+struct cuda_embed {
+    float *out;            /* [n_tok, dim] */
+    const uint16_t *table; /* bf16 [vocab, dim] */
+    const int32_t *tokens; /* [n_tok]; an id outside the vocabulary gives a zero row */
+    int n_tok, dim, vocab;
+};
+
+/* The paged, layer-major KV store in device memory, bf16, as the CPU's:
+ * [n_layers, n_blocks, 2 (K, V), n_kv_heads, block_size, head_dim]. */
+struct cuda_kv {
+    uint16_t *slab;
+    int n_layers, n_blocks, n_kv_heads, block_size, head_dim;
+};
+
+/* The step's batch as the attention kernels read it (device arrays, uploaded once a
+ * step).  A query block is up to cuda_attn_block_tokens(group) consecutive tokens of
+ * one row; how tokens are cut into blocks changes no output bit. */
+struct cuda_attn_batch {
+    int n_tok;
+    const int32_t *positions; /* [n_tok] position of each token */
+    const int64_t *slots;     /* [n_tok] KV slot of each token (block * block_size + offset) */
+    const int32_t *tok_row;   /* [n_tok] batch row of each token */
+    const int32_t *row_table; /* [n_rows] offset of each row's block table in tables */
+    const int32_t *tables;    /* the rows' block tables, one after another */
+    int n_qblocks;
+    const int32_t *qblocks;   /* [n_qblocks, 2]: first token, token count */
+    int max_kv;               /* the largest position + 1 among the tokens */
+};
+
+/* q/k norm, RoPE and the K/V write of one layer, one block per token:
+ * q and k rows become rope(rmsnorm(row) * norm); cos/sin come from the position alone
+ * (double precision, rounded to float); k and v are stored at the tokens' slots. */
+struct cuda_attn_prep {
+    float *q;                   /* [n_tok, n_heads, head_dim], rewritten in place */
+    const float *k, *v;         /* [n_tok, n_kv_heads, head_dim] */
+    const float *q_norm, *k_norm; /* [head_dim] */
+    float eps;
+    double rope_theta;
+    int n_heads, layer;
+    struct cuda_kv kv;
+    const struct cuda_attn_batch *b;
+};
+
+struct cuda_attention {
+    float *out_f32;       /* [n_tok, n_heads, head_dim] or NULL */
+    uint16_t *out_bf16;   /* bf16 [n_tok, n_heads, head_dim] or NULL */
+    const float *q;       /* [n_tok, n_heads, head_dim] */
+    int n_heads, layer;
+    float scale;
+    struct cuda_kv kv;
+    const struct cuda_attn_batch *b;
+    void *work;           /* attn_workspace bytes */
+    size_t work_bytes;
+};
+
+/* Copies every layer of block pairs[i][0] to block pairs[i][1]; no destination may
+ * also be a source in the same list. */
+struct cuda_block_copy {
+    struct cuda_kv kv;
+    const int32_t *pairs; /* device [n, 2]: src, dst */
+    int n;
+};
+
+/* Positions per KV split of attention: a row's walk is cut at multiples of this
+ * (absolute positions), and the pieces combined in order. */
+#define CUDA_ATTN_SPLIT 256
+/* Query rows (tokens x the query heads of one KV head) of one attention block. */
+#define CUDA_ATTN_ROWS 16
+
+struct cuda_kernels {
+    const char *name; /* "sm90a" or "sm80" */
+    /* Once per process and device, before any other call (kernel attributes). */
+    enum hr_status (*prepare)(int sm_count, char *err, size_t errlen);
+    size_t (*gemm_workspace)(int m, int n, int k, enum cuda_epi epi);
+    size_t (*gemm_tickets)(int m, int n, int k, enum cuda_epi epi);
+    /* The tile of a shape ("64x64": BM x BK; BN is 128), a function of (n, k, epi)
+     * alone. */
+    const char *(*gemm_tile)(int n, int k, enum cuda_epi epi);
+    /* The K split of a shape (1: none): a function of (n, k, epi) and the SM count. */
+    int (*gemm_split)(int n, int k, enum cuda_epi epi);
+    enum hr_status (*gemm)(const struct cuda_gemm *g, void *stream, char *err, size_t errlen);
+    enum hr_status (*rmsnorm)(const struct cuda_rmsnorm *a, void *stream, char *err, size_t errlen);
+    enum hr_status (*embed)(const struct cuda_embed *a, void *stream, char *err, size_t errlen);
+    enum hr_status (*attn_prep)(const struct cuda_attn_prep *a, void *stream, char *err, size_t errlen);
+    size_t (*attn_workspace)(int n_tok, int n_heads, int head_dim, int max_kv);
+    enum hr_status (*attention)(const struct cuda_attention *a, void *stream, char *err, size_t errlen);
+    enum hr_status (*block_copy)(const struct cuda_block_copy *a, void *stream, char *err, size_t errlen);
+};
+
+extern const struct cuda_kernels cuda_kernels_sm90a;
+extern const struct cuda_kernels cuda_kernels_sm80;
+
+/* A variant by name ("sm90a", "sm80"), or NULL with a message when the name is
+ * unknown or the device (compute capability major.minor) cannot run it. */
+const struct cuda_kernels *cuda_kernels_pick(const char *name, int major, int minor, char *err, size_t errlen);
+
+/* Tokens per attention query block for `group` query heads per KV head. */
+static inline int cuda_attn_block_tokens(int group)
+{
+    return group >= CUDA_ATTN_ROWS ? 1 : CUDA_ATTN_ROWS / group;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

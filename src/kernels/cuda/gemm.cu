@@ -1,0 +1,422 @@
+/* GEMM y[m, n] = x[m, k] . w[n, k]^T: bf16 operands, f32 accumulation on the tensor
+ * cores (mma.sync m16n8k16), one kernel for every m.
+ *
+ * Batch invariance: an output element is one thread's accumulator, fed the k16 steps
+ * of its k range in ascending order; rows never interact inside mma.  The tile shape
+ * is fixed (BM x BN x BK), and the only other choice, the K split, is a function of
+ * (n, k, epilogue) and the SM count (gemm_split): the split's partial sums go to a
+ * workspace and the last block of a tile to finish (a ticket counter decides which
+ * block does it, not what is summed) adds them in split order 0, 1, ... S-1.  So
+ * row i of y has the same bits whatever m is and whatever the other rows hold.
+ *
+ * Blocks whose rows lie past m skip their MMAs (each element still sees the same
+ * sequence of steps); rows past m and columns past n are zero-filled on load.
+ * Pipeline: STAGES-deep cp.async ring, ldmatrix from padded rows (80 bytes: the
+ * eight 16-byte rows of an ldmatrix fall in distinct banks). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/common.cuh"
+
+namespace CUK_NS {
+
+namespace {
+
+constexpr int BN = 128, THREADS = 256;
+
+/* Tile configurations (BM x BN x BK, STAGES); which one a shape uses is a function of
+ * the shape alone (tile_of), or HEARTH_CUDA_GEMM_TILE for the whole process. */
+enum tile { TILE_64x64, TILE_128x64, TILE_COUNT };
+static const char *const tile_names[TILE_COUNT] = {"64x64", "128x64"};
+
+template <int BM_, int BK_, int STAGES_> struct cfg {
+    static constexpr int BM = BM_, BK = BK_, STAGES = STAGES_;
+    static constexpr int MIN_BLOCKS = 2; /* two blocks an SM: one's loads hide the other's waits */
+    static constexpr int LDS = BK + 8; /* smem row stride, bf16 elements: ldmatrix rows in distinct banks */
+    static constexpr int A_STAGE = BM * LDS, B_STAGE = BN * LDS;
+    static constexpr int PIPE = STAGES * (A_STAGE + B_STAGE) * 2;
+    static constexpr int EPI_LD = BN + 1; /* the SwiGLU staging tile's row stride, floats */
+    static constexpr int SMEM = PIPE > BM * EPI_LD * 4 ? PIPE : BM * EPI_LD * 4;
+    static constexpr int WM = BM / 2, MI = WM / 16; /* 2 x 4 warps, WM x 32 each */
+    static constexpr int A_PER = BM * BK / 8 / THREADS, B_PER = BN * BK / 8 / THREADS;
+};
+using cfg64x64 = cfg<64, 64, 4>;   /* 110.6 KB of smem */
+using cfg128x64 = cfg<128, 64, 3>; /* 110.6 KB */
+
+int g_sm_count = 132;
+int g_tile_forced = -1;
+
+struct params {
+    const uint16_t *x, *w, *w_up;
+    void *y;
+    float *part;  /* [split, m, n_tiles * BN] */
+    int *tickets; /* [m_tiles, n_tiles], zero between launches */
+    int m, n, k, split, n_tiles;
+};
+
+__device__ __forceinline__ void cp16(void *dst, const void *src, bool valid)
+{
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    int sz = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(sz));
+}
+__device__ __forceinline__ void cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, const void *p)
+{
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(a));
+}
+
+__device__ __forceinline__ void mma16816(float *c, const unsigned *a, const unsigned *b)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* One block: tile (blockIdx.y, blockIdx.x) of y, k tiles of split blockIdx.z.  For
+ * SwiGLU the tile's columns 0..BN/2-1 are gate rows and BN/2.. the same up rows. */
+template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BLOCKS) gemm_kernel(params p)
+{
+    constexpr int BM = C::BM, BK = C::BK, STAGES = C::STAGES, LDS = C::LDS, WM = C::WM, MI = C::MI;
+    extern __shared__ __align__(128) uint16_t smem[];
+    uint16_t *sa = smem, *sb = smem + STAGES * C::A_STAGE;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 2, wn = warp & 3;
+    const int nt = blockIdx.x, mt = blockIdx.y, s = blockIdx.z;
+    const int m0 = mt * BM;
+    const int kt_per = p.k / BK / p.split, kt0 = s * kt_per;
+    constexpr bool swiglu = EPI == CUDA_EPI_SWIGLU_BF16;
+    constexpr int CPR = BK / 8; /* 16-byte chunks per row */
+
+    const uint16_t *a_src[C::A_PER];
+    bool a_ok[C::A_PER];
+    int a_dst[C::A_PER];
+#pragma unroll
+    for (int i = 0; i < C::A_PER; i++) {
+        int idx = tid + i * THREADS, row = idx / CPR, ch = idx % CPR;
+        a_ok[i] = m0 + row < p.m;
+        a_src[i] = p.x + (size_t)(a_ok[i] ? m0 + row : 0) * p.k + ch * 8;
+        a_dst[i] = row * LDS + ch * 8;
+    }
+    const uint16_t *b_src[C::B_PER];
+    bool b_ok[C::B_PER];
+    int b_dst[C::B_PER];
+#pragma unroll
+    for (int i = 0; i < C::B_PER; i++) {
+        int idx = tid + i * THREADS, r = idx / CPR, ch = idx % CPR;
+        const uint16_t *base = p.w;
+        int n_at;
+        if (swiglu) {
+            n_at = nt * (BN / 2) + (r & (BN / 2 - 1));
+            base = r < BN / 2 ? p.w : p.w_up;
+        } else {
+            n_at = nt * BN + r;
+        }
+        b_ok[i] = n_at < p.n;
+        b_src[i] = base + (size_t)(b_ok[i] ? n_at : 0) * p.k + ch * 8;
+        b_dst[i] = r * LDS + ch * 8;
+    }
+
+    auto load = [&](int stage, int kt) {
+        size_t ko = (size_t)kt * BK;
+#pragma unroll
+        for (int i = 0; i < C::A_PER; i++)
+            cp16(sa + stage * C::A_STAGE + a_dst[i], a_src[i] + ko, a_ok[i]);
+#pragma unroll
+        for (int i = 0; i < C::B_PER; i++)
+            cp16(sb + stage * C::B_STAGE + b_dst[i], b_src[i] + ko, b_ok[i]);
+    };
+
+    float acc[MI][4][4];
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                acc[i][j][r] = 0.0f;
+
+    /* m16 tiles of this warp that hold rows below m (warp-uniform) */
+    int n_act = 0;
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+        n_act += m0 + wm * WM + i * 16 < p.m;
+
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; st++) {
+        if (st < kt_per)
+            load(st, kt0 + st);
+        cp_commit();
+    }
+    for (int kt = 0; kt < kt_per; kt++) {
+        cp_wait<STAGES - 2>();
+        __syncthreads();
+        int nk = kt + STAGES - 1;
+        if (nk < kt_per)
+            load(nk % STAGES, kt0 + nk);
+        cp_commit();
+        if (n_act == 0)
+            continue;
+        const uint16_t *ta = sa + (kt % STAGES) * C::A_STAGE, *tb = sb + (kt % STAGES) * C::B_STAGE;
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            unsigned a[MI][4], b[4][2];
+#pragma unroll
+            for (int j2 = 0; j2 < 2; j2++)
+                ldsm_x4(b[2 * j2][0], b[2 * j2][1], b[2 * j2 + 1][0], b[2 * j2 + 1][1],
+                        tb + (wn * 32 + j2 * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk +
+                            ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int i = 0; i < MI; i++) {
+                if (i >= n_act)
+                    break;
+                ldsm_x4(a[i][0], a[i][1], a[i][2], a[i][3],
+                        ta + (wm * WM + i * 16 + (lane & 15)) * LDS + kk + (lane >> 4) * 8);
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    mma16816(acc[i][j], a[i], b[j]);
+            }
+        }
+    }
+    cp_wait<0>();
+
+    /* the split's partials, then the combine in split order by the last block */
+    const int pw = p.n_tiles * BN; /* partial row width */
+    if (p.split > 1) {
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    int row = m0 + wm * WM + i * 16 + (lane >> 2) + (r >> 1) * 8;
+                    int col = nt * BN + wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
+                    if (row < p.m)
+                        __stcg(p.part + ((size_t)s * p.m + row) * pw + col, acc[i][j][r]);
+                }
+        __threadfence();
+        __syncthreads();
+        __shared__ int last;
+        if (tid == 0) {
+            int t = atomicAdd(p.tickets + (size_t)mt * p.n_tiles + nt, 1);
+            last = t == p.split - 1;
+            if (last)
+                p.tickets[(size_t)mt * p.n_tiles + nt] = 0; /* ready for the next launch */
+        }
+        __syncthreads();
+        if (!last)
+            return;
+        __threadfence();
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    int row = m0 + wm * WM + i * 16 + (lane >> 2) + (r >> 1) * 8;
+                    int col = nt * BN + wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
+                    if (row >= p.m)
+                        continue;
+                    float v = __ldcg(p.part + (size_t)row * pw + col);
+                    for (int q = 1; q < p.split; q++)
+                        v = __fadd_rn(v, __ldcg(p.part + ((size_t)q * p.m + row) * pw + col));
+                    acc[i][j][r] = v;
+                }
+    }
+
+    if constexpr (EPI == CUDA_EPI_SWIGLU_BF16) {
+        __syncthreads(); /* every warp is done with the pipeline's smem */
+        float *tile = (float *)smem;
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    int lr = wm * WM + i * 16 + (lane >> 2) + (r >> 1) * 8;
+                    int lc = wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
+                    tile[lr * C::EPI_LD + lc] = acc[i][j][r];
+                }
+        __syncthreads();
+        uint16_t *y = (uint16_t *)p.y;
+        for (int e = tid; e < BM * (BN / 2); e += THREADS) {
+            int lr = e / (BN / 2), lc = e % (BN / 2);
+            int row = m0 + lr, col = nt * (BN / 2) + lc;
+            if (row >= p.m || col >= p.n)
+                continue;
+            float g = tile[lr * C::EPI_LD + lc], u = tile[lr * C::EPI_LD + BN / 2 + lc];
+            float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+            y[(size_t)row * p.n + col] = f32_to_bf16(__fmul_rn(silu, u));
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    int row = m0 + wm * WM + i * 16 + (lane >> 2) + h * 8;
+                    int col = nt * BN + wn * 32 + j * 8 + (lane & 3) * 2;
+                    if (row >= p.m || col >= p.n)
+                        continue; /* n is even: col + 1 < n too */
+                    float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                    size_t at = (size_t)row * p.n + col;
+                    if constexpr (EPI == CUDA_EPI_STORE_F32) {
+                        *(float2 *)((float *)p.y + at) = make_float2(v0, v1);
+                    } else if constexpr (EPI == CUDA_EPI_ADD_F32) {
+                        float2 o = *(float2 *)((float *)p.y + at);
+                        *(float2 *)((float *)p.y + at) = make_float2(__fadd_rn(o.x, v0), __fadd_rn(o.y, v1));
+                    } else {
+                        uint32_t pk = (uint32_t)f32_to_bf16(v0) | ((uint32_t)f32_to_bf16(v1) << 16);
+                        *(uint32_t *)((uint16_t *)p.y + at) = pk;
+                    }
+                }
+    }
+}
+
+int tile_of(int n, int k, enum cuda_epi epi)
+{
+    (void)n;
+    (void)k;
+    (void)epi;
+    return g_tile_forced >= 0 ? g_tile_forced : TILE_64x64;
+}
+
+int tile_bm(int t)
+{
+    return t == TILE_128x64 ? 128 : 64;
+}
+int tile_bk(int t)
+{
+    (void)t;
+    return 64;
+}
+
+int n_tiles_of(int n, enum cuda_epi epi)
+{
+    int per = epi == CUDA_EPI_SWIGLU_BF16 ? BN / 2 : BN;
+    return (n + per - 1) / per;
+}
+
+template <class C> void set_smem()
+{
+    cudaFuncSetAttribute(gemm_kernel<C, CUDA_EPI_STORE_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    cudaFuncSetAttribute(gemm_kernel<C, CUDA_EPI_ADD_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    cudaFuncSetAttribute(gemm_kernel<C, CUDA_EPI_STORE_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    cudaFuncSetAttribute(gemm_kernel<C, CUDA_EPI_SWIGLU_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+}
+
+template <class C> void launch(const params &p, enum cuda_epi epi, cudaStream_t st)
+{
+    dim3 grid(p.n_tiles, (p.m + C::BM - 1) / C::BM, p.split);
+    switch (epi) {
+    case CUDA_EPI_STORE_F32: gemm_kernel<C, CUDA_EPI_STORE_F32><<<grid, THREADS, C::SMEM, st>>>(p); break;
+    case CUDA_EPI_ADD_F32: gemm_kernel<C, CUDA_EPI_ADD_F32><<<grid, THREADS, C::SMEM, st>>>(p); break;
+    case CUDA_EPI_STORE_BF16: gemm_kernel<C, CUDA_EPI_STORE_BF16><<<grid, THREADS, C::SMEM, st>>>(p); break;
+    case CUDA_EPI_SWIGLU_BF16: gemm_kernel<C, CUDA_EPI_SWIGLU_BF16><<<grid, THREADS, C::SMEM, st>>>(p); break;
+    }
+}
+
+} // namespace
+
+enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
+{
+    g_sm_count = sm_count > 0 ? sm_count : 132;
+    const char *t = getenv("HEARTH_CUDA_GEMM_TILE");
+    g_tile_forced = -1;
+    if (t && *t) {
+        for (int i = 0; i < TILE_COUNT; i++)
+            if (strcmp(t, tile_names[i]) == 0)
+                g_tile_forced = i;
+        if (g_tile_forced < 0)
+            return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_TILE=%s: not one of 64x64, 128x64", t);
+    }
+    set_smem<cfg64x64>();
+    set_smem<cfg128x64>();
+    return launch_status("gemm prepare", err, errlen);
+}
+
+const char *gemm_tile_name(int n, int k, enum cuda_epi epi)
+{
+    return tile_names[tile_of(n, k, epi)];
+}
+
+/* Splits K (in powers of two, each part at least 256 long and whole k tiles) until
+ * the tiles of n fill the SMs once: the weight streams of a small-m product need that
+ * many blocks. */
+int gemm_split(int n, int k, enum cuda_epi epi)
+{
+    int tiles = n_tiles_of(n, epi), bk = tile_bk(tile_of(n, k, epi)), s = 1;
+    while (tiles * s < g_sm_count && s < 8 && k % (2 * s * bk) == 0 && k / (2 * s) >= 256)
+        s *= 2;
+    return s;
+}
+
+size_t gemm_workspace(int m, int n, int k, enum cuda_epi epi)
+{
+    int s = gemm_split(n, k, epi);
+    return s == 1 ? 0 : (size_t)s * m * n_tiles_of(n, epi) * BN * sizeof(float);
+}
+
+size_t gemm_tickets(int m, int n, int k, enum cuda_epi epi)
+{
+    int bm = tile_bm(tile_of(n, k, epi));
+    return gemm_split(n, k, epi) == 1 ? 0 : (size_t)((m + bm - 1) / bm) * n_tiles_of(n, epi);
+}
+
+enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t errlen)
+{
+    if (g->m < 0 || g->n <= 0 || g->k <= 0 || g->k % 64 || g->n % 2)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: bad shape m=%d n=%d k=%d (k a multiple of 64, n even)",
+                      g->m, g->n, g->k);
+    if (!g->y || !g->x || !g->w || (g->epi == CUDA_EPI_SWIGLU_BF16) != (g->w_up != NULL))
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: missing operand");
+    if (g->epi < CUDA_EPI_STORE_F32 || g->epi > CUDA_EPI_SWIGLU_BF16)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: unknown epilogue %d", (int)g->epi);
+    if (g->m == 0)
+        return HR_OK;
+    int t = tile_of(g->n, g->k, g->epi);
+    params p;
+    p.x = g->x;
+    p.w = g->w;
+    p.w_up = g->w_up;
+    p.y = g->y;
+    p.m = g->m;
+    p.n = g->n;
+    p.k = g->k;
+    p.split = gemm_split(g->n, g->k, g->epi);
+    p.n_tiles = n_tiles_of(g->n, g->epi);
+    p.tickets = NULL;
+    p.part = NULL;
+    if ((g->m + tile_bm(t) - 1) / tile_bm(t) > 65535)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: m=%d too large", g->m);
+    if (p.split > 1) {
+        size_t need = gemm_workspace(g->m, g->n, g->k, g->epi), nt = gemm_tickets(g->m, g->n, g->k, g->epi);
+        if (!g->work || g->work_bytes < need || !g->tickets || g->n_tickets < nt)
+            return hr_err(err, errlen, HR_ERR_INVALID,
+                          "cuda gemm: workspace of %zu bytes and %zu tickets needed, %zu and %zu given", need, nt,
+                          g->work_bytes, g->n_tickets);
+        p.tickets = g->tickets;
+        p.part = (float *)g->work;
+    }
+    cudaStream_t st = (cudaStream_t)stream;
+    if (t == TILE_64x64)
+        launch<cfg64x64>(p, g->epi, st);
+    else
+        launch<cfg128x64>(p, g->epi, st);
+    return launch_status("gemm", err, errlen);
+}
+
+} // namespace CUK_NS

@@ -1,0 +1,841 @@
+/* The CUDA kernels on the device, under every variant the card runs (sm90a, sm80):
+ * batch invariance compared byte for byte (a GEMM row alone and among m rows at the
+ * Qwen3-0.6B and -8B shapes; attention rows alone, with neighbours, chunked, over
+ * permuted blocks, run to run) and parity with float64 host references within stated
+ * tolerances.  Without a GPU (or a build without CUDA) every test reports skipped. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+#ifndef HEARTH_CUDA
+int main(void)
+{
+    TEST_SKIP("cuda", "built without CUDA (CUDA=0 or no nvcc)");
+    TEST_END();
+}
+#else
+
+#include "kernels/cuda/cuda_dev.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "model/dtype.h"
+
+static const struct cuda_kernels *K; /* the variant under test */
+static struct cuda_dev_info info;
+static char err[HR_ERRLEN];
+
+/* Device memory, or the test binary stops (counted as a failure by tests/run.sh). */
+static void *dmust(size_t bytes)
+{
+    void *p = NULL;
+    if (cuda_dev_alloc(&p, bytes, err, sizeof err) != HR_OK) {
+        fprintf(stderr, "fatal: %s\n", err);
+        exit(2);
+    }
+    return p;
+}
+
+static void *hmust(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "fatal: host alloc of %zu bytes\n", bytes);
+        exit(2);
+    }
+    return p;
+}
+
+static void up(void *d, const void *h, size_t n)
+{
+    CHECK_OK(cuda_dev_copy(d, h, n, err, sizeof err), err);
+}
+
+static void down(void *h, const void *d, size_t n)
+{
+    CHECK_OK(cuda_dev_copy(h, d, n, err, sizeof err), err);
+}
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static double urand(void) /* [0, 1) */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static void fill_f32(float *p, size_t n, double scale)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)((2 * urand() - 1) * scale);
+}
+
+/* ------------------------------------------------------------------ GEMM */
+
+struct shape {
+    const char *name;
+    int n, k;
+    enum cuda_epi epi;
+};
+
+static const struct shape shapes[] = {
+    {"0.6b q", 2048, 1024, CUDA_EPI_STORE_F32},       {"0.6b k/v", 1024, 1024, CUDA_EPI_STORE_F32},
+    {"0.6b o", 1024, 2048, CUDA_EPI_ADD_F32},         {"0.6b gate/up", 3072, 1024, CUDA_EPI_SWIGLU_BF16},
+    {"0.6b down", 1024, 3072, CUDA_EPI_ADD_F32},      {"0.6b lm_head", 151936, 1024, CUDA_EPI_STORE_F32},
+    {"8b q/o", 4096, 4096, CUDA_EPI_ADD_F32},         {"8b k/v", 1024, 4096, CUDA_EPI_STORE_BF16},
+    {"8b gate/up", 12288, 4096, CUDA_EPI_SWIGLU_BF16}, {"8b down", 4096, 12288, CUDA_EPI_ADD_F32},
+    {"8b lm_head", 151936, 4096, CUDA_EPI_STORE_F32},
+};
+static const int row_counts[] = {1,  2,   3,   4,   5,   6,   7,   8,    9,   10,  11,  12,  13,  14,  15, 16,
+                                 17, 31,  32,  33,  63,  64,  65,  127,  128, 129, 255, 256, 257, 1024, 4097};
+#define GEMM_MAX_M 4097
+#define GEMM_ALONE 257 /* rows 0..GEMM_ALONE-1 are also run alone */
+
+static size_t out_elem(enum cuda_epi e)
+{
+    return e == CUDA_EPI_STORE_BF16 || e == CUDA_EPI_SWIGLU_BF16 ? 2 : 4;
+}
+
+/* The split's workspace and tickets of one shape, for up to max_m rows. */
+struct gemm_ws {
+    void *work;
+    size_t work_bytes;
+    int *tickets;
+    size_t n_tickets;
+};
+
+static void gemm_ws_init(struct gemm_ws *ws, const struct shape *s, int max_m)
+{
+    ws->work_bytes = K->gemm_workspace(max_m, s->n, s->k, s->epi);
+    ws->n_tickets = K->gemm_tickets(max_m, s->n, s->k, s->epi);
+    ws->work = ws->work_bytes ? dmust(ws->work_bytes) : NULL;
+    ws->tickets = ws->n_tickets ? dmust(ws->n_tickets * sizeof(int)) : NULL;
+    if (ws->work) /* poisoned: the partials must not depend on what was there */
+        CHECK_OK(cuda_dev_memset(ws->work, 0x7f, ws->work_bytes, err, sizeof err), err);
+    if (ws->tickets)
+        CHECK_OK(cuda_dev_memset(ws->tickets, 0, ws->n_tickets * sizeof(int), err, sizeof err), err);
+}
+
+static void gemm_ws_free(struct gemm_ws *ws)
+{
+    cuda_dev_free(ws->work);
+    cuda_dev_free(ws->tickets);
+}
+
+static int run_gemm(const struct shape *s, void *y, const uint16_t *x, int m, const uint16_t *w, const uint16_t *wu,
+                    const struct gemm_ws *ws)
+{
+    struct cuda_gemm g = {.epi = s->epi, .y = y, .x = x, .w = w, .w_up = wu, .m = m, .n = s->n, .k = s->k,
+                          .work = ws->work, .work_bytes = ws->work_bytes, .tickets = ws->tickets,
+                          .n_tickets = ws->n_tickets};
+    enum hr_status st = K->gemm(&g, NULL, err, sizeof err);
+    CHECK_OK(st, err);
+    return st == HR_OK;
+}
+
+/* Every row of y among m rows, m in row_counts, equals the same row of the 4097-row
+ * product, and rows 0..256 equal the row computed alone (m = 1); bytes compared.  The
+ * residual-add shapes start every run from the same y. */
+static void test_gemm_rows(void)
+{
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const struct shape *s = &shapes[si];
+        size_t oe = out_elem(s->epi), row_bytes = (size_t)s->n * oe;
+        uint16_t *w = dmust((size_t)s->n * s->k * 2), *wu = NULL, *x = dmust((size_t)GEMM_MAX_M * s->k * 2);
+        CHECK_OK(cuda_dev_fill_bf16(w, (size_t)s->n * s->k, 11 + si, 0.05f, err, sizeof err), err);
+        if (s->epi == CUDA_EPI_SWIGLU_BF16) {
+            wu = dmust((size_t)s->n * s->k * 2);
+            CHECK_OK(cuda_dev_fill_bf16(wu, (size_t)s->n * s->k, 101 + si, 0.05f, err, sizeof err), err);
+        }
+        CHECK_OK(cuda_dev_fill_bf16(x, (size_t)GEMM_MAX_M * s->k, 1001 + si, 1.0f, err, sizeof err), err);
+        struct gemm_ws ws;
+        gemm_ws_init(&ws, s, GEMM_MAX_M);
+        void *y = dmust((size_t)GEMM_MAX_M * row_bytes);
+        float *y0 = NULL; /* the residual's start */
+        if (s->epi == CUDA_EPI_ADD_F32) {
+            y0 = hmust((size_t)GEMM_MAX_M * row_bytes);
+            fill_f32(y0, (size_t)GEMM_MAX_M * s->n, 1.0);
+        }
+        unsigned char *ref = hmust((size_t)GEMM_MAX_M * row_bytes), *got = hmust((size_t)GEMM_MAX_M * row_bytes);
+        if (y0)
+            up(y, y0, (size_t)GEMM_MAX_M * row_bytes);
+        run_gemm(s, y, x, GEMM_MAX_M, w, wu, &ws);
+        down(ref, y, (size_t)GEMM_MAX_M * row_bytes);
+        int bad_m = 0, bad_alone = 0;
+        for (size_t mi = 0; mi < sizeof row_counts / sizeof row_counts[0]; mi++) {
+            int m = row_counts[mi];
+            if (y0)
+                up(y, y0, (size_t)m * row_bytes);
+            else
+                CHECK_OK(cuda_dev_memset(y, 0xff, (size_t)m * row_bytes, err, sizeof err), err);
+            run_gemm(s, y, x, m, w, wu, &ws);
+            down(got, y, (size_t)m * row_bytes);
+            for (int r = 0; r < m; r++)
+                if (memcmp(got + (size_t)r * row_bytes, ref + (size_t)r * row_bytes, row_bytes)) {
+                    if (!bad_m++)
+                        fprintf(stderr, "  %s %s: row %d of m=%d differs from m=%d\n", K->name, s->name, r, m,
+                                GEMM_MAX_M);
+                }
+        }
+        if (y0)
+            up(y, y0, (size_t)GEMM_ALONE * row_bytes);
+        else
+            CHECK_OK(cuda_dev_memset(y, 0xff, (size_t)GEMM_ALONE * row_bytes, err, sizeof err), err);
+        for (int r = 0; r < GEMM_ALONE; r++)
+            run_gemm(s, (char *)y + (size_t)r * row_bytes, x + (size_t)r * s->k, 1, w, wu, &ws);
+        down(got, y, (size_t)GEMM_ALONE * row_bytes);
+        for (int r = 0; r < GEMM_ALONE; r++)
+            if (memcmp(got + (size_t)r * row_bytes, ref + (size_t)r * row_bytes, row_bytes) && !bad_alone++)
+                fprintf(stderr, "  %s %s: row %d alone differs from among %d rows\n", K->name, s->name, r,
+                        GEMM_MAX_M);
+        CHECK_OK(cuda_dev_sync(err, sizeof err), err);
+        CHECK_MSG(bad_m == 0 && bad_alone == 0, "%s %s (split %d): %d rows differ among m, %d alone", K->name,
+                  s->name, K->gemm_split(s->n, s->k, s->epi), bad_m, bad_alone);
+        printf("  %s %-13s n=%6d k=%5d tile %s split %d: %zu row counts + %d rows alone, bitwise equal: %s\n",
+               K->name, s->name, s->n, s->k, K->gemm_tile(s->n, s->k, s->epi), K->gemm_split(s->n, s->k, s->epi),
+               sizeof row_counts / sizeof row_counts[0], GEMM_ALONE, bad_m || bad_alone ? "NO" : "yes");
+        free(ref);
+        free(got);
+        free(y0);
+        cuda_dev_free(y);
+        gemm_ws_free(&ws);
+        cuda_dev_free(x);
+        cuda_dev_free(w);
+        cuda_dev_free(wu);
+    }
+}
+
+/* Rows of a 33-row product against float64: f32 outputs within 1e-5 of the sum of
+ * |x w| per element (and relative L2 error under 1e-5); bf16 outputs (SwiGLU, store
+ * bf16) relative L2 error under 1e-2 (bf16's own rounding is 2^-9). */
+static void test_gemm_reference(void)
+{
+    const int m = 33;
+    const int check_rows[2] = {0, 32};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const struct shape *s = &shapes[si];
+        size_t nk = (size_t)s->n * s->k, oe = out_elem(s->epi);
+        int swiglu = s->epi == CUDA_EPI_SWIGLU_BF16;
+        uint16_t *w = dmust(nk * 2), *wu = swiglu ? dmust(nk * 2) : NULL, *x = dmust((size_t)m * s->k * 2);
+        CHECK_OK(cuda_dev_fill_bf16(w, nk, 7 + si, 0.05f, err, sizeof err), err);
+        if (wu)
+            CHECK_OK(cuda_dev_fill_bf16(wu, nk, 77 + si, 0.05f, err, sizeof err), err);
+        CHECK_OK(cuda_dev_fill_bf16(x, (size_t)m * s->k, 777 + si, 1.0f, err, sizeof err), err);
+        struct gemm_ws ws;
+        gemm_ws_init(&ws, s, m);
+        void *y = dmust((size_t)m * s->n * oe);
+        float *y0 = hmust((size_t)m * s->n * 4);
+        fill_f32(y0, (size_t)m * s->n, 1.0);
+        if (s->epi == CUDA_EPI_ADD_F32)
+            up(y, y0, (size_t)m * s->n * 4);
+        run_gemm(s, y, x, m, w, wu, &ws);
+        uint16_t *hw = hmust(nk * 2), *hwu = swiglu ? hmust(nk * 2) : NULL, *hx = hmust((size_t)m * s->k * 2);
+        unsigned char *hy = hmust((size_t)m * s->n * oe);
+        down(hw, w, nk * 2);
+        if (hwu)
+            down(hwu, wu, nk * 2);
+        down(hx, x, (size_t)m * s->k * 2);
+        down(hy, y, (size_t)m * s->n * oe);
+        double worst = 0, e2 = 0, r2 = 0;
+        int bad = 0;
+        float *xf = hmust((size_t)s->k * 4);
+        for (int ci = 0; ci < 2; ci++) {
+            int r = check_rows[ci];
+            dtype_bf16_to_f32_n(xf, hx + (size_t)r * s->k, (size_t)s->k);
+            int step = s->n > 20000 ? 7 : 1; /* lm_head: every 7th column */
+            for (int c = 0; c < s->n; c += step) {
+                double acc = 0, mag = 0, acc2 = 0, mag2 = 0;
+                const uint16_t *wr = hw + (size_t)c * s->k;
+                for (int i = 0; i < s->k; i++) {
+                    double p = (double)xf[i] * dtype_bf16_to_f32(wr[i]);
+                    acc += p;
+                    mag += fabs(p);
+                }
+                if (swiglu) {
+                    const uint16_t *ur = hwu + (size_t)c * s->k;
+                    for (int i = 0; i < s->k; i++) {
+                        double p = (double)xf[i] * dtype_bf16_to_f32(ur[i]);
+                        acc2 += p;
+                        mag2 += fabs(p);
+                    }
+                }
+                size_t at = (size_t)r * s->n + c;
+                double want, got;
+                if (swiglu) {
+                    want = acc / (1 + exp(-acc)) * acc2;
+                    got = dtype_bf16_to_f32(((uint16_t *)hy)[at]);
+                } else if (s->epi == CUDA_EPI_STORE_BF16) {
+                    want = acc;
+                    got = dtype_bf16_to_f32(((uint16_t *)hy)[at]);
+                } else {
+                    want = s->epi == CUDA_EPI_ADD_F32 ? (double)y0[at] + acc : acc;
+                    got = ((float *)hy)[at];
+                    double tol = 1e-5 * (mag + (s->epi == CUDA_EPI_ADD_F32 ? fabs(y0[at]) : 0)) + 1e-30;
+                    double d = fabs(got - want);
+                    if (d / tol > worst)
+                        worst = d / tol;
+                    if (!(d <= tol) && !bad++)
+                        fprintf(stderr, "  %s %s: y[%d,%d] = %.9g, float64 %.9g (tolerance %.3g)\n", K->name, s->name,
+                                r, c, got, want, tol);
+                }
+                e2 += (got - want) * (got - want);
+                r2 += want * want;
+                (void)mag2;
+            }
+        }
+        double rel = sqrt(e2 / (r2 > 0 ? r2 : 1));
+        double lim = oe == 2 ? 1e-2 : 1e-5;
+        CHECK_MSG(bad == 0 && rel <= lim, "%s %s: %d elements out of tolerance, relative L2 error %.3g (limit %.0e)",
+                  K->name, s->name, bad, rel, lim);
+        printf("  %s %-13s vs float64: relative L2 error %.3g (limit %.0e)%s\n", K->name, s->name, rel, lim,
+               oe == 4 ? "" : " [bf16 output]");
+        if (oe == 4)
+            printf("      worst element at %.3f of its bound 1e-5 * sum|x w|\n", worst);
+        free(xf);
+        free(hw);
+        free(hwu);
+        free(hx);
+        free(hy);
+        free(y0);
+        cuda_dev_free(y);
+        gemm_ws_free(&ws);
+        cuda_dev_free(x);
+        cuda_dev_free(w);
+        cuda_dev_free(wu);
+    }
+}
+
+/* A bad shape is an error with a message, not a launch. */
+static void test_gemm_bad_args(void)
+{
+    struct cuda_gemm g = {.epi = CUDA_EPI_STORE_F32, .y = (void *)16, .x = (void *)16, .w = (void *)16, .m = 4,
+                          .n = 64, .k = 96};
+    CHECK(K->gemm(&g, NULL, err, sizeof err) == HR_ERR_INVALID);
+    g.k = 64;
+    g.n = 63;
+    CHECK(K->gemm(&g, NULL, err, sizeof err) == HR_ERR_INVALID);
+    g.n = 64;
+    g.epi = CUDA_EPI_SWIGLU_BF16; /* no up matrix */
+    CHECK(K->gemm(&g, NULL, err, sizeof err) == HR_ERR_INVALID);
+}
+
+/* ------------------------------------------------------------------ RMSNorm, embedding */
+
+static void test_rmsnorm(void)
+{
+    const int rows = 37, dim = 4096;
+    size_t n = (size_t)rows * dim;
+    float *hx = hmust(n * 4), *hw = hmust(dim * 4), *hy = hmust(n * 4), *hy1 = hmust(n * 4);
+    uint16_t *hb = hmust(n * 2);
+    fill_f32(hx, n, 3.0);
+    fill_f32(hw, dim, 1.5);
+    float *x = dmust(n * 4), *w = dmust(dim * 4), *y = dmust(n * 4);
+    uint16_t *yb = dmust(n * 2);
+    int32_t *rows_d = dmust(rows * 4), perm[37];
+    up(x, hx, n * 4);
+    up(w, hw, dim * 4);
+    struct cuda_rmsnorm a = {.y_f32 = y, .y_bf16 = yb, .x = x, .w = w, .rows = rows, .dim = dim, .eps = 1e-6f};
+    CHECK_OK(K->rmsnorm(&a, NULL, err, sizeof err), err);
+    down(hy, y, n * 4);
+    down(hb, yb, n * 2);
+    int bad = 0, badb = 0;
+    for (int r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < dim; i++)
+            ss += (double)hx[r * dim + i] * hx[r * dim + i];
+        double inv = 1 / sqrt(ss / dim + 1e-6);
+        for (int i = 0; i < dim; i++) {
+            double want = hw[i] * (hx[r * dim + i] * inv);
+            float got = hy[r * dim + i];
+            bad += !(fabs(got - want) <= 1e-5 * fabs(want) + 1e-7);
+            badb += hb[r * dim + i] != dtype_f32_to_bf16(got);
+        }
+    }
+    CHECK_MSG(bad == 0, "%d elements off float64 by more than 1e-5 relative", bad);
+    CHECK_MSG(badb == 0, "%d bf16 outputs are not the f32 output rounded", badb);
+    /* alone, and gathered in a permuted order: the same bytes */
+    int diff = 0;
+    for (int r = 0; r < rows; r++) {
+        struct cuda_rmsnorm one = {.y_f32 = y, .x = x + (size_t)r * dim, .w = w, .rows = 1, .dim = dim, .eps = 1e-6f};
+        CHECK_OK(K->rmsnorm(&one, NULL, err, sizeof err), err);
+        down(hy1, y, (size_t)dim * 4);
+        diff += memcmp(hy1, hy + (size_t)r * dim, (size_t)dim * 4) != 0;
+    }
+    for (int r = 0; r < rows; r++)
+        perm[r] = (r * 11 + 5) % rows;
+    up(rows_d, perm, sizeof perm);
+    struct cuda_rmsnorm gat = {.y_f32 = y, .x = x, .x_rows = rows_d, .w = w, .rows = rows, .dim = dim, .eps = 1e-6f};
+    CHECK_OK(K->rmsnorm(&gat, NULL, err, sizeof err), err);
+    down(hy1, y, n * 4);
+    for (int r = 0; r < rows; r++)
+        diff += memcmp(hy1 + (size_t)r * dim, hy + (size_t)perm[r] * dim, (size_t)dim * 4) != 0;
+    CHECK_MSG(diff == 0, "%d rows differ alone or gathered", diff);
+    free(hx);
+    free(hw);
+    free(hy);
+    free(hy1);
+    free(hb);
+    cuda_dev_free(x);
+    cuda_dev_free(w);
+    cuda_dev_free(y);
+    cuda_dev_free(yb);
+    cuda_dev_free(rows_d);
+}
+
+static void test_embed(void)
+{
+    const int vocab = 1000, dim = 1024, n_tok = 9;
+    int32_t tok[9] = {0, 999, 5, 5, 123, -1, 1000, 42, 7};
+    uint16_t *t = dmust((size_t)vocab * dim * 2), *ht = hmust((size_t)vocab * dim * 2);
+    CHECK_OK(cuda_dev_fill_bf16(t, (size_t)vocab * dim, 5, 2.0f, err, sizeof err), err);
+    down(ht, t, (size_t)vocab * dim * 2);
+    int32_t *td = dmust(sizeof tok);
+    up(td, tok, sizeof tok);
+    float *o = dmust((size_t)n_tok * dim * 4), *ho = hmust((size_t)n_tok * dim * 4);
+    struct cuda_embed a = {.out = o, .table = t, .tokens = td, .n_tok = n_tok, .dim = dim, .vocab = vocab};
+    CHECK_OK(K->embed(&a, NULL, err, sizeof err), err);
+    down(ho, o, (size_t)n_tok * dim * 4);
+    int bad = 0;
+    for (int i = 0; i < n_tok; i++)
+        for (int d = 0; d < dim; d++) {
+            float want = tok[i] >= 0 && tok[i] < vocab ? dtype_bf16_to_f32(ht[(size_t)tok[i] * dim + d]) : 0.0f;
+            bad += memcmp(&want, &ho[(size_t)i * dim + d], 4) != 0;
+        }
+    CHECK_MSG(bad == 0, "%d embedding elements differ", bad);
+    free(ht);
+    free(ho);
+    cuda_dev_free(t);
+    cuda_dev_free(td);
+    cuda_dev_free(o);
+}
+
+/* ------------------------------------------------------------------ attention */
+
+#define HD 128
+#define BS 16
+#define NB 256
+#define NL 2
+
+struct kv_fixture {
+    struct cuda_kv kv;
+    size_t slab_elems;
+};
+
+static void kv_fixture_init(struct kv_fixture *f, int nkv)
+{
+    f->kv = (struct cuda_kv){.n_layers = NL, .n_blocks = NB, .n_kv_heads = nkv, .block_size = BS, .head_dim = HD};
+    f->slab_elems = (size_t)NL * NB * 2 * nkv * BS * HD;
+    f->kv.slab = dmust(f->slab_elems * 2);
+    CHECK_OK(cuda_dev_fill_bf16(f->kv.slab, f->slab_elems, 99 + nkv, 1.0f, err, sizeof err), err);
+}
+
+/* A host batch row: query_len tokens at positions context .. context + query_len - 1. */
+struct hrow {
+    const int32_t *table;
+    int n_table, context, query;
+};
+
+struct dbatch {
+    struct cuda_attn_batch b;
+    void *mem[6];
+};
+
+/* Uploads rows as the attention kernels read them; query blocks of block_tokens. */
+static void dbatch_init(struct dbatch *d, const struct hrow *rows, int n_rows, int group)
+{
+    int n_tok = 0, n_tab = 0, n_qb = 0, bt = cuda_attn_block_tokens(group), max_kv = 0;
+    for (int r = 0; r < n_rows; r++) {
+        n_tok += rows[r].query;
+        n_tab += rows[r].n_table;
+        n_qb += (rows[r].query + bt - 1) / bt;
+    }
+    int32_t *pos = hmust(n_tok * 4), *tr = hmust(n_tok * 4), *rt = hmust(n_rows * 4), *tab = hmust(n_tab * 4);
+    int32_t *qb = hmust(n_qb * 8);
+    int64_t *slots = hmust(n_tok * 8);
+    int t = 0, tb = 0, q = 0;
+    for (int r = 0; r < n_rows; r++) {
+        rt[r] = tb;
+        memcpy(tab + tb, rows[r].table, rows[r].n_table * 4);
+        tb += rows[r].n_table;
+        for (int i = 0; i < rows[r].query; i++) {
+            int p = rows[r].context + i;
+            if (i % bt == 0) {
+                qb[2 * q] = t;
+                qb[2 * q + 1] = rows[r].query - i < bt ? rows[r].query - i : bt;
+                q++;
+            }
+            pos[t] = p;
+            tr[t] = r;
+            slots[t] = (int64_t)rows[r].table[p / BS] * BS + p % BS;
+            t++;
+            max_kv = p + 1 > max_kv ? p + 1 : max_kv;
+        }
+    }
+    void *dp = dmust(n_tok * 4), *dtr = dmust(n_tok * 4), *drt = dmust(n_rows * 4), *dtab = dmust(n_tab * 4),
+         *dqb = dmust(n_qb * 8), *ds = dmust(n_tok * 8);
+    up(dp, pos, n_tok * 4);
+    up(dtr, tr, n_tok * 4);
+    up(drt, rt, n_rows * 4);
+    up(dtab, tab, n_tab * 4);
+    up(dqb, qb, n_qb * 8);
+    up(ds, slots, n_tok * 8);
+    d->b = (struct cuda_attn_batch){.n_tok = n_tok, .positions = dp, .slots = ds, .tok_row = dtr, .row_table = drt,
+                                    .tables = dtab, .n_qblocks = n_qb, .qblocks = dqb, .max_kv = max_kv};
+    void *m[6] = {dp, dtr, drt, dtab, dqb, ds};
+    memcpy(d->mem, m, sizeof m);
+    free(pos);
+    free(tr);
+    free(rt);
+    free(tab);
+    free(qb);
+    free(slots);
+}
+
+static void dbatch_free(struct dbatch *d)
+{
+    for (int i = 0; i < 6; i++)
+        cuda_dev_free(d->mem[i]);
+}
+
+/* out[n_tok, nh, HD] f32 of the batch's query rows q[n_tok, nh, HD] (device). */
+static void run_attn(const struct kv_fixture *f, const struct dbatch *d, const float *q, float *out, uint16_t *outb,
+                     int nh)
+{
+    size_t wb = K->attn_workspace(d->b.n_tok, nh, HD, d->b.max_kv);
+    void *work = wb ? dmust(wb) : NULL;
+    struct cuda_attention a = {.out_f32 = out, .out_bf16 = outb, .q = q, .n_heads = nh, .layer = 1,
+                               .scale = (float)(1.0 / sqrt((double)HD)), .kv = f->kv, .b = &d->b, .work = work,
+                               .work_bytes = wb};
+    CHECK_OK(K->attention(&a, NULL, err, sizeof err), err);
+    CHECK_OK(cuda_dev_sync(err, sizeof err), err);
+    cuda_dev_free(work);
+}
+
+/* One row of L positions whose queries are qrow[L, nh, HD] (host): every way of
+ * running it gives the bytes of the one-chunk prefill, and that is float64's result
+ * within 1e-4 (K, V bf16; q, scores, softmax and sums in f32). */
+static void attn_case(int nh, int nkv, int L)
+{
+    struct kv_fixture f;
+    kv_fixture_init(&f, nkv);
+    int group = nh / nkv, nt = (L + BS - 1) / BS;
+    size_t rowf = (size_t)nh * HD;
+    int32_t *table = hmust(NB * 4), *table2 = hmust(NB * 4), *tab_b = hmust(NB * 4);
+    /* row A: nt distinct blocks in a scrambled order; row B: others */
+    for (int i = 0; i < NB; i++)
+        table[i] = (i * 37 + 11) % NB;
+    for (int i = 0; i < NB; i++)
+        tab_b[i] = table[NB - 1 - i];
+    float *hq = hmust((size_t)L * rowf * 4), *ref = hmust((size_t)L * rowf * 4), *got = hmust((size_t)L * rowf * 4);
+    fill_f32(hq, (size_t)L * rowf, 1.0);
+    float *q = dmust((size_t)(L + 64) * rowf * 4), *out = dmust((size_t)(L + 64) * rowf * 4);
+    uint16_t *outb = dmust((size_t)L * rowf * 2), *hb = hmust((size_t)L * rowf * 2);
+    up(q, hq, (size_t)L * rowf * 4);
+
+    struct hrow full = {table, nt, 0, L};
+    struct dbatch d;
+    dbatch_init(&d, &full, 1, group);
+    run_attn(&f, &d, q, out, outb, nh);
+    dbatch_free(&d);
+    down(ref, out, (size_t)L * rowf * 4);
+    down(hb, outb, (size_t)L * rowf * 2);
+    int bad_b = 0;
+    for (size_t i = 0; i < (size_t)L * rowf; i++)
+        bad_b += hb[i] != dtype_f32_to_bf16(ref[i]);
+    CHECK_MSG(bad_b == 0, "%d bf16 outputs are not the f32 output rounded", bad_b);
+
+    /* run to run */
+    dbatch_init(&d, &full, 1, group);
+    CHECK_OK(cuda_dev_memset(out, 0xff, (size_t)L * rowf * 4, err, sizeof err), err);
+    run_attn(&f, &d, q, out, NULL, nh);
+    dbatch_free(&d);
+    down(got, out, (size_t)L * rowf * 4);
+    CHECK_MSG(memcmp(got, ref, (size_t)L * rowf * 4) == 0, "G=%d: a second run differs", group);
+
+    /* prompt chunks */
+    static const int chunks[] = {1, 15, 16, 17, 512};
+    for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
+        int c = chunks[ci], bad = 0;
+        for (int p = 0; p < L; p += c) {
+            int qn = L - p < c ? L - p : c;
+            struct hrow part = {table, nt, p, qn};
+            dbatch_init(&d, &part, 1, group);
+            run_attn(&f, &d, q + (size_t)p * rowf, out, NULL, nh);
+            dbatch_free(&d);
+            down(got, out, (size_t)qn * rowf * 4);
+            bad += memcmp(got, ref + (size_t)p * rowf, (size_t)qn * rowf * 4) != 0;
+        }
+        CHECK_MSG(bad == 0, "G=%d L=%d: %d chunks of %d differ from the one-chunk prefill", group, L, bad, c);
+    }
+
+    /* with neighbours: decode tokens of row A at probe positions amid a prefill row B
+     * and a short decode row, in both orders */
+    static const int probes[] = {0, 1, 15, 16, 17, 31, 32, 511, 512, 513, 1023, 1024};
+    int bad_n = 0;
+    float *hq2 = hmust((size_t)(64 + 2) * rowf * 4);
+    for (size_t pi = 0; pi < sizeof probes / sizeof probes[0]; pi++) {
+        int p = probes[pi];
+        if (p >= L)
+            continue;
+        for (int order = 0; order < 2; order++) {
+            struct hrow rows[3];
+            struct hrow ra = {table, nt, p, 1}, rb = {tab_b, NB - nt, 40, 50}, rc = {tab_b + 50, 8, 100, 1};
+            rows[0] = order ? rb : ra;
+            rows[1] = rc;
+            rows[2] = order ? ra : rb;
+            /* queries: A's row from hq, the others random */
+            fill_f32(hq2, (size_t)52 * rowf, 1.0);
+            int at_a = order ? 51 : 0;
+            memcpy(hq2 + (size_t)at_a * rowf, hq + (size_t)p * rowf, rowf * 4);
+            up(q, hq2, (size_t)52 * rowf * 4);
+            dbatch_init(&d, rows, 3, group);
+            run_attn(&f, &d, q, out, NULL, nh);
+            dbatch_free(&d);
+            down(got, out + (size_t)at_a * rowf, rowf * 4);
+            bad_n += memcmp(got, ref + (size_t)p * rowf, rowf * 4) != 0;
+        }
+    }
+    CHECK_MSG(bad_n == 0, "G=%d: %d decode rows among neighbours differ from the prefill", group, bad_n);
+    up(q, hq, (size_t)L * rowf * 4);
+
+    /* permuted physical blocks: A's blocks copied (block_copy) to other ids */
+    int32_t pairs[2 * NB];
+    int np = 0;
+    for (int i = 0; i < nt; i++) {
+        table2[i] = table[NB - 1 - i]; /* not used by A */
+        pairs[2 * np] = table[i];
+        pairs[2 * np + 1] = table2[i];
+        np++;
+    }
+    int32_t *dpairs = dmust(sizeof pairs);
+    up(dpairs, pairs, (size_t)np * 8);
+    struct cuda_block_copy bc = {.kv = f.kv, .pairs = dpairs, .n = np};
+    CHECK_OK(K->block_copy(&bc, NULL, err, sizeof err), err);
+    CHECK_OK(cuda_dev_sync(err, sizeof err), err);
+    {
+        size_t slice = (size_t)2 * nkv * BS * HD;
+        uint16_t *s1 = hmust(slice * 2), *s2 = hmust(slice * 2);
+        int badc = 0;
+        for (int l = 0; l < NL; l++)
+            for (int i = 0; i < np; i++) {
+                down(s1, f.kv.slab + ((size_t)l * NB + pairs[2 * i]) * slice, slice * 2);
+                down(s2, f.kv.slab + ((size_t)l * NB + pairs[2 * i + 1]) * slice, slice * 2);
+                badc += memcmp(s1, s2, slice * 2) != 0;
+            }
+        CHECK_MSG(badc == 0, "%d block slices not copied", badc);
+        free(s1);
+        free(s2);
+    }
+    struct hrow moved = {table2, nt, 0, L};
+    dbatch_init(&d, &moved, 1, group);
+    run_attn(&f, &d, q, out, NULL, nh);
+    dbatch_free(&d);
+    down(got, out, (size_t)L * rowf * 4);
+    CHECK_MSG(memcmp(got, ref, (size_t)L * rowf * 4) == 0, "G=%d: permuted blocks give other bytes", group);
+
+    /* float64 reference at probe positions (every head) */
+    size_t slice = (size_t)2 * nkv * BS * HD;
+    uint16_t *hs = hmust(f.slab_elems * 2);
+    down(hs, f.kv.slab, f.slab_elems * 2);
+    double worst = 0;
+    double *sc = hmust((size_t)L * 8);
+    for (size_t pi = 0; pi < sizeof probes / sizeof probes[0]; pi++) {
+        int p = probes[pi] < L ? probes[pi] : L - 1;
+        for (int h = 0; h < nh; h++) {
+            int kvh = h / group;
+            const float *qr = hq + (size_t)p * rowf + (size_t)h * HD;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j <= p; j++) {
+                const uint16_t *kr = hs + (size_t)(NL - 1) * NB * slice + (size_t)table[j / BS] * slice +
+                                     ((size_t)kvh * BS + j % BS) * HD;
+                double s = 0;
+                for (int e = 0; e < HD; e++)
+                    s += (double)qr[e] * dtype_bf16_to_f32(kr[e]);
+                sc[j] = s / sqrt((double)HD);
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            for (int j = 0; j <= p; j++)
+                sum += (sc[j] = exp(sc[j] - mx));
+            for (int e = 0; e < HD; e++) {
+                double o = 0;
+                for (int j = 0; j <= p; j++) {
+                    const uint16_t *vr = hs + (size_t)(NL - 1) * NB * slice + (size_t)table[j / BS] * slice +
+                                         ((size_t)(nkv + kvh) * BS + j % BS) * HD;
+                    o += sc[j] * dtype_bf16_to_f32(vr[e]);
+                }
+                o /= sum;
+                double dd = fabs(o - ref[(size_t)p * rowf + (size_t)h * HD + e]);
+                worst = dd > worst ? dd : worst;
+            }
+        }
+    }
+    CHECK_MSG(worst <= 1e-4, "G=%d: attention off float64 by %.3g (limit 1e-4)", group, worst);
+    printf("  %s attention heads %d/%d, %d positions: chunks, neighbours, blocks, rerun bitwise equal; "
+           "max |error| vs float64 %.3g (limit 1e-4)\n",
+           K->name, nh, nkv, L, worst);
+    free(sc);
+    free(hs);
+    free(hq2);
+    free(table);
+    free(table2);
+    free(tab_b);
+    free(hq);
+    free(ref);
+    free(got);
+    free(hb);
+    cuda_dev_free(dpairs);
+    cuda_dev_free(q);
+    cuda_dev_free(out);
+    cuda_dev_free(outb);
+    cuda_dev_free(f.kv.slab);
+}
+
+static void test_attention(void)
+{
+    attn_case(16, 8, 1300); /* Qwen3-0.6B: 2 query heads per KV head; 3 splits */
+    attn_case(32, 8, 1100); /* Qwen3-8B: 4 */
+}
+
+/* q/k norm + RoPE + K/V store against float64, and a token alone = in a batch. */
+static void test_attn_prep(void)
+{
+    const int nh = 32, nkv = 8, n_tok = 40;
+    const double theta = 1000000.0;
+    struct kv_fixture f;
+    kv_fixture_init(&f, nkv);
+    int32_t table[8] = {9, 3, 200, 17, 5, 6, 100, 101};
+    struct hrow rows[2] = {{table, 4, 0, 30}, {table + 4, 4, 50, 10}};
+    struct dbatch d;
+    dbatch_init(&d, rows, 2, nh / nkv);
+    size_t qn = (size_t)n_tok * nh * HD, kn = (size_t)n_tok * nkv * HD;
+    float *hq = hmust(qn * 4), *hk = hmust(kn * 4), *hv = hmust(kn * 4), *hqn = hmust(HD * 4), *hkn = hmust(HD * 4);
+    float *gq = hmust(qn * 4), *gq1 = hmust(qn * 4);
+    fill_f32(hq, qn, 2.0);
+    fill_f32(hk, kn, 2.0);
+    fill_f32(hv, kn, 2.0);
+    fill_f32(hqn, HD, 1.5);
+    fill_f32(hkn, HD, 1.5);
+    float *q = dmust(qn * 4), *k = dmust(kn * 4), *v = dmust(kn * 4), *qnw = dmust(HD * 4), *knw = dmust(HD * 4);
+    up(q, hq, qn * 4);
+    up(k, hk, kn * 4);
+    up(v, hv, kn * 4);
+    up(qnw, hqn, HD * 4);
+    up(knw, hkn, HD * 4);
+    struct cuda_attn_prep a = {.q = q, .k = k, .v = v, .q_norm = qnw, .k_norm = knw, .eps = 1e-6f,
+                               .rope_theta = theta, .n_heads = nh, .layer = 1, .kv = f.kv, .b = &d.b};
+    CHECK_OK(K->attn_prep(&a, NULL, err, sizeof err), err);
+    down(gq, q, qn * 4);
+    uint16_t *hs = hmust(f.slab_elems * 2);
+    down(hs, f.kv.slab, f.slab_elems * 2);
+    size_t slice = (size_t)2 * nkv * BS * HD;
+    int badq = 0, badk = 0, badv = 0, t = 0;
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < rows[r].query; i++, t++) {
+            int p = rows[r].context + i;
+            for (int hh = 0; hh < nh + nkv; hh++) {
+                const float *x = hh < nh ? hq + ((size_t)t * nh + hh) * HD : hk + ((size_t)t * nkv + hh - nh) * HD;
+                const float *w = hh < nh ? hqn : hkn;
+                double ss = 0, y[HD], o[HD];
+                for (int e = 0; e < HD; e++)
+                    ss += (double)x[e] * x[e];
+                double inv = 1 / sqrt(ss / HD + 1e-6);
+                for (int e = 0; e < HD; e++)
+                    y[e] = w[e] * (x[e] * inv);
+                for (int e = 0; e < HD / 2; e++) {
+                    double ang = p * pow(theta, -(double)(2 * e) / HD);
+                    o[e] = y[e] * cos(ang) - y[e + HD / 2] * sin(ang);
+                    o[e + HD / 2] = y[e + HD / 2] * cos(ang) + y[e] * sin(ang);
+                }
+                for (int e = 0; e < HD; e++) {
+                    if (hh < nh) {
+                        float g = gq[((size_t)t * nh + hh) * HD + e];
+                        badq += !(fabs(g - o[e]) <= 1e-5 * (fabs(y[e]) + fabs(y[(e + HD / 2) % HD])) + 1e-6);
+                    } else {
+                        int blk = rows[r].table[p / BS];
+                        float g = dtype_bf16_to_f32(
+                            hs[(size_t)1 * NB * slice + (size_t)blk * slice + ((size_t)(hh - nh) * BS + p % BS) * HD + e]);
+                        badk += !(fabs(g - o[e]) <= 8e-3 * fabs(o[e]) + 1e-5 * (fabs(y[e]) + fabs(y[(e + HD / 2) % HD])));
+                    }
+                }
+            }
+            for (int kvh = 0; kvh < nkv; kvh++)
+                for (int e = 0; e < HD; e++) {
+                    int blk = rows[r].table[p / BS];
+                    uint16_t g = hs[(size_t)NB * slice + (size_t)blk * slice + ((size_t)(nkv + kvh) * BS + p % BS) * HD + e];
+                    badv += g != dtype_f32_to_bf16(hv[((size_t)t * nkv + kvh) * HD + e]);
+                }
+        }
+    CHECK_MSG(badq == 0 && badk == 0 && badv == 0, "prep vs float64: %d q, %d k, %d v elements off", badq, badk, badv);
+    dbatch_free(&d);
+    /* token 33 (row 1's 4th) alone */
+    up(q, hq, qn * 4);
+    struct hrow one = {table + 4, 4, 53, 1};
+    dbatch_init(&d, &one, 1, nh / nkv);
+    a.q = q + (size_t)33 * nh * HD;
+    a.k = k + (size_t)33 * nkv * HD;
+    a.v = v + (size_t)33 * nkv * HD;
+    a.b = &d.b;
+    CHECK_OK(K->attn_prep(&a, NULL, err, sizeof err), err);
+    down(gq1, q, qn * 4);
+    CHECK(memcmp(gq1 + (size_t)33 * nh * HD, gq + (size_t)33 * nh * HD, (size_t)nh * HD * 4) == 0);
+    dbatch_free(&d);
+    free(hs);
+    free(hq);
+    free(hk);
+    free(hv);
+    free(hqn);
+    free(hkn);
+    free(gq);
+    free(gq1);
+    cuda_dev_free(q);
+    cuda_dev_free(k);
+    cuda_dev_free(v);
+    cuda_dev_free(qnw);
+    cuda_dev_free(knw);
+    cuda_dev_free(f.kv.slab);
+}
+
+int main(int argc, char **argv)
+{
+    /* HEARTH_CUDA_TESTS=quick leaves out the GEMM row sweep (the slowest test) */
+    const char *mode = getenv("HEARTH_CUDA_TESTS");
+    int quick = mode && strcmp(mode, "quick") == 0;
+    (void)argc;
+    (void)argv;
+    if (cuda_dev_init(0, &info, err, sizeof err) != HR_OK) {
+        TEST_SKIP("cuda", "%s", err);
+        TEST_END();
+    }
+    printf("device: %s, compute %d.%d, %d SMs, %.1f GiB, runtime %d, driver %d\n", info.name, info.major, info.minor,
+           info.sm_count, info.total_mem / 1073741824.0, info.runtime_version, info.driver_version);
+    static const char *variants[] = {"sm90a", "sm80"};
+    for (int v = 0; v < 2; v++) {
+        K = cuda_kernels_pick(variants[v], info.major, info.minor, err, sizeof err);
+        if (!K) {
+            TEST_SKIP(variants[v], "%s", err);
+            continue;
+        }
+        if (K->prepare(info.sm_count, err, sizeof err) != HR_OK) {
+            fprintf(stderr, "%s: %s\n", variants[v], err);
+            test_n_failed++;
+            continue;
+        }
+        printf("variant %s\n", K->name);
+        TEST_RUN(test_gemm_bad_args);
+        TEST_RUN(test_rmsnorm);
+        TEST_RUN(test_embed);
+        TEST_RUN(test_attn_prep);
+        TEST_RUN(test_attention);
+        TEST_RUN(test_gemm_reference);
+        if (!quick)
+            TEST_RUN(test_gemm_rows);
+        else
+            TEST_SKIP("test_gemm_rows", "HEARTH_CUDA_TESTS=quick");
+    }
+    TEST_END();
+}
+
+#endif
