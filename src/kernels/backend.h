@@ -153,6 +153,11 @@ enum hr_status backend_cpu_init(struct backend *be, const struct backend_opts *o
 /* Names of the variants this CPU supports, best first; returns how many. */
 int backend_cpu_variants(const char **names, int cap);
 
+/* The CUDA backend (built when nvcc is found): device 0; o->kernel "sm90a" or "sm80"
+ * (NULL, "" or "auto": sm90a on Hopper, else sm80); bf16 compute. HR_ERR_UNSUPPORTED
+ * with the reason when there is no driver or GPU. */
+enum hr_status backend_cuda_init(struct backend *be, const struct backend_opts *o, char *err, size_t errlen);
+
 /* A test backend that fails on command.  backend_fault_wrap wraps *be in place (the
  * wrapper has the same identity; freeing it frees the wrapped backend); every call goes
  * to the wrapped backend until backend_fault_arm(be, step, op): then op number op (0

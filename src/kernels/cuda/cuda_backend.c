@@ -1,0 +1,735 @@
+/* The CUDA backend: the ops of backend.h over the kernels of cuda_kernels.h, for
+ * dense Qwen3 with bf16 weights and a bf16 KV store, on the default stream.
+ *
+ * Memory: every buffer the model code names is device memory (cudaMalloc); the
+ * weights are uploaded once (bind_weights); the step's batch goes over in one copy
+ * at begin_step, laid out as the attention kernels read it.  Activations stay f32 in
+ * the model's buffers; a matmul rounds its input to bf16 in the backend's own buffer
+ * (the GEMM is bf16 x bf16 with f32 accumulation), so every op keeps the meaning the
+ * CPU gives it.  Kernel launches report their errors at once; errors a kernel raises
+ * while it runs come back at the next synchronising copy or sync.  The first error of
+ * a step is kept and reported by sync, and the rest of the step's ops do not run.
+ *
+ * Built only when nvcc is found (HEARTH_CUDA); the registry says so otherwise. */
+#ifdef HEARTH_CUDA
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_dev.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+/* The step's batch as one block of device memory (and its host staging copy). */
+struct cuda_step_area {
+    size_t bytes;
+    void *dev, *host;
+    /* capacities */
+    int max_tok, max_tables, max_qblocks, max_copies;
+};
+
+struct cuda_backend {
+    const struct cuda_kernels *K;
+    struct cuda_dev_info info;
+    const struct model_config *cfg;
+    int max_tok;
+    /* GEMM: the bf16 input of a matmul, and the K split's workspace and tickets */
+    uint16_t *xb;              /* [max_tok, max_k] bf16 */
+    size_t xb_elems;
+    uint16_t *sw;              /* [max_tok, intermediate] bf16 SwiGLU outputs */
+    void *gemm_work;
+    size_t gemm_work_bytes;
+    int *tickets;              /* zeroed once; every launch leaves them zero */
+    size_t n_tickets;
+    /* attention */
+    void *attn_work;
+    size_t attn_work_bytes;
+    int kv_blocks, kv_block_size; /* of the store kv_alloc made (sizes the step area) */
+    struct cuda_step_area area;
+    /* the step: device views into the area */
+    const struct batch *b;
+    struct cuda_attn_batch ab;
+    const int32_t *d_tokens;   /* [n_tok] */
+    const int32_t *d_logit_tok; /* [n_logits] */
+    const int32_t *d_pairs;    /* [n_copies, 2] */
+    /* to_host's staging (pinned would be faster; plain host memory for now) */
+    void *host;
+    size_t host_bytes;
+    /* the step's first error */
+    enum hr_status st;
+    char msg[HR_ERRLEN];
+};
+
+static struct cuda_backend *cb_of(struct backend *be) { return be->impl; }
+
+/* Keeps the first failure of the step; true when the op may run. */
+static bool cb_ok(struct cuda_backend *c) { return c->st == HR_OK; }
+
+static void cb_fail(struct cuda_backend *c, enum hr_status st, const char *msg)
+{
+    if (c->st == HR_OK && st != HR_OK) {
+        c->st = st;
+        snprintf(c->msg, sizeof c->msg, "%s", msg);
+    }
+}
+
+/* ------------------------------------------------------------------ memory */
+
+static void *cb_alloc(struct backend *be, size_t bytes, char *err, size_t errlen)
+{
+    (void)be;
+    void *p = NULL;
+    if (cuda_dev_alloc(&p, bytes, err, errlen) != HR_OK)
+        return NULL;
+    return p;
+}
+
+static void cb_mem_free(struct backend *be, void *p)
+{
+    (void)be;
+    cuda_dev_free(p);
+}
+
+/* The step area for max_tok tokens once both the model (reserve) and the store
+ * (kv_alloc) are known: block tables of every row (rows <= tokens) up to the store's
+ * blocks, query blocks, copies. */
+static enum hr_status cb_size_step(struct cuda_backend *c, char *err, size_t errlen)
+{
+    if (!c->cfg || !c->kv_blocks)
+        return HR_OK;
+    struct cuda_step_area *a = &c->area;
+    int max_tok = c->max_tok;
+    int64_t per_row = (int64_t)c->cfg->max_position_embeddings / c->kv_block_size + 2;
+    if (per_row > c->kv_blocks)
+        per_row = c->kv_blocks;
+    int64_t tables = (int64_t)max_tok * per_row;
+    if (tables > (int64_t)1 << 28)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda backend: block tables of %lld entries", (long long)tables);
+    a->max_tok = max_tok;
+    a->max_tables = (int)tables;
+    a->max_qblocks = max_tok;
+    a->max_copies = max_tok * 4 + 64;
+    /* positions, tok_row, tokens, logit_tok [max_tok] i32; slots [max_tok] i64;
+     * row_table [max_tok] i32; tables; qblocks [2 * max_tok] i32; pairs [2 * copies] */
+    size_t bytes = (size_t)max_tok * 8 + (size_t)max_tok * 4 * 5 + (size_t)a->max_tables * 4 +
+                   (size_t)a->max_qblocks * 8 + (size_t)a->max_copies * 8 + 256;
+    cuda_dev_free(a->dev);
+    free(a->host);
+    a->dev = NULL;
+    a->host = malloc(bytes);
+    if (!a->host)
+        return hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: no host memory for the step's batch");
+    a->bytes = bytes;
+    enum hr_status st = cuda_dev_alloc(&a->dev, bytes, err, errlen);
+    if (st != HR_OK)
+        return st;
+    /* attention's split workspace: steps of max_tok tokens at the longest context the
+     * store holds (the kernels lay it out by the step's longest context) */
+    int64_t max_kv = (int64_t)c->kv_blocks * c->kv_block_size;
+    if (max_kv > c->cfg->max_position_embeddings)
+        max_kv = c->cfg->max_position_embeddings;
+    cuda_dev_free(c->attn_work);
+    c->attn_work = NULL;
+    c->attn_work_bytes = c->K->attn_workspace(max_tok, c->cfg->n_heads, c->cfg->head_dim, (int)max_kv);
+    if (c->attn_work_bytes)
+        st = cuda_dev_alloc(&c->attn_work, c->attn_work_bytes, err, errlen);
+    return st;
+}
+
+static int cb_max_k(const struct model_config *c)
+{
+    int k = c->hidden_size;
+    int dims[] = {c->n_heads * c->head_dim, c->intermediate_size};
+    for (int i = 0; i < 2; i++)
+        k = dims[i] > k ? dims[i] : k;
+    return k;
+}
+
+static enum hr_status cb_reserve(struct backend *be, const struct model_config *cfg, int max_tok, char *err,
+                                 size_t errlen)
+{
+    struct cuda_backend *c = cb_of(be);
+    if (max_tok < 1)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda backend: steps of %d tokens", max_tok);
+    if (cfg->n_experts > 0)
+        return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
+                      "the CUDA backend serves dense Qwen3 only for now (this model has %d experts); use --device cpu",
+                      cfg->n_experts);
+    if (cfg->head_dim != 128)
+        return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
+                      "the CUDA attention kernels are built for head_dim 128 (this model has %d); use --device cpu",
+                      cfg->head_dim);
+    c->cfg = cfg;
+    c->max_tok = max_tok;
+    /* the largest bf16 input of any matmul */
+    size_t xb = (size_t)max_tok * (size_t)cb_max_k(cfg);
+    cuda_dev_free(c->xb);
+    c->xb = NULL;
+    enum hr_status st = cuda_dev_alloc((void **)&c->xb, xb * 2, err, errlen);
+    if (st != HR_OK)
+        return st;
+    c->xb_elems = xb;
+    cuda_dev_free(c->sw);
+    c->sw = NULL;
+    if ((st = cuda_dev_alloc((void **)&c->sw, (size_t)max_tok * (size_t)cfg->intermediate_size * 2, err,
+                             errlen)) != HR_OK)
+        return st;
+    /* the K split's workspace and tickets: the largest over the model's shapes */
+    int H = cfg->hidden_size, Q = cfg->n_heads * cfg->head_dim, KV = cfg->n_kv_heads * cfg->head_dim;
+    int I = cfg->intermediate_size, V = cfg->vocab_size;
+    struct {
+        int n, k;
+        enum cuda_epi epi;
+    } shapes[] = {{Q, H, CUDA_EPI_STORE_F32}, {KV, H, CUDA_EPI_STORE_F32}, {H, Q, CUDA_EPI_ADD_F32},
+                  {I, H, CUDA_EPI_SWIGLU_BF16}, {H, I, CUDA_EPI_ADD_F32}, {V, H, CUDA_EPI_STORE_F32}};
+    size_t work = 0, tickets = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        size_t w = c->K->gemm_workspace(max_tok, shapes[i].n, shapes[i].k, shapes[i].epi);
+        size_t t = c->K->gemm_tickets(max_tok, shapes[i].n, shapes[i].k, shapes[i].epi);
+        work = w > work ? w : work;
+        tickets = t > tickets ? t : tickets;
+    }
+    cuda_dev_free(c->gemm_work);
+    cuda_dev_free(c->tickets);
+    c->gemm_work = NULL;
+    c->tickets = NULL;
+    if (work && (st = cuda_dev_alloc(&c->gemm_work, work, err, errlen)) != HR_OK)
+        return st;
+    if (tickets && ((st = cuda_dev_alloc((void **)&c->tickets, tickets * sizeof(int), err, errlen)) != HR_OK ||
+                    (st = cuda_dev_memset(c->tickets, 0, tickets * sizeof(int), err, errlen)) != HR_OK))
+        return st;
+    c->gemm_work_bytes = work;
+    c->n_tickets = tickets;
+    return cb_size_step(c, err, errlen);
+}
+
+static enum hr_status cb_kv_alloc(struct backend *be, struct kv_store *kv, char *err, size_t errlen)
+{
+    struct cuda_backend *c = cb_of(be);
+    if (kv->dtype != KV_DTYPE_BF16)
+        return hr_err(err, errlen, HR_ERR_UNSUPPORTED, "the CUDA backend stores KV in bf16 (--kv-dtype bf16)");
+    if (kv->head_dim != 128)
+        return hr_err(err, errlen, HR_ERR_UNSUPPORTED, "the CUDA attention kernels are built for head_dim 128, not %d",
+                      kv->head_dim);
+    void *p = NULL;
+    size_t bytes = kv_store_slab_bytes(kv);
+    enum hr_status st = cuda_dev_alloc(&p, bytes, err, errlen);
+    if (st == HR_OK)
+        st = cuda_dev_memset(p, 0, bytes, err, errlen);
+    if (st != HR_OK) {
+        cuda_dev_free(p);
+        return st;
+    }
+    kv->slab = p;
+    c->kv_blocks = kv->n_blocks;
+    c->kv_block_size = kv->block_size;
+    return cb_size_step(c, err, errlen);
+}
+
+static void cb_kv_free(struct backend *be, struct kv_store *kv)
+{
+    (void)be;
+    cuda_dev_free(kv->slab);
+    kv->slab = NULL;
+}
+
+/* ------------------------------------------------------------------ weights */
+
+static enum hr_status cb_upload_mat(const struct weights_mat *h, struct weights_mat *d, const char *what, char *err,
+                                    size_t errlen)
+{
+    *d = *h;
+    d->data = NULL;
+    if (h->dtype != SAFETENSORS_DTYPE_BF16)
+        return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
+                      "the CUDA backend needs bf16 weights (%s is %s); use --device cpu", what,
+                      safetensors_dtype_name(h->dtype));
+    if (h->cols % 64 || h->rows % 2)
+        return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
+                      "the CUDA GEMM needs k a multiple of 64 and n even (%s is [%lld, %lld])", what,
+                      (long long)h->rows, (long long)h->cols);
+    size_t bytes = (size_t)h->rows * (size_t)h->cols * 2;
+    void *p = NULL;
+    enum hr_status st = cuda_dev_alloc(&p, bytes, err, errlen);
+    if (st == HR_OK)
+        st = cuda_dev_copy(p, h->data, bytes, err, errlen);
+    if (st != HR_OK) {
+        cuda_dev_free(p);
+        return st;
+    }
+    d->data = p;
+    return HR_OK;
+}
+
+static enum hr_status cb_upload_vec(const float *h, int n, float **d, char *err, size_t errlen)
+{
+    *d = NULL;
+    enum hr_status st = cuda_dev_alloc((void **)d, (size_t)n * sizeof(float), err, errlen);
+    if (st == HR_OK)
+        st = cuda_dev_copy(*d, h, (size_t)n * sizeof(float), err, errlen);
+    return st;
+}
+
+static void cb_unbind_weights(struct backend *be, const struct weights *bound)
+{
+    (void)be;
+    if (!bound)
+        return;
+    struct weights *w = (struct weights *)bound;
+    if (w->lm_head.data != w->embed.data)
+        cuda_dev_free((void *)w->lm_head.data);
+    cuda_dev_free((void *)w->embed.data);
+    cuda_dev_free(w->final_norm);
+    for (int l = 0; w->layers && l < w->n_layers; l++) {
+        struct weights_layer *L = &w->layers[l];
+        cuda_dev_free(L->attn_norm);
+        cuda_dev_free(L->ffn_norm);
+        cuda_dev_free(L->q_norm);
+        cuda_dev_free(L->k_norm);
+        const struct weights_mat *m[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (int i = 0; i < 7; i++)
+            cuda_dev_free((void *)m[i]->data);
+    }
+    free(w->layers);
+    free(w);
+}
+
+static enum hr_status cb_bind_weights(struct backend *be, const struct weights *host, const struct weights **bound,
+                                      char *err, size_t errlen)
+{
+    const struct model_config *cfg = cb_of(be)->cfg;
+    *bound = NULL;
+    if (!cfg)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda backend: weights bound before reserve");
+    struct weights *w = calloc(1, sizeof *w);
+    if (!w)
+        return hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: out of memory");
+    w->n_layers = host->n_layers;
+    w->n_params = host->n_params;
+    w->weight_bytes = host->weight_bytes;
+    w->n_active_params = host->n_active_params;
+    w->layers = calloc((size_t)host->n_layers, sizeof *w->layers);
+    enum hr_status st = w->layers ? HR_OK : hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: out of memory");
+    int H = cfg->hidden_size, HD = cfg->head_dim;
+    if (st == HR_OK)
+        st = cb_upload_mat(&host->embed, &w->embed, "the embedding", err, errlen);
+    if (st == HR_OK && host->lm_head.data == host->embed.data)
+        w->lm_head = w->embed; /* tied: one copy */
+    else if (st == HR_OK)
+        st = cb_upload_mat(&host->lm_head, &w->lm_head, "lm_head", err, errlen);
+    if (st == HR_OK)
+        st = cb_upload_vec(host->final_norm, H, &w->final_norm, err, errlen);
+    for (int l = 0; st == HR_OK && l < host->n_layers; l++) {
+        const struct weights_layer *h = &host->layers[l];
+        struct weights_layer *d = &w->layers[l];
+        char what[64];
+        snprintf(what, sizeof what, "a matrix of layer %d", l);
+        d->is_moe = h->is_moe;
+        if ((st = cb_upload_vec(h->attn_norm, H, &d->attn_norm, err, errlen)) != HR_OK ||
+            (st = cb_upload_vec(h->ffn_norm, H, &d->ffn_norm, err, errlen)) != HR_OK ||
+            (st = cb_upload_vec(h->q_norm, HD, &d->q_norm, err, errlen)) != HR_OK ||
+            (st = cb_upload_vec(h->k_norm, HD, &d->k_norm, err, errlen)) != HR_OK)
+            break;
+        const struct weights_mat *hm[] = {&h->q, &h->k, &h->v, &h->o, &h->gate, &h->up, &h->down};
+        struct weights_mat *dm[] = {&d->q, &d->k, &d->v, &d->o, &d->gate, &d->up, &d->down};
+        for (int i = 0; st == HR_OK && i < 7; i++)
+            st = cb_upload_mat(hm[i], dm[i], what, err, errlen);
+    }
+    if (st != HR_OK) {
+        cb_unbind_weights(be, w);
+        return st;
+    }
+    *bound = w;
+    return HR_OK;
+}
+
+/* ------------------------------------------------------------------ cache tiers */
+
+static size_t cb_slice_off(const struct kv_store *kv, int block, int layer)
+{
+    return ((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * kv->layer_bytes;
+}
+
+static enum hr_status cb_kv_export(struct backend *be, const struct kv_store *kv, int block, void *dst, char *err,
+                                   size_t errlen)
+{
+    (void)be;
+    if (block < 0 || block >= kv->n_blocks)
+        return hr_err(err, errlen, HR_ERR_INVALID, "kv export: block %d outside the pool (%d)", block, kv->n_blocks);
+    for (int l = 0; l < kv->n_layers; l++) {
+        enum hr_status st = cuda_dev_copy((uint8_t *)dst + (size_t)l * kv->layer_bytes,
+                                          kv->slab + cb_slice_off(kv, block, l), kv->layer_bytes, err, errlen);
+        if (st != HR_OK)
+            return st;
+    }
+    return HR_OK;
+}
+
+static enum hr_status cb_kv_import(struct backend *be, struct kv_store *kv, int block, const void *src, char *err,
+                                   size_t errlen)
+{
+    (void)be;
+    if (block < 0 || block >= kv->n_blocks)
+        return hr_err(err, errlen, HR_ERR_INVALID, "kv import: block %d outside the pool (%d)", block, kv->n_blocks);
+    for (int l = 0; l < kv->n_layers; l++) {
+        enum hr_status st = cuda_dev_copy(kv->slab + cb_slice_off(kv, block, l),
+                                          (const uint8_t *)src + (size_t)l * kv->layer_bytes, kv->layer_bytes, err,
+                                          errlen);
+        if (st != HR_OK)
+            return st;
+    }
+    return HR_OK;
+}
+
+/* ------------------------------------------------------------------ the step */
+
+static struct cuda_kv cb_kv(const struct kv_store *kv)
+{
+    return (struct cuda_kv){.slab = (uint16_t *)kv->slab, .n_layers = kv->n_layers, .n_blocks = kv->n_blocks,
+                            .n_kv_heads = kv->n_kv_heads, .block_size = kv->block_size, .head_dim = kv->head_dim};
+}
+
+/* Places n elements of `size` bytes at *off of the area (8-byte aligned). */
+static size_t cb_take(size_t *off, size_t n, size_t size)
+{
+    size_t at = (*off + 7) & ~(size_t)7;
+    *off = at + n * size;
+    return at;
+}
+
+static enum hr_status cb_begin_step(struct backend *be, const struct batch *b, struct kv_store *kv, char *err,
+                                    size_t errlen)
+{
+    struct cuda_backend *c = cb_of(be);
+    struct cuda_step_area *a = &c->area;
+    c->st = HR_OK;
+    c->msg[0] = 0;
+    if (!a->dev || b->n_tok > a->max_tok)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda backend: a step of %d tokens (reserved for %d)", b->n_tok,
+                      a->max_tok);
+    int group = c->cfg->n_heads / c->cfg->n_kv_heads, bt = cuda_attn_block_tokens(group);
+    int n_tab = 0, n_qb = 0, max_kv = 0;
+    for (int r = 0; r < b->n_rows; r++) {
+        const struct batch_row *row = &b->rows[r];
+        n_tab += (row->kv_len + b->block_size - 1) / b->block_size;
+        n_qb += (row->query_len + bt - 1) / bt;
+        max_kv = row->kv_len > max_kv ? row->kv_len : max_kv;
+    }
+    if (n_tab > a->max_tables || n_qb > a->max_qblocks || b->n_copies > a->max_copies)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda backend: the step's batch is larger than its upload area");
+    size_t need = c->K->attn_workspace(b->n_tok, c->cfg->n_heads, c->cfg->head_dim, max_kv);
+    if (need > c->attn_work_bytes)
+        return hr_err(err, errlen, HR_ERR_NOMEM,
+                      "cuda backend: attention needs %zu bytes of split workspace, %zu reserved (a longer context "
+                      "than the store was sized for)",
+                      need, c->attn_work_bytes);
+    /* lay out and fill the host copy, then one upload */
+    size_t off = 0;
+    size_t o_pos = cb_take(&off, (size_t)b->n_tok, 4), o_slot = cb_take(&off, (size_t)b->n_tok, 8);
+    size_t o_row = cb_take(&off, (size_t)b->n_tok, 4), o_rt = cb_take(&off, (size_t)b->n_rows, 4);
+    size_t o_tab = cb_take(&off, (size_t)n_tab, 4), o_qb = cb_take(&off, (size_t)n_qb * 2, 4);
+    size_t o_tok = cb_take(&off, (size_t)b->n_tok, 4), o_lt = cb_take(&off, (size_t)b->n_logits, 4);
+    size_t o_pairs = cb_take(&off, (size_t)b->n_copies * 2, 4);
+    uint8_t *h = a->host;
+    memcpy(h + o_pos, b->positions, (size_t)b->n_tok * 4);
+    memcpy(h + o_slot, b->slots, (size_t)b->n_tok * 8);
+    memcpy(h + o_row, b->tok_row, (size_t)b->n_tok * 4);
+    memcpy(h + o_tok, b->tokens, (size_t)b->n_tok * 4);
+    memcpy(h + o_lt, b->logit_tok, (size_t)b->n_logits * 4);
+    int32_t *rt = (int32_t *)(h + o_rt), *tab = (int32_t *)(h + o_tab), *qb = (int32_t *)(h + o_qb);
+    int32_t *pairs = (int32_t *)(h + o_pairs);
+    int tb = 0, q = 0;
+    for (int r = 0; r < b->n_rows; r++) {
+        const struct batch_row *row = &b->rows[r];
+        int nb = (row->kv_len + b->block_size - 1) / b->block_size;
+        rt[r] = tb;
+        memcpy(tab + tb, row->block_table, (size_t)nb * 4);
+        tb += nb;
+        for (int i = 0; i < row->query_len; i += bt) {
+            qb[2 * q] = row->query_offset + i;
+            qb[2 * q + 1] = row->query_len - i < bt ? row->query_len - i : bt;
+            q++;
+        }
+    }
+    for (int i = 0; i < b->n_copies; i++) {
+        pairs[2 * i] = b->copies[i].src;
+        pairs[2 * i + 1] = b->copies[i].dst;
+    }
+    enum hr_status st = cuda_dev_copy(a->dev, a->host, off, err, errlen);
+    if (st != HR_OK)
+        return st;
+    uint8_t *d = a->dev;
+    c->b = b;
+    c->ab = (struct cuda_attn_batch){
+        .n_tok = b->n_tok, .positions = (const int32_t *)(d + o_pos), .slots = (const int64_t *)(d + o_slot),
+        .tok_row = (const int32_t *)(d + o_row), .row_table = (const int32_t *)(d + o_rt),
+        .tables = (const int32_t *)(d + o_tab), .n_qblocks = n_qb, .qblocks = (const int32_t *)(d + o_qb),
+        .max_kv = max_kv};
+    c->d_tokens = (const int32_t *)(d + o_tok);
+    c->d_logit_tok = (const int32_t *)(d + o_lt);
+    c->d_pairs = (const int32_t *)(d + o_pairs);
+    /* the copies in list order: one launch each, so a later copy into a block wins */
+    for (int i = 0; i < b->n_copies && st == HR_OK; i++) {
+        struct cuda_block_copy bc = {.kv = cb_kv(kv), .pairs = c->d_pairs + 2 * i, .n = 1};
+        st = c->K->block_copy(&bc, NULL, err, errlen);
+    }
+    return st;
+}
+
+static enum hr_status cb_sync(struct backend *be, char *err, size_t errlen)
+{
+    struct cuda_backend *c = cb_of(be);
+    enum hr_status st = cuda_dev_sync(err, errlen);
+    if (c->st != HR_OK) {
+        st = c->st;
+        hr_err(err, errlen, st, "%s", c->msg);
+        c->st = HR_OK;
+    }
+    return st;
+}
+
+static enum hr_status cb_to_host(struct backend *be, const void *src, size_t bytes, const void **host, char *err,
+                                 size_t errlen)
+{
+    struct cuda_backend *c = cb_of(be);
+    *host = NULL;
+    if (bytes > c->host_bytes) {
+        /* sized for the largest piece once; after the first steps it never grows */
+        void *p = realloc(c->host, bytes);
+        if (!p)
+            return hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: no host memory for %zu bytes", bytes);
+        c->host = p;
+        c->host_bytes = bytes;
+    }
+    enum hr_status st = cuda_dev_copy(c->host, src, bytes, err, errlen);
+    if (st == HR_OK)
+        *host = c->host;
+    return st;
+}
+
+/* ------------------------------------------------------------------ ops */
+
+static void cb_embed(struct backend *be, float *out, const struct weights_mat *emb)
+{
+    struct cuda_backend *c = cb_of(be);
+    if (!cb_ok(c))
+        return;
+    char err[HR_ERRLEN];
+    struct cuda_embed a = {.out = out, .table = emb->data, .tokens = c->d_tokens, .n_tok = c->b->n_tok,
+                           .dim = (int)emb->cols, .vocab = (int)emb->rows};
+    cb_fail(c, c->K->embed(&a, NULL, err, sizeof err), err);
+}
+
+/* x[m, k] f32 rounded to bf16 into the backend's buffer. */
+static const uint16_t *cb_bf16_input(struct cuda_backend *c, const float *x, int m, int64_t k)
+{
+    char err[HR_ERRLEN];
+    if ((size_t)m * (size_t)k > c->xb_elems) {
+        cb_fail(c, HR_ERR_INVALID, "cuda backend: a matmul input larger than reserved");
+        return NULL;
+    }
+    enum hr_status st = c->K->to_bf16(c->xb, x, (size_t)m * (size_t)k, NULL, err, sizeof err);
+    cb_fail(c, st, err);
+    return st == HR_OK ? c->xb : NULL;
+}
+
+static void cb_gemm(struct cuda_backend *c, enum cuda_epi epi, void *y, const uint16_t *xb, int m,
+                    const struct weights_mat *w, const struct weights_mat *up)
+{
+    if (!cb_ok(c) || m == 0)
+        return;
+    char err[HR_ERRLEN];
+    struct cuda_gemm g = {.epi = epi, .y = y, .x = xb, .w = w->data, .w_up = up ? up->data : NULL, .m = m,
+                          .n = (int)w->rows, .k = (int)w->cols, .work = c->gemm_work,
+                          .work_bytes = c->gemm_work_bytes, .tickets = c->tickets, .n_tickets = c->n_tickets};
+    cb_fail(c, c->K->gemm(&g, NULL, err, sizeof err), err);
+}
+
+static void cb_matmul(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w)
+{
+    struct cuda_backend *c = cb_of(be);
+    if (cb_ok(c) && m > 0)
+        cb_gemm(c, CUDA_EPI_STORE_F32, y, cb_bf16_input(c, x, m, w->cols), m, w, NULL);
+}
+
+static void cb_matmul_add(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w)
+{
+    struct cuda_backend *c = cb_of(be);
+    if (cb_ok(c) && m > 0)
+        cb_gemm(c, CUDA_EPI_ADD_F32, y, cb_bf16_input(c, x, m, w->cols), m, w, NULL);
+}
+
+static void cb_matmul_multi(struct backend *be, int n_mats, float *const *ys, const float *x, int m,
+                            const struct weights_mat *const *ws)
+{
+    struct cuda_backend *c = cb_of(be);
+    if (!cb_ok(c) || m == 0)
+        return;
+    const uint16_t *xb = cb_bf16_input(c, x, m, ws[0]->cols);
+    for (int i = 0; i < n_mats; i++)
+        cb_gemm(c, CUDA_EPI_STORE_F32, ys[i], xb, m, ws[i], NULL);
+}
+
+/* silu(x gate^T) * (x up^T): the GEMM's SwiGLU epilogue writes bf16 into the
+ * backend's buffer, widened (exactly) to the f32 the op promises. */
+static void cb_matmul_swiglu(struct backend *be, float *out, const float *x, int m, const struct weights_mat *gate,
+                             const struct weights_mat *up)
+{
+    struct cuda_backend *c = cb_of(be);
+    if (!cb_ok(c) || m == 0)
+        return;
+    size_t n = (size_t)m * (size_t)gate->rows;
+    if (gate->rows > c->cfg->intermediate_size) {
+        cb_fail(c, HR_ERR_INVALID, "cuda backend: a SwiGLU wider than reserved");
+        return;
+    }
+    cb_gemm(c, CUDA_EPI_SWIGLU_BF16, c->sw, cb_bf16_input(c, x, m, gate->cols), m, gate, up);
+    if (!cb_ok(c))
+        return;
+    char err[HR_ERRLEN];
+    cb_fail(c, c->K->from_bf16(out, c->sw, n, NULL, err, sizeof err), err);
+}
+
+static void cb_rmsnorm(struct backend *be, float *y, const float *x, const float *w, int rows, int dim, float eps)
+{
+    struct cuda_backend *c = cb_of(be);
+    if (!cb_ok(c) || rows == 0)
+        return;
+    char err[HR_ERRLEN];
+    struct cuda_rmsnorm a = {.y_f32 = y, .x = x, .w = w, .rows = rows, .dim = dim, .eps = eps};
+    cb_fail(c, c->K->rmsnorm(&a, NULL, err, sizeof err), err);
+}
+
+static void cb_attn_prep(struct backend *be, float *q, float *k, const float *v, const float *q_norm,
+                         const float *k_norm, float eps, int n_heads, struct kv_store *kv, int layer)
+{
+    struct cuda_backend *c = cb_of(be);
+    if (!cb_ok(c))
+        return;
+    char err[HR_ERRLEN];
+    struct cuda_attn_prep a = {.q = q, .k = k, .v = v, .q_norm = q_norm, .k_norm = k_norm, .eps = eps,
+                               .rope_theta = c->cfg->rope_theta, .n_heads = n_heads, .layer = layer,
+                               .kv = cb_kv(kv), .b = &c->ab};
+    cb_fail(c, c->K->attn_prep(&a, NULL, err, sizeof err), err);
+}
+
+static void cb_attention(struct backend *be, float *out, const float *q, const struct kv_store *kv, int layer,
+                         int n_heads, float scale)
+{
+    struct cuda_backend *c = cb_of(be);
+    if (!cb_ok(c))
+        return;
+    char err[HR_ERRLEN];
+    struct cuda_attention a = {.out_f32 = out, .q = q, .n_heads = n_heads, .layer = layer, .scale = scale,
+                               .kv = cb_kv(kv), .b = &c->ab, .work = c->attn_work, .work_bytes = c->attn_work_bytes};
+    cb_fail(c, c->K->attention(&a, NULL, err, sizeof err), err);
+}
+
+static size_t cb_moe_work_bytes(struct backend *be, int n_tok)
+{
+    (void)be;
+    (void)n_tok;
+    return 0;
+}
+
+static void cb_moe(struct backend *be, float *h, const float *xn, int n_tok, const struct weights_layer *L,
+                   void *work, int32_t *trace)
+{
+    (void)h;
+    (void)xn;
+    (void)n_tok;
+    (void)L;
+    (void)work;
+    (void)trace;
+    cb_fail(cb_of(be), HR_ERR_UNSUPPORTED, "the CUDA backend has no MoE block yet");
+}
+
+static void cb_gather_logit_rows(struct backend *be, float *dst, const float *src, int first, int n, int dim)
+{
+    struct cuda_backend *c = cb_of(be);
+    if (!cb_ok(c) || n == 0)
+        return;
+    char err[HR_ERRLEN];
+    cb_fail(c, c->K->gather_rows(dst, src, c->d_logit_tok + first, n, dim, NULL, err, sizeof err), err);
+}
+
+static void cb_free(struct backend *be)
+{
+    struct cuda_backend *c = cb_of(be);
+    if (!c)
+        return;
+    cuda_dev_free(c->xb);
+    cuda_dev_free(c->sw);
+    cuda_dev_free(c->gemm_work);
+    cuda_dev_free(c->tickets);
+    cuda_dev_free(c->attn_work);
+    cuda_dev_free(c->area.dev);
+    free(c->area.host);
+    free(c->host);
+    free(c);
+    be->impl = NULL;
+}
+
+static const struct backend_ops cuda_ops = {
+    .reserve = cb_reserve,
+    .alloc = cb_alloc,
+    .mem_free = cb_mem_free,
+    .kv_alloc = cb_kv_alloc,
+    .kv_free = cb_kv_free,
+    .bind_weights = cb_bind_weights,
+    .unbind_weights = cb_unbind_weights,
+    .kv_export = cb_kv_export,
+    .kv_import = cb_kv_import,
+    .begin_step = cb_begin_step,
+    .sync = cb_sync,
+    .to_host = cb_to_host,
+    .embed = cb_embed,
+    .matmul = cb_matmul,
+    .matmul_add = cb_matmul_add,
+    .matmul_multi = cb_matmul_multi,
+    .matmul_swiglu = cb_matmul_swiglu,
+    .rmsnorm = cb_rmsnorm,
+    .attn_prep = cb_attn_prep,
+    .attention = cb_attention,
+    .moe_work_bytes = cb_moe_work_bytes,
+    .moe = cb_moe,
+    .gather_logit_rows = cb_gather_logit_rows,
+    .free = cb_free,
+};
+
+enum hr_status backend_cuda_init(struct backend *be, const struct backend_opts *o, char *err, size_t errlen)
+{
+    memset(be, 0, sizeof *be);
+    if (o->compute && strcmp(o->compute, "bf16") != 0)
+        return hr_err(err, errlen, HR_ERR_INVALID, "--device cuda computes in bf16 (not --compute %s)", o->compute);
+    struct cuda_backend *c = calloc(1, sizeof *c);
+    if (!c)
+        return hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: out of memory");
+    enum hr_status st = cuda_dev_init(0, &c->info, err, errlen);
+    const char *want = o->kernel && *o->kernel && strcmp(o->kernel, "auto") ? o->kernel
+                       : c->info.major == 9                               ? "sm90a"
+                                                                          : "sm80";
+    if (st == HR_OK && !(c->K = cuda_kernels_pick(want, c->info.major, c->info.minor, err, errlen)))
+        st = HR_ERR_UNSUPPORTED;
+    if (st == HR_OK)
+        st = c->K->prepare(c->info.sm_count, err, errlen);
+    if (st != HR_OK) {
+        free(c);
+        return st;
+    }
+    be->ops = &cuda_ops;
+    be->impl = c;
+    be->n_threads = o->n_threads;
+    be->bf16_compute = true;
+    /* the kernel variant, the runtime (its libraries' code changes bits) and the SM
+     * count (the GEMM's K split depends on it) */
+    snprintf(be->name, sizeof be->name, "cuda-%s-rt%d-sm%d", c->K->name, c->info.runtime_version,
+             c->info.sm_count);
+    snprintf(be->device, sizeof be->device, "cuda");
+    snprintf(be->variant, sizeof be->variant, "%s", c->K->name);
+    snprintf(be->isa, sizeof be->isa, "%s", c->K->name);
+    return HR_OK;
+}
+
+#endif
