@@ -356,6 +356,10 @@ enum hr_status hearth_engine_reload(struct hearth_engine *e, char *err, size_t e
         hr_err(err, errlen, st, "%s", e->reload_done ? e->reload_err : "the engine shut down");
     e->reload_requested = false;
     e->reload_done = false;
+    /* requests that came during the reload wait in the intake queue: the engine thread
+     * may sleep with nothing else to wake it */
+    e->wakeups++;
+    pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
     return st;
 }

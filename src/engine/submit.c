@@ -105,8 +105,9 @@ static enum hr_status submit_build(struct hearth_engine *e, const struct hearth_
                       (long long)need, n_prompt, p->max_tokens, p->n, e->kv.n_blocks);
 
     const char *salt = p->cache_salt ? p->cache_salt : "";
-    if (strlen(salt) > 256)
-        return hr_err(err, errlen, HR_ERR_INVALID, "cache_salt: at most 256 bytes");
+    /* room for a client's 256-byte salt under a server-side prefix (--salt-per-key) */
+    if (strlen(salt) > 512)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cache_salt: at most 512 bytes");
     if (!(g->salt = strdup(salt)))
         return hr_err(err, errlen, HR_ERR_NOMEM, "request: out of memory");
     if (p->sample_index_base < 0)

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/redact.h"
 #include "server/sse.h"
 
 double job_now(void)
@@ -234,7 +235,20 @@ enum hr_status job_start(struct job *j, struct server *s, struct openai_request 
         st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
 
     /* submission: all prompts or none */
-    const char *salt = auth_salt(&s->auth, key_index);
+    /* --salt-per-key: the key's salt namespaces the client's own cache_salt (the key salt
+     * has a fixed length, so the pair is recovered from the joined string exactly) */
+    const char *key_salt = auth_salt(&s->auth, key_index);
+    char *salt = NULL;
+    if (st == HR_OK && key_salt) {
+        const char *cs = q->params.cache_salt ? q->params.cache_salt : "";
+        size_t kl = strlen(key_salt), cl = strlen(cs);
+        if (!(salt = malloc(kl + 1 + cl + 1)))
+            st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
+        else if (cl)
+            snprintf(salt, kl + cl + 2, "%s/%s", key_salt, cs);
+        else
+            snprintf(salt, kl + 1, "%s", key_salt);
+    }
     j->t_start = job_now();
     for (int i = 0; st == HR_OK && i < n_prompts; i++) {
         struct hearth_request_params p = q->params;
@@ -252,6 +266,7 @@ enum hr_status job_start(struct job *j, struct server *s, struct openai_request 
             st = hr_err(err, errlen, st, "%s", serr);
         }
     }
+    free(salt);
     for (int i = 0; i < n_prompts; i++)
         if (prompts[i].owned)
             free(prompts[i].ids);
@@ -268,7 +283,7 @@ static void job_set_fail(struct job *j, enum hr_status st, const char *msg)
     if (j->fail != HR_OK)
         return;
     j->fail = st;
-    snprintf(j->fail_msg, sizeof j->fail_msg, "%s", msg && *msg ? msg : "the engine failed");
+    redact_paths(msg && *msg ? msg : "the engine failed", j->fail_msg, sizeof j->fail_msg);
 }
 
 /* Every DONE came: the stream's closing frames. */
