@@ -201,6 +201,10 @@ enum hr_status hearth_request_next_event(struct hearth_request *r, struct hearth
  * *n ids.  HR_ERR_INVALID when the model has no tokenizer or the text is not UTF-8. */
 enum hr_status hearth_tokenize(struct hearth_engine *e, const char *text, size_t len, int32_t **ids, int *n,
                                char *err, size_t errlen);
+/* Same, giving up with HR_ERR_FULL once the text has more than max_ids ids (0: no bound),
+ * without tokenizing the rest (a text whose length alone rules it out is not looked at). */
+enum hr_status hearth_tokenize_max(struct hearth_engine *e, const char *text, size_t len, int max_ids, int32_t **ids,
+                                   int *n, char *err, size_t errlen);
 /* Decodes ids: *text (malloc'd, NUL-terminated, the caller frees). */
 enum hr_status hearth_detokenize(struct hearth_engine *e, const int32_t *ids, int n, bool skip_special_tokens,
                                  char **text, size_t *len, char *err, size_t errlen);

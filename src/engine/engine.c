@@ -369,12 +369,19 @@ enum hr_status hearth_engine_reload(struct hearth_engine *e, char *err, size_t e
 enum hr_status hearth_tokenize(struct hearth_engine *e, const char *text, size_t len, int32_t **ids, int *n,
                                char *err, size_t errlen)
 {
+    return hearth_tokenize_max(e, text, len, 0, ids, n, err, errlen);
+}
+
+enum hr_status hearth_tokenize_max(struct hearth_engine *e, const char *text, size_t len, int max_ids, int32_t **ids,
+                                   int *n, char *err, size_t errlen)
+{
     *ids = NULL;
     *n = 0;
     if (!e->has_tk)
         return hr_err(err, errlen, HR_ERR_INVALID, "this model has no tokenizer.json");
     struct tokenizer_ids out = {0};
-    enum hr_status st = tokenizer_encode(&e->tk, text, len, &out, err, errlen);
+    enum hr_status st = tokenizer_encode_max(&e->tk, text, len, true, max_ids > 0 ? (size_t)max_ids : 0, &out, err,
+                                             errlen);
     if (st != HR_OK) {
         tokenizer_ids_free(&out);
         return st;

@@ -84,7 +84,17 @@ static enum hr_status job_tokenize(struct job *j, const char *text, size_t len, 
                                    struct job_prompt *p, char *param, size_t paramlen, char *err, size_t errlen)
 {
     char terr[HR_ERRLEN];
-    enum hr_status st = hearth_tokenize(j->engine, text, len, &p->ids, &p->n, terr, sizeof terr);
+    /* a prompt that fills the context leaves no room to generate: the tokenizer stops there */
+    pthread_rwlock_rdlock(&j->srv->model_lock);
+    int max_context = j->srv->info.max_context;
+    pthread_rwlock_unlock(&j->srv->model_lock);
+    enum hr_status st = hearth_tokenize_max(j->engine, text, len, max_context, &p->ids, &p->n, terr, sizeof terr);
+    if (st == HR_ERR_FULL) {
+        snprintf(param, paramlen, "%s", what);
+        return hr_err(err, errlen, HR_ERR_INVALID,
+                      "This model's maximum context length is %d tokens, but the %s has more tokens", max_context,
+                      what);
+    }
     if (st != HR_OK) {
         snprintf(param, paramlen, "%s", what);
         return hr_err(err, errlen, st == HR_ERR_NOMEM ? HR_ERR_NOMEM : HR_ERR_INVALID, "'%s' cannot be tokenized: %s",
@@ -101,6 +111,36 @@ static enum hr_status job_queue_chunk(struct job *j, json_t *chunk)
     enum hr_status st = sse_append_json(&j->out, chunk);
     json_decref(chunk);
     return st;
+}
+
+/* A non-streamed response is built whole in memory: refuse one that could be larger than
+ * --max-response-bytes.  The bound counts every token it may hold at a generous size per
+ * token (text, and each logprob entry with its alternatives), so a request it lets through
+ * stays near the limit whatever the model writes. */
+#define JOB_TOKEN_BYTES 16.0    /* text and bookkeeping of one token */
+#define JOB_LOGPROB_BYTES 64.0  /* one logprob entry: token string, number, bytes array */
+
+static enum hr_status job_check_response_size(struct job *j, const struct job_prompt *prompts, int n_prompts,
+                                              char *param, size_t paramlen, char *err, size_t errlen)
+{
+    const struct openai_request *q = &j->rq;
+    double per_token = JOB_TOKEN_BYTES + (q->params.logprobs ? (1.0 + q->top_logprobs_asked) * JOB_LOGPROB_BYTES : 0);
+    double total = 1024;
+    for (int i = 0; i < n_prompts; i++) {
+        double tokens = prompts[i].max_tokens;
+        if (q->echo)
+            tokens += prompts[i].n;
+        total += (double)q->params.n * tokens * per_token;
+    }
+    size_t cap = j->srv->cfg.max_response_bytes;
+    if (total <= (double)cap)
+        return HR_OK;
+    snprintf(param, paramlen, "max_tokens");
+    return hr_err(err, errlen, HR_ERR_INVALID,
+                  "The response could reach %.1f MiB (%d prompt(s) x n %d x max_tokens%s), above this server's "
+                  "limit of %zu bytes for a response that is not streamed: lower max_tokens, n or logprobs, "
+                  "or set \"stream\": true",
+                  total / 1048576.0, n_prompts, q->params.n, q->params.logprobs ? " with logprobs" : "", cap);
 }
 
 /* ---------------------------------------------------------------- start */
@@ -164,6 +204,9 @@ enum hr_status job_start(struct job *j, struct server *s, struct openai_request 
                             (int)prompts[i].ids[k], vocab);
             }
     }
+
+    if (st == HR_OK && !q->stream)
+        st = job_check_response_size(j, prompts, n_prompts, param, paramlen, err, errlen);
 
     /* the response: choices in prompt order, then sample order */
     j->n_subs = n_prompts;

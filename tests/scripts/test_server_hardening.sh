@@ -157,6 +157,41 @@ if part salt; then
   check "salt: another key alone does not see the first key's ($c_other0)" [ "$c_other0" = 0 ]
 fi
 
+# ---- 3. amplification: operator limits with clear 400s, long prompts refused before the work
+if part limits; then
+  start_server lim "$tmp/model" --max-prompts-per-request 4 --max-n 4 --max-response-bytes 262144
+  lb="http://127.0.0.1:$port_lim"
+  req POST "$lb/v1/completions" "${json[@]}" -d '{"model":"tiny","prompt":["a","b","c","d","e"],"max_tokens":1}'
+  check "limits: 5 prompts above --max-prompts-per-request 4 is a 400 on prompt" \
+    [ "$code" = 400 -a "$(jget error.param)" = prompt ]
+  req POST "$lb/v1/completions" "${json[@]}" -d '{"model":"tiny","prompt":["a","b","c","d"],"max_tokens":1}'
+  check "limits: 4 prompts are served" [ "$code" = 200 -a "$(jget choices.3.index)" = 3 ]
+  req POST "$lb/v1/completions" "${json[@]}" -d '{"model":"tiny","prompt":"x","n":5,"max_tokens":1}'
+  check "limits: n above --max-n is a 400 on n" [ "$code" = 400 -a "$(jget error.param)" = n ]
+  big='{"model":"tiny","prompt":"x","n":2,"max_tokens":300,"logprobs":20,"ignore_eos":true'
+  req POST "$lb/v1/completions" "${json[@]}" -d "$big}"
+  check "limits: a non-streamed response that could pass --max-response-bytes is a 400 ($(jget error.message | head -c 120))" \
+    [ "$code" = 400 -a "$(jget error.param)" = max_tokens ]
+  req POST "$lb/v1/completions" "${json[@]}" -d "$big,\"stream\":true}"
+  check "limits: the same request streamed is served to [DONE]" \
+    [ "$code" = 200 -a "$(tail -c 14 "$tmp/body")" = "$(printf 'data: [DONE]\n\n')" ]
+  req POST "$lb/v1/completions" "${json[@]}" -d '{"model":"tiny","prompt":"x","n":2,"max_tokens":20,"logprobs":20}'
+  check "limits: a small one with logprobs is served" [ "$code" = 200 ]
+  # 8 MiB of one letter: the baseline tokenized it all (seconds, ~300 MB each) before the
+  # context check; it is refused now without that work
+  node -e 'process.stdout.write(JSON.stringify({model:"tiny",prompt:"a".repeat(8*1024*1024-100),max_tokens:1}))' >"$tmp/huge.json"
+  hwm() { sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid_lim/status"; }
+  before=$(hwm)
+  req POST "$lb/v1/completions" "${json[@]}" --data-binary @"$tmp/huge.json"
+  after=$(hwm)
+  check "limits: a prompt far beyond the context is a 400 on prompt" [ "$code" = 400 -a "$(jget error.param)" = prompt ]
+  if [[ "$bin" == *asan* ]]; then ok "limits: peak RSS check skipped under the sanitizers"
+  else check "limits: refusing it costs little memory ($(( (after - before) / 1024 )) MiB more peak RSS, under 120)" \
+    [ $((after - before)) -lt 122880 ]; fi
+  req POST "$lb/v1/completions" "${json[@]}" -d '{"model":"tiny","prompt":"still here","max_tokens":2}'
+  check "limits: still serving" [ "$code" = 200 ]
+fi
+
 for f in "$tmp"/*.err; do
   [ -e "$f" ] || continue
   n=$(basename "$f" .err)
