@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "server/openai.h"
+#include "server/peer.h"
 #include "server/redact.h"
 
 static const struct api_route_info api_routes[] = {
@@ -158,9 +159,19 @@ static void api_generate(struct server *s, const struct api_call *call, enum ope
         out->stream = j;
         return;
     }
-    /* not streamed: wait here (this connection's own thread), watching the client */
+    /* not streamed: wait here (this connection's own thread), watching the client; one
+     * that half-closed gets its answer, one that closed is found out by a probe */
+    bool probed = false;
     while (!j->finished) {
-        if (api_client_gone(call->client_fd)) {
+        enum peer_state ps = peer_state(call->client_fd);
+        if (ps == PEER_STATE_HALF_CLOSED && !probed && !call->http10) {
+            probed = true;
+            if (!peer_probe_interim(call->client_fd))
+                ps = PEER_STATE_GONE;
+        } else if (ps == PEER_STATE_HALF_CLOSED && call->http10) {
+            ps = PEER_STATE_GONE; /* no interim responses in HTTP/1.0: take it as gone */
+        }
+        if (ps == PEER_STATE_GONE) {
             metrics_count_disconnect(&s->metrics);
             job_cancel(j);
             break;

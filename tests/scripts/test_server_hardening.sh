@@ -68,6 +68,16 @@ jget() {
     console.log(v===undefined?"<undefined>":v===null?"<null>":typeof v==="object"?JSON.stringify(v):String(v))' \
     "$tmp/body" "$1" 2>/dev/null || echo "<not json>"
 }
+py_part() { # NAME SCRIPT ARGS...: runs a python client (bounded), adds its RESULT
+  local name=$1; shift
+  if ! timeout 120 python3 "$@" >"$tmp/$name.log" 2>&1; then :; fi
+  cat "$tmp/$name.log"
+  local line; line=$(grep -E '^RESULT passed=[0-9]+ failed=[0-9]+$' "$tmp/$name.log" | tail -n1)
+  if [ -n "$line" ]; then
+    passed=$((passed + $(sed -E 's/.*passed=([0-9]+).*/\1/' <<<"$line")))
+    failed=$((failed + $(sed -E 's/.*failed=([0-9]+).*/\1/' <<<"$line")))
+  else fail "$name crashed"; fi
+}
 no_sanitizer_report() { ! grep -qE 'AddressSanitizer|LeakSanitizer|runtime error:' "$tmp/$1.err"; }
 
 # ---- 1. a request that arrives while a reload waits for in-flight work is served
@@ -190,6 +200,25 @@ if part limits; then
     [ $((after - before)) -lt 122880 ]; fi
   req POST "$lb/v1/completions" "${json[@]}" -d '{"model":"tiny","prompt":"still here","max_tokens":2}'
   check "limits: still serving" [ "$code" = 200 ]
+fi
+
+# ---- 8. HTTP edges, answered as nginx answers them (raw sockets)
+if part http; then
+  start_server edge "$tmp/model" --max-body-bytes 65536
+  py_part edges "$PWD/tests/e2e/http_edges.py" "$port_edge"
+fi
+
+# ---- 2. 1,030 slow connections (a header line a second, never done) and 15 fresh clients
+if part slow; then
+  ulimit -n 4096 2>/dev/null
+  if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt 2200 ]; then
+    fail "slow clients: need 2,200 file descriptors, ulimit -n is $(ulimit -n)"
+  else
+    start_server slow "$tmp/model" --request-head-timeout 2 --max-connections-per-client 64
+    py_part slow "$PWD/tests/e2e/slow_clients.py" "$port_slow" 1030 15 2 64
+    req GET "http://127.0.0.1:$port_slow/health"
+    check "slow clients: still serving afterwards" [ "$code" = 200 ]
+  fi
 fi
 
 for f in "$tmp"/*.err; do
