@@ -128,6 +128,9 @@ struct hearth_request_params {
     bool skip_special_tokens;   /* in the text of token events (default false here; servers set it) */
 
     const char *cache_salt;     /* prefix-cache namespace of this request (tenant isolation), or NULL */
+    size_t max_queued_bytes;    /* events queued and not yet taken by the caller, in bytes, at most:
+                                   past it the request is cancelled (a consumer that stopped
+                                   reading); 0: no bound */
 };
 
 void hearth_request_params_default(struct hearth_request_params *p);
@@ -244,6 +247,7 @@ struct hearth_stats {
     int64_t preemptions;
     int64_t prompt_tokens_total, generation_tokens_total;
     int64_t requests_total, requests_finished;
+    int64_t requests_stalled;   /* cancelled: their consumer let max_queued_bytes pile up */
     struct hearth_prefix_cache_stats prefix_cache;
 };
 

@@ -603,6 +603,11 @@ bool engine_step(struct hearth_engine *e)
 
 /* ------------------------------------------------------------------ thread */
 
+void engine_count_stalled(struct hearth_engine *e)
+{
+    atomic_fetch_add(&e->st_stalled, 1);
+}
+
 void engine_wake(struct hearth_engine *e)
 {
     pthread_mutex_lock(&e->mu);
@@ -858,6 +863,7 @@ void hearth_engine_stats(struct hearth_engine *e, struct hearth_stats *out)
     out->generation_tokens_total = atomic_load(&e->st_gen_tokens);
     out->requests_total = atomic_load(&e->st_requests);
     out->requests_finished = atomic_load(&e->st_finished);
+    out->requests_stalled = atomic_load(&e->st_stalled);
     pthread_mutex_lock(&e->stats_mu);
     out->prefix_cache = e->pc_snapshot;
     pthread_mutex_unlock(&e->stats_mu);

@@ -301,6 +301,8 @@ enum hr_status job_start(struct job *j, struct server *s, struct openai_request 
         p.max_tokens = prompts[i].max_tokens;
         if (salt)
             p.cache_salt = salt;
+        if (q->stream)
+            p.max_queued_bytes = s->cfg.max_unsent_bytes;
         j->subs[i].prompt_tokens = prompts[i].n;
         char serr[HR_ERRLEN];
         st = hearth_submit(j->engine, &p, &j->subs[i].req, serr, sizeof serr);

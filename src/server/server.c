@@ -227,10 +227,16 @@ void server_stop(struct server *s)
         return;
     atomic_store(&s->state, SERVER_STATE_STOPPING);
     http_quiesce(s->http);
-    if (!server_wait_idle(s, s->cfg.shutdown_grace_ms)) {
+    /* The grace period bounds the whole stop: requests may finish in most of it, the rest
+     * of it lets the cancelled ones end; then every connection is closed, answered or not
+     * (a client that stopped reading holds nobody up). */
+    int grace = s->cfg.shutdown_grace_ms;
+    int reserve = grace / 5 < 1000 ? grace / 5 : 1000;
+    if (!server_wait_idle(s, grace - reserve)) {
         log_info("serve: cancelling %d requests still running", atomic_load(&s->active_jobs));
         atomic_store(&s->cancel_all, true);
-        server_wait_idle(s, 10000);
+        if (!server_wait_idle(s, reserve))
+            log_info("serve: closing %d connections still busy", atomic_load(&s->active_jobs));
     }
     atomic_store(&s->cancel_all, true);
     http_stop(s->http);

@@ -221,6 +221,39 @@ if part slow; then
   fi
 fi
 
+# ---- 7. a client that stops reading: its stream is cancelled past --max-unsent-bytes
+#      (counted), and SIGTERM's grace bounds the whole stop even with it still connected
+if part stall; then
+  start_server stall "$tmp/model" --max-unsent-bytes 1048576 --shutdown-grace-ms 1000
+  stb="http://127.0.0.1:$port_stall"
+  python3 "$PWD/tests/e2e/stalled_client.py" "$port_stall" 60 \
+    '{"model":"tiny","prompt":"stall","n":4,"max_tokens":3000,"logprobs":20,"ignore_eos":true,"stream":true}' &
+  stall_pid=$!; pids+=("$stall_pid")
+  stalled=0
+  for _ in $(seq 1 200); do
+    req GET "$stb/metrics"
+    stalled=$(sed -n 's/^hearth_stalled_streams_total \([0-9]*\)$/\1/p' "$tmp/body")
+    [ "${stalled:-0}" -ge 1 ] && break
+    sleep 0.1
+  done
+  check "stall: the stalled stream was cancelled and counted (hearth_stalled_streams_total ${stalled:-none})" \
+    [ "${stalled:-0}" -ge 1 ]
+  idle=no
+  for _ in $(seq 1 50); do
+    req GET "$stb/v1/stats"; [ "$(jget running)" = 0 ] && [ "$(jget waiting)" = 0 ] && { idle=yes; break; }; sleep 0.1
+  done
+  check "stall: the engine stopped generating for it" [ "$idle" = yes ]
+  t0=$(date +%s.%N)
+  kill -TERM "$pid_stall"
+  for _ in $(seq 1 150); do kill -0 "$pid_stall" 2>/dev/null || break; sleep 0.1; done
+  t1=$(date +%s.%N)
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
+  gone=yes; kill -0 "$pid_stall" 2>/dev/null && gone=no
+  check "stall: SIGTERM with --shutdown-grace-ms 1000 and the stalled client connected: exit within 3 s (${secs} s)" \
+    [ "$gone" = yes ] && awk -v s="$secs" 'BEGIN{exit !(s <= 3.0)}'
+  kill "$stall_pid" 2>/dev/null
+fi
+
 for f in "$tmp"/*.err; do
   [ -e "$f" ] || continue
   n=$(basename "$f" .err)
