@@ -805,7 +805,7 @@ static void test_auth(void)
     struct auth a;
     char err[HR_ERRLEN];
     const char *keys[] = {"sk-one", "sk-two"};
-    CHECK_OK(auth_init(&a, keys, 2, true, err, sizeof err), err);
+    CHECK_OK(auth_init(&a, keys, 2, NULL, 0, true, err, sizeof err), err);
     CHECK(auth_enabled(&a));
     CHECK(auth_check(&a, "Bearer sk-one") == 0);
     CHECK(auth_check(&a, "bearer   sk-two  ") == 1);
@@ -821,17 +821,30 @@ static void test_auth(void)
     snprintf(s0, sizeof s0, "%s", auth_salt(&a, 0));
     auth_free(&a);
     auth_free(&a);
-    CHECK_OK(auth_init(&a, keys, 2, true, err, sizeof err), err);
+    CHECK_OK(auth_init(&a, keys, 2, NULL, 0, true, err, sizeof err), err);
     CHECK(!strcmp(s0, auth_salt(&a, 0))); /* stable across restarts: cached prefixes stay reachable */
     auth_free(&a);
-    CHECK_OK(auth_init(&a, keys, 2, false, err, sizeof err), err);
+    CHECK_OK(auth_init(&a, keys, 2, NULL, 0, false, err, sizeof err), err);
     CHECK(auth_salt(&a, 0) == NULL);
     auth_free(&a);
     const char *empty[] = {""};
-    CHECK(auth_init(&a, empty, 1, false, err, sizeof err) == HR_ERR_INVALID);
-    CHECK_OK(auth_init(&a, NULL, 0, false, err, sizeof err), err);
+    CHECK(auth_init(&a, empty, 1, NULL, 0, false, err, sizeof err) == HR_ERR_INVALID);
+    CHECK_OK(auth_init(&a, NULL, 0, NULL, 0, false, err, sizeof err), err);
     CHECK(!auth_enabled(&a));
     auth_free(&a);
+    /* admin keys: known keys after the tenant keys, the only ones auth_is_admin accepts */
+    const char *admins[] = {"sk-admin"};
+    CHECK_OK(auth_init(&a, keys, 2, admins, 1, true, err, sizeof err), err);
+    CHECK(auth_has_admin(&a));
+    CHECK(auth_check(&a, "Bearer sk-admin") == 2 && auth_is_admin(&a, 2));
+    CHECK(!auth_is_admin(&a, 0) && !auth_is_admin(&a, 1) && !auth_is_admin(&a, -1));
+    CHECK(auth_salt(&a, 2) && strcmp(auth_salt(&a, 2), auth_salt(&a, 0)) != 0);
+    auth_free(&a);
+    CHECK_OK(auth_init(&a, keys, 2, NULL, 0, false, err, sizeof err), err);
+    CHECK(!auth_has_admin(&a));
+    auth_free(&a);
+    const char *dup[] = {"sk-one"};
+    CHECK(auth_init(&a, keys, 2, dup, 1, false, err, sizeof err) == HR_ERR_INVALID);
 }
 
 static void test_metrics_text(void)
