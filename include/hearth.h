@@ -59,6 +59,7 @@ struct hearth_engine_params {
     int prefix_cache_max_entries; /* cached blocks at most (0: bounded by the pool only) */
     const char *schedule;       /* "lpm" (default: longest cached prefix first) or "fcfs" */
     int max_wait_steps;         /* lpm: a group waiting longer than this goes first (default 32) */
+    bool no_mmap;               /* read the weights into memory instead of mapping the files */
 };
 
 void hearth_engine_params_default(struct hearth_engine_params *p);

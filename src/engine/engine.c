@@ -308,7 +308,11 @@ static void engine_reload_now(struct hearth_engine *e)
 {
     struct model m2;
     char err[HR_ERRLEN];
+    safetensors_set_read_into_memory(e->p.no_mmap);
     enum hr_status st = model_load(&m2, e->model_dir, err, sizeof err);
+    safetensors_set_read_into_memory(false);
+    if (st == HR_OK) /* a file written to in place while it was read: refuse what was read */
+        st = safetensors_check_unchanged(&m2.w.st, err, sizeof err);
     const struct model_config *a = &e->m.cfg, *b = &m2.cfg;
     if (st == HR_OK && (a->arch != b->arch || a->vocab_size != b->vocab_size || a->hidden_size != b->hidden_size ||
                         a->n_layers != b->n_layers || a->n_heads != b->n_heads || a->n_kv_heads != b->n_kv_heads ||
@@ -719,8 +723,11 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
         else
             st = hr_err(err, errlen, HR_ERR_INVALID, "--schedule must be lpm or fcfs, got '%s'", p->schedule);
     }
-    if (st == HR_OK)
+    if (st == HR_OK) {
+        safetensors_set_read_into_memory(p->no_mmap);
         st = model_load(&e->m, e->model_dir, err, errlen);
+        safetensors_set_read_into_memory(false);
+    }
     if (st == HR_OK) {
         char path[PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/tokenizer.json", e->model_dir);

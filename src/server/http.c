@@ -13,6 +13,7 @@
 #include "server/api.h"
 #include "server/gate.h"
 #include "server/peer.h"
+#include "server/watch.h"
 #include "server/server.h"
 #include "server/sse.h"
 
@@ -20,6 +21,7 @@ struct http {
     struct MHD_Daemon *daemon;
     struct server *srv;
     struct gate *gate;          /* accepts, and hands over connections whose head is in */
+    struct watch *watch;        /* deadlines of the later requests of keep-alive connections */
     bool quiesced;
 };
 
@@ -33,6 +35,13 @@ struct http_conn {
     int key_index;
     int status;                 /* what was queued (for the request counter) */
 };
+
+/* The watch entry of a connection (its socket context). */
+static struct watch_conn *http_watch_conn(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
 
 /* ---------------------------------------------------------------- streaming */
 
@@ -162,6 +171,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
     struct server *s = h->srv;
     struct http_conn *hc = *con_cls;
     if (!hc) { /* the headers are in: route, authenticate, size the body */
+        watch_busy(h->watch, http_watch_conn(c));
         hc = calloc(1, sizeof *hc);
         if (!hc)
             return MHD_NO;
@@ -230,9 +240,9 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
 
 static void http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)c;
     (void)toe;
     struct http *h = cls;
+    watch_idle(h->watch, http_watch_conn(c));
     struct http_conn *hc = *con_cls;
     if (!hc)
         return;
@@ -265,12 +275,25 @@ static bool http_handoff(void *ctx, int fd, const struct sockaddr *addr, socklen
 static void http_notify_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                                    enum MHD_ConnectionNotificationCode toe)
 {
-    (void)socket_context;
     struct http *h = cls;
-    if (toe != MHD_CONNECTION_NOTIFY_CLOSED)
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = watch_add(h->watch, fi ? fi->connect_fd : -1);
         return;
+    }
+    watch_remove(h->watch, *socket_context);
+    *socket_context = NULL;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     gate_conn_closed(h->gate, ci ? ci->client_addr : NULL);
+}
+
+/* A request line came (MHD's URI logger): its head deadline starts. */
+static void *http_uri_seen(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    (void)uri;
+    struct http *h = cls;
+    watch_head_begins(h->watch, http_watch_conn(c));
+    return NULL;
 }
 
 enum hr_status http_start(struct http **out, struct server *s, const char *host, int port, int connection_limit,
@@ -283,6 +306,11 @@ enum hr_status http_start(struct http **out, struct server *s, const char *host,
     if (!h)
         return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
     h->srv = s;
+    enum hr_status st = watch_start(&h->watch, s->cfg.head_timeout_s, idle_timeout_s, err, errlen);
+    if (st != HR_OK) {
+        free(h);
+        return st;
+    }
     /* the gate listens; MHD gets connections whose first head is in (MHD_add_connection) */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
@@ -291,12 +319,14 @@ enum hr_status http_start(struct http **out, struct server *s, const char *host,
     h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, http_access, h,
                                  MHD_OPTION_NOTIFY_COMPLETED, http_completed, h,
                                  MHD_OPTION_NOTIFY_CONNECTION, http_notify_connection, h,
+                                 MHD_OPTION_URI_LOG_CALLBACK, http_uri_seen, h,
                                  /* the gate counts connections; MHD's own limit is a backstop */
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)connection_limit + 16,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)idle_timeout_s,
                                  MHD_OPTION_EXTERNAL_LOGGER, http_log, NULL,
                                  MHD_OPTION_END);
     if (!h->daemon) {
+        watch_stop(h->watch);
         free(h);
         return hr_err(err, errlen, HR_ERR_IO, "cannot start the HTTP daemon");
     }
@@ -309,9 +339,10 @@ enum hr_status http_start(struct http **out, struct server *s, const char *host,
         .max_active = connection_limit,
         .max_body_bytes = s->cfg.max_body_bytes,
     };
-    enum hr_status st = gate_start(&h->gate, &gc, http_handoff, h, err, errlen);
+    st = gate_start(&h->gate, &gc, http_handoff, h, err, errlen);
     if (st != HR_OK) {
         MHD_stop_daemon(h->daemon);
+        watch_stop(h->watch);
         free(h);
         return st;
     }
@@ -339,5 +370,6 @@ void http_stop(struct http *h)
     gate_close_listener(h->gate);
     MHD_stop_daemon(h->daemon); /* its connections' close notices still reach the gate */
     gate_stop(h->gate);
+    watch_stop(h->watch);
     free(h);
 }

@@ -25,7 +25,7 @@ void server_config_default(struct server_config *c)
     c->max_response_bytes = (size_t)64 << 20;
     c->max_unsent_bytes = (size_t)4 << 20;
     c->head_timeout_s = 60;
-    c->max_conns_per_client = 64;
+    c->max_conns_per_client = 256;
     c->shutdown_grace_ms = 10000;
     c->connection_limit = 1024;
     c->idle_timeout_s = 300;

@@ -151,5 +151,37 @@ check("one address: %d connections beyond the limit of %d refused (got %d)" % (6
       refused + rejected == 6)
 for s in conns:
     s.close()
+# 5. keep-alive: after one answered request, a second head trickled in a line every half
+# second must be cut off by the head deadline too
+s = connect("127.0.0.1", timeout=10)
+s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+first = b""
+while b"\r\n\r\n" not in first:
+    b = s.recv(4096)
+    if not b:
+        break
+    first += b
+s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+s.setblocking(False)
+t0, closed_at = time.time(), None
+while time.time() - t0 < head_s + 4 and closed_at is None:
+    try:
+        b = s.recv(4096)
+        if not b:
+            closed_at = time.time() - t0
+    except BlockingIOError:
+        pass
+    except OSError:
+        closed_at = time.time() - t0
+    if closed_at is None:
+        try:
+            s.send(b"X-Slow: 1\r\n")
+        except OSError:
+            closed_at = time.time() - t0
+        time.sleep(0.5)
+s.close()
+check("keep-alive: a second head trickled after an answered request is cut off (%s)"
+      % ("after %.1f s" % closed_at if closed_at is not None else "still open"),
+      first.startswith(b"HTTP/1.1 200") and closed_at is not None and closed_at <= head_s + 2)
 print("RESULT passed=%d failed=%d" % (passed, failed))
 sys.exit(0 if failed == 0 else 1)

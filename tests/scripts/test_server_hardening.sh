@@ -254,6 +254,36 @@ if part stall; then
   kill "$stall_pid" 2>/dev/null
 fi
 
+# ---- 6. --no-mmap: weights overwritten in place no longer kill the server; reload refuses
+#      a directory whose files change while it reads them
+if part mmap; then
+  cp -r "$tmp/model" "$tmp/model_nommap"
+  start_server nommap "$tmp/model_nommap" --no-mmap
+  nb="http://127.0.0.1:$port_nommap"
+  req POST "$nb/v1/completions" "${json[@]}" -d '{"model":"tiny","prompt":"before","max_tokens":4}'
+  check "no-mmap: serving" [ "$code" = 200 ]
+  # overwrite the weights in place (same inode), then cut the file short
+  head -c 4096 /dev/urandom | dd of="$tmp/model_nommap/model.safetensors" bs=4096 seek=1 conv=notrunc status=none
+  truncate -s 4096 "$tmp/model_nommap/model.safetensors"
+  req POST "$nb/v1/completions" "${json[@]}" -d '{"model":"tiny","prompt":"after","max_tokens":4}'
+  check "no-mmap: still serving after the file was overwritten and truncated in place" [ "$code" = 200 ]
+  check "no-mmap: the server is alive" kill -0 "$pid_nommap"
+  # reload while a writer keeps changing the weights file in place: refused, old model serves
+  cp "$tmp/model/model.safetensors" "$tmp/model_nommap/model.safetensors"
+  ( while :; do printf x >>"$tmp/model_nommap/model.safetensors"; done ) &
+  writer=$!; pids+=("$writer")
+  req POST "$nb/v1/reload"
+  kill "$writer" 2>/dev/null; wait "$writer" 2>/dev/null
+  check "no-mmap: a reload while the file changes is refused ($code: $(jget error.message | head -c 160))" \
+    [ "$code" = 500 ]
+  req POST "$nb/v1/completions" "${json[@]}" -d '{"model":"tiny","prompt":"old model","max_tokens":4}'
+  check "no-mmap: the old model keeps serving" [ "$code" = 200 ]
+  cp "$tmp/model/model.safetensors" "$tmp/model_nommap/new.safetensors"
+  mv "$tmp/model_nommap/new.safetensors" "$tmp/model_nommap/model.safetensors"
+  req POST "$nb/v1/reload"
+  check "no-mmap: a reload after a replacement by rename works" [ "$code" = 200 ]
+fi
+
 for f in "$tmp"/*.err; do
   [ -e "$f" ] || continue
   n=$(basename "$f" .err)
