@@ -257,11 +257,23 @@ int cli_serve(int argc, char **argv)
     if (!threaded) {
         server_stop(s);
     } else {
-        /* a second signal cancels what is still running */
+        /* a second signal cancels what is still running; the grace period bounds the stop:
+         * a connection thread that cannot be stopped (busy in a long computation) does not
+         * keep the process alive past it */
+        struct timespec t0, now;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        double bound_s = c.shutdown_grace_ms / 1000.0 + 0.5; /* + closing and freeing */
         while (!atomic_load(&stopper.done)) {
             if (sigtimedwait(&set, NULL, &tick) > 0) {
                 log_info("serve: second signal: cancelling everything in flight");
                 atomic_store(&s->cancel_all, true);
+            }
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if (!atomic_load(&stopper.done) &&
+                (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) * 1e-9 > bound_s) {
+                log_error("serve: the stop did not finish within the grace period; exiting now");
+                fflush(NULL);
+                _exit(1);
             }
         }
         pthread_join(th, NULL);
