@@ -186,8 +186,16 @@ static void api_generate(struct server *s, const struct api_call *call, enum ope
         api_error(out, 499, "the client closed the connection", NULL, NULL);
     else if (j->fail != HR_OK)
         api_error(out, 500, j->fail_msg, NULL, NULL);
-    else
-        api_json(out, 200, job_body(j));
+    else {
+        char err[HR_ERRLEN];
+        memset(out, 0, sizeof *out);
+        if (job_body_text(j, &out->body, &out->body_len, err, sizeof err) != HR_OK) {
+            api_error(out, 500, err, NULL, NULL);
+        } else {
+            out->status = 200;
+            out->content_type = "application/json";
+        }
+    }
     job_free(j);
     free(j);
 }

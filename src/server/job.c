@@ -483,6 +483,11 @@ json_t *job_body(struct job *j)
     return response_body(&j->resp);
 }
 
+enum hr_status job_body_text(struct job *j, char **out, size_t *len, char *err, size_t errlen)
+{
+    return response_body_text(&j->resp, out, len, err, errlen);
+}
+
 void job_free(struct job *j)
 {
     if (!j)

@@ -200,6 +200,20 @@ if part limits; then
     [ $((after - before)) -lt 122880 ]; fi
   req POST "$lb/v1/completions" "${json[@]}" -d '{"model":"tiny","prompt":"still here","max_tokens":2}'
   check "limits: still serving" [ "$code" = 200 ]
+  # a large non-streamed response with logprobs costs memory about its size: the same
+  # generation without logprobs first (the KV pages it touches), then with them
+  start_server big "$tmp/model" --max-response-bytes 1000000000 --kv-cache-mib 256
+  bb="http://127.0.0.1:$port_big"
+  hwm_big() { sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid_big/status"; }
+  req POST "$bb/v1/completions" "${json[@]}" -d '{"model":"tiny","prompt":"x","n":8,"max_tokens":1000,"ignore_eos":true}'
+  h1=$(hwm_big)
+  req POST "$bb/v1/completions" "${json[@]}" \
+    -d '{"model":"tiny","prompt":"x","n":8,"max_tokens":1000,"logprobs":20,"ignore_eos":true}'
+  h2=$(hwm_big)
+  size=$(stat -c %s "$tmp/body")
+  if [[ "$bin" == *asan* ]]; then ok "limits: response memory check skipped under the sanitizers"
+  else check "limits: a ${size}-byte response with logprobs took $(( (h2 - h1) / 1024 )) MiB more peak RSS (at most 4x its size)" \
+    [ "$code" = 200 -a "$size" -gt 2000000 -a $(( (h2 - h1) * 1024 )) -le $((4 * size)) ]; fi
 fi
 
 # ---- 8. HTTP edges, answered as nginx answers them (raw sockets)

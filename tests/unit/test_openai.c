@@ -444,7 +444,36 @@ static void test_completion_body(void)
     CHECK_MSG(!strcmp(s, want), "\n got %s\nwant %s", s, want);
     free(s);
     json_decref(body);
+    /* the body as text (what the server sends): the same bytes */
+    char *text = NULL;
+    size_t text_len = 0;
+    CHECK_OK(response_body_text(&r, &text, &text_len, err, sizeof err), err);
+    CHECK_MSG(text && text_len == strlen(want) && !memcmp(text, want, text_len), "\n got %s\nwant %s", text, want);
+    free(text);
     response_free(&r);
+    response_free(&r);
+
+    /* chat with logprobs and a text that looks like the stand-in of the logprobs */
+    struct response_config cc = {
+        .endpoint = OPENAI_ENDPOINT_CHAT, .id = "chatcmpl-9", .created = 9, .model = "m", .fingerprint = "f",
+        .n_choices = 2, .logprobs = true, .top_logprobs = 2, .token_text = fake_token_text};
+    CHECK_OK(response_init(&r, &cc, err, sizeof err), err);
+    ev = tok_event(0, 1, "\001hearth-lp-0000000000000000-1\"", -0.5f);
+    CHECK_OK(response_token(&r, 0, &ev, NULL, err, sizeof err), err);
+    ev = tok_event(1, 2, "x", -1.5f);
+    CHECK_OK(response_token(&r, 1, &ev, NULL, err, sizeof err), err);
+    CHECK_OK(response_finish(&r, 0, HEARTH_FINISH_STOP, NULL, err, sizeof err), err);
+    CHECK_OK(response_finish(&r, 1, HEARTH_FINISH_STOP, NULL, err, sizeof err), err);
+    body = response_body(&r);
+    s = dump(body);
+    CHECK_OK(response_body_text(&r, &text, &text_len, err, sizeof err), err);
+    CHECK_MSG(text && s && !strcmp(text, s), "\n text %s\n tree %s", text, s);
+    json_t *lp = json_object_get(json_object_get(json_array_get(json_object_get(body, "choices"), 1), "logprobs"),
+                                 "content");
+    CHECK(json_array_size(lp) == 1 && json_real_value(json_object_get(json_array_get(lp, 0), "logprob")) == -1.5);
+    free(text);
+    free(s);
+    json_decref(body);
     response_free(&r);
 }
 
