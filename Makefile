@@ -1,4 +1,4 @@
-# hearth — GNU Makefile.  make | make test | make asan | make run | make bench | make fuzz
+# hearth — GNU Makefile.  make | make test | make asan | make run | make bench | make fuzz | make fuzz-long
 # Sources are found by wildcard: adding a .c file under src/ adds it to libhearth,
 # adding tests/unit/test_*.c adds a test binary.  Files named *_avx2.c / *_avx512.c
 # get ISA flags of their own; everything else is built for baseline x86-64 so the
@@ -53,7 +53,7 @@ HELPER_OBJS := $(TEST_HELPERS:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: all test asan run bench fuzz clean deps testdata
+.PHONY: all test asan run bench fuzz fuzz-long clean deps testdata
 # Keep the test objects (make would delete them as intermediates and relink every time).
 .SECONDARY:
 all: $(BUILD)/hearth
@@ -121,6 +121,11 @@ bench: $(BUILD)/hearth
 
 fuzz:
 	@bash tests/fuzz/build.sh
+
+# Every fuzz target for FUZZ_LONG_SECONDS each (default 600; not part of CI).
+FUZZ_LONG_SECONDS ?= 600
+fuzz-long:
+	@bash tests/fuzz/build.sh $(FUZZ_LONG_SECONDS)
 
 clean:
 	rm -rf build build-asan build-fuzz build-cuda

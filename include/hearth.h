@@ -43,8 +43,9 @@ const char *hr_status_str(enum hr_status st);
 
 /* ------------------------------------------------------------------ engine */
 
-/* The longest cache_salt a request may carry, in bytes (the one definition). */
-#define HEARTH_CACHE_SALT_MAX 256
+/* The longest namespace string (cache_salt) a request may carry, in bytes: a client's
+ * salt under a server-side prefix (--salt-per-key) fits (the one definition). */
+#define HEARTH_CACHE_SALT_MAX 512
 
 struct hearth_engine_params {
     const char *model_dir;      /* Hugging Face directory: config.json, *.safetensors, tokenizer.json */
@@ -64,6 +65,7 @@ struct hearth_engine_params {
     int prefix_cache_max_entries; /* cached blocks at most (0: bounded by the pool only) */
     const char *schedule;       /* "lpm" (default: longest cached prefix first) or "fcfs" */
     int max_wait_steps;         /* lpm: a group waiting longer than this goes first (default 32) */
+    bool no_mmap;               /* read the weights into memory instead of mapping the files */
 };
 
 void hearth_engine_params_default(struct hearth_engine_params *p);
@@ -134,6 +136,9 @@ struct hearth_request_params {
 
     const char *cache_salt;     /* prefix-cache namespace of this request (tenant isolation), or NULL;
                                    at most HEARTH_CACHE_SALT_MAX bytes */
+    size_t max_queued_bytes;    /* events queued and not yet taken by the caller, in bytes, at most:
+                                   past it the request is cancelled (a consumer that stopped
+                                   reading); 0: no bound */
 };
 
 void hearth_request_params_default(struct hearth_request_params *p);
@@ -207,6 +212,10 @@ enum hr_status hearth_request_next_event(struct hearth_request *r, struct hearth
  * *n ids.  HR_ERR_INVALID when the model has no tokenizer or the text is not UTF-8. */
 enum hr_status hearth_tokenize(struct hearth_engine *e, const char *text, size_t len, int32_t **ids, int *n,
                                char *err, size_t errlen);
+/* Same, giving up with HR_ERR_FULL once the text has more than max_ids ids (0: no bound),
+ * without tokenizing the rest (a text whose length alone rules it out is not looked at). */
+enum hr_status hearth_tokenize_max(struct hearth_engine *e, const char *text, size_t len, int max_ids, int32_t **ids,
+                                   int *n, char *err, size_t errlen);
 /* Decodes ids: *text (malloc'd, NUL-terminated, the caller frees). */
 enum hr_status hearth_detokenize(struct hearth_engine *e, const int32_t *ids, int n, bool skip_special_tokens,
                                  char **text, size_t *len, char *err, size_t errlen);
@@ -246,6 +255,7 @@ struct hearth_stats {
     int64_t preemptions;
     int64_t prompt_tokens_total, generation_tokens_total;
     int64_t requests_total, requests_finished;
+    int64_t requests_stalled;   /* cancelled: their consumer let max_queued_bytes pile up */
     struct hearth_prefix_cache_stats prefix_cache;
 };
 

@@ -16,6 +16,9 @@
 
 #define SERVE_MAX_KEYS 64
 
+static const char *serve_admin_keys[SERVE_MAX_KEYS];
+static int serve_n_admin;
+
 static void serve_usage(void)
 {
     fprintf(stderr,
@@ -28,14 +31,26 @@ static void serve_usage(void)
             "  --host ADDR                   listen address (default 127.0.0.1)\n"
             "  --port N                      listen port (default 8000; 0: any free port)\n"
             "  --api-key KEY                 require \"Authorization: Bearer KEY\" (repeatable)\n"
-            "  --salt-per-key                each API key gets its own prefix-cache namespace\n"
+            "  --admin-api-key KEY           a key that also reaches /v1/stats, /v1/prefix_cache/reset and\n"
+            "                                /v1/reload (repeatable); with --api-key and none, those are off\n"
+            "  --salt-per-key                each API key gets its own prefix-cache namespace (a client's\n"
+            "                                cache_salt then separates users within the key's)\n"
             "  --served-model-name NAME      the model's name in the API (default: DIR's base name)\n"
             "  --max-n N                     largest 'n' accepted (default 16)\n"
             "  --max-body-bytes N            largest request body, then 413 (default 8 MiB)\n"
+            "  --max-prompts-per-request N   prompts in one completions request at most (default 64)\n"
+            "  --max-response-bytes N        largest non-streamed response, estimated before it runs and\n"
+            "                                enforced while it is built; stream larger ones (default 64 MiB)\n"
+            "  --max-unsent-bytes N          a stream whose client lets more than N bytes pile up unsent\n"
+            "                                is cancelled (default 4 MiB)\n"
+            "  --request-head-timeout S      a request's line and headers must arrive within S s (default 60)\n"
+            "  --max-connections-per-client N  open connections from one client address at most (default\n"
+            "                                256; behind a proxy, raise it up to the 1,024 connections served)\n"
             "  --reasoning-parser qwen3      return <think>...</think> as reasoning_content\n"
             "  --tool-call-parser qwen3|none  with tools in the request, return <tool_call> blocks as\n"
             "                                tool_calls (default qwen3)\n"
-            "  --shutdown-grace-ms N         on SIGINT/SIGTERM, in-flight requests get this long (default 10000)\n"
+            "  --shutdown-grace-ms N         on SIGINT/SIGTERM, the whole stop takes at most this long: in-flight\n"
+            "                                requests finish or are cancelled within it (default 10000)\n"
             "  --idle-timeout-s N            close idle keep-alive connections after N s (default 300)\n"
             "  --log-level debug|info|warn|error\n"
             "\n%s",
@@ -76,6 +91,32 @@ static bool serve_option(int argc, char **argv, int *i, struct server_config *c,
             return false;
         }
         keys[(*n_keys)++] = v;
+    } else if (args_is(a, "--admin-api-key")) {
+        SERVE_VALUE();
+        if (!*v) {
+            fprintf(stderr, "hearth serve: --admin-api-key must not be empty\n");
+            return false;
+        }
+        if (serve_n_admin >= SERVE_MAX_KEYS) {
+            fprintf(stderr, "hearth serve: --admin-api-key given more than %d times\n", SERVE_MAX_KEYS);
+            return false;
+        }
+        serve_admin_keys[serve_n_admin++] = v;
+    } else if (args_is(a, "--max-prompts-per-request")) {
+        SERVE_INT("--max-prompts-per-request", 1, 1 << 20);
+        c->max_prompts = (int)n;
+    } else if (args_is(a, "--max-response-bytes")) {
+        SERVE_INT("--max-response-bytes", 1024, 1L << 40);
+        c->max_response_bytes = (size_t)n;
+    } else if (args_is(a, "--max-unsent-bytes")) {
+        SERVE_INT("--max-unsent-bytes", 1024, 1L << 40);
+        c->max_unsent_bytes = (size_t)n;
+    } else if (args_is(a, "--request-head-timeout")) {
+        SERVE_INT("--request-head-timeout", 1, 3600);
+        c->head_timeout_s = (int)n;
+    } else if (args_is(a, "--max-connections-per-client")) {
+        SERVE_INT("--max-connections-per-client", 1, 1 << 20);
+        c->max_conns_per_client = (int)n;
     } else if (!strcmp(a, "--salt-per-key")) {
         c->salt_per_key = true;
     } else if (args_is(a, "--served-model-name")) {
@@ -170,12 +211,14 @@ int cli_serve(int argc, char **argv)
         serve_usage();
         return 2;
     }
-    if (c.salt_per_key && n_keys == 0) {
+    if (c.salt_per_key && n_keys + serve_n_admin == 0) {
         fprintf(stderr, "hearth serve: --salt-per-key needs at least one --api-key\n");
         return 2;
     }
     c.api_keys = keys;
     c.n_api_keys = n_keys;
+    c.admin_api_keys = serve_admin_keys;
+    c.n_admin_api_keys = serve_n_admin;
 
     /* signals go to this thread only (sigwait below); the server's threads inherit the mask */
     sigset_t set;
@@ -214,11 +257,23 @@ int cli_serve(int argc, char **argv)
     if (!threaded) {
         server_stop(s);
     } else {
-        /* a second signal cancels what is still running */
+        /* a second signal cancels what is still running; the grace period bounds the stop:
+         * a connection thread that cannot be stopped (busy in a long computation) does not
+         * keep the process alive past it */
+        struct timespec t0, now;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        double bound_s = c.shutdown_grace_ms / 1000.0 + 0.5; /* + closing and freeing */
         while (!atomic_load(&stopper.done)) {
             if (sigtimedwait(&set, NULL, &tick) > 0) {
                 log_info("serve: second signal: cancelling everything in flight");
                 atomic_store(&s->cancel_all, true);
+            }
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if (!atomic_load(&stopper.done) &&
+                (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) * 1e-9 > bound_s) {
+                log_error("serve: the stop did not finish within the grace period; exiting now");
+                fflush(NULL);
+                _exit(1);
             }
         }
         pthread_join(th, NULL);

@@ -27,7 +27,9 @@ const char engine_opts_help[] =
     "  --prefix-cache on|off         exact prefix KV reuse (default on)\n"
     "  --prefix-cache-max-entries N  cached blocks at most (N >= 1; default: the pool)\n"
     "  --schedule lpm|fcfs           admission order (default lpm: longest cached prefix first)\n"
-    "  --max-wait-steps N            lpm: steps a request may wait before it goes first (default 32)\n";
+    "  --max-wait-steps N            lpm: steps a request may wait before it goes first (default 32)\n"
+    "  --no-mmap                     read the weights into memory instead of mapping the files (a file\n"
+    "                                overwritten in place then cannot disturb a running server)\n";
 
 void engine_opts_default(struct hearth_engine_params *p)
 {
@@ -56,6 +58,10 @@ int engine_opts_parse(struct hearth_engine_params *p, int argc, char **argv, int
     for (int k = 0; k < 6; k++)
         if (args_is(a, ints[k]))
             return engine_opts_int(ints[k], args_value(argc, argv, i), lo[k], hi[k], dst[k]);
+    if (!strcmp(a, "--no-mmap")) {
+        p->no_mmap = true;
+        return 1;
+    }
     if (args_is(a, "--model")) {
         return (p->model_dir = args_value(argc, argv, i)) ? 1 : -1;
     } else if (args_is(a, "--device")) {

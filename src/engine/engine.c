@@ -247,7 +247,11 @@ static void engine_reload_now(struct hearth_engine *e)
 {
     struct model m2;
     char err[HR_ERRLEN];
+    safetensors_set_read_into_memory(e->p.no_mmap);
     enum hr_status st = model_load(&m2, e->model_dir, err, sizeof err);
+    safetensors_set_read_into_memory(false);
+    if (st == HR_OK) /* a file written to in place while it was read: refuse what was read */
+        st = safetensors_check_unchanged(&m2.w.st, err, sizeof err);
     const struct model_config *a = &e->m.cfg, *b = &m2.cfg;
     if (st == HR_OK && (a->arch != b->arch || a->vocab_size != b->vocab_size || a->hidden_size != b->hidden_size ||
                         a->n_layers != b->n_layers || a->n_heads != b->n_heads || a->n_kv_heads != b->n_kv_heads ||
@@ -307,6 +311,10 @@ enum hr_status hearth_engine_reload(struct hearth_engine *e, char *err, size_t e
         hr_err(err, errlen, st, "%s", e->reload_done ? e->reload_err : "the engine shut down");
     e->reload_requested = false;
     e->reload_done = false;
+    /* requests that came during the reload wait in the intake queue: the engine thread
+     * may sleep with nothing else to wake it */
+    e->wakeups++;
+    pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
     return st;
 }
@@ -316,12 +324,19 @@ enum hr_status hearth_engine_reload(struct hearth_engine *e, char *err, size_t e
 enum hr_status hearth_tokenize(struct hearth_engine *e, const char *text, size_t len, int32_t **ids, int *n,
                                char *err, size_t errlen)
 {
+    return hearth_tokenize_max(e, text, len, 0, ids, n, err, errlen);
+}
+
+enum hr_status hearth_tokenize_max(struct hearth_engine *e, const char *text, size_t len, int max_ids, int32_t **ids,
+                                   int *n, char *err, size_t errlen)
+{
     *ids = NULL;
     *n = 0;
     if (!e->has_tk)
         return hr_err(err, errlen, HR_ERR_INVALID, "this model has no tokenizer.json");
     struct tokenizer_ids out = {0};
-    enum hr_status st = tokenizer_encode(&e->tk, text, len, &out, err, errlen);
+    enum hr_status st = tokenizer_encode_max(&e->tk, text, len, true, max_ids > 0 ? (size_t)max_ids : 0, &out, err,
+                                             errlen);
     if (st != HR_OK) {
         tokenizer_ids_free(&out);
         return st;
@@ -561,6 +576,11 @@ bool engine_step(struct hearth_engine *e)
 
 /* ------------------------------------------------------------------ thread */
 
+void engine_count_stalled(struct hearth_engine *e)
+{
+    atomic_fetch_add(&e->st_stalled, 1);
+}
+
 void engine_wake(struct hearth_engine *e)
 {
     pthread_mutex_lock(&e->mu);
@@ -639,8 +659,11 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
         else
             st = hr_err(err, errlen, HR_ERR_INVALID, "--schedule must be lpm or fcfs, got '%s'", p->schedule);
     }
-    if (st == HR_OK)
+    if (st == HR_OK) {
+        safetensors_set_read_into_memory(p->no_mmap);
         st = model_load(&e->m, e->model_dir, err, errlen);
+        safetensors_set_read_into_memory(false);
+    }
     if (st == HR_OK) {
         char path[PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/tokenizer.json", e->model_dir);
@@ -816,6 +839,7 @@ void hearth_engine_stats(struct hearth_engine *e, struct hearth_stats *out)
     out->generation_tokens_total = atomic_load(&e->st_gen_tokens);
     out->requests_total = atomic_load(&e->st_requests);
     out->requests_finished = atomic_load(&e->st_finished);
+    out->requests_stalled = atomic_load(&e->st_stalled);
     pthread_mutex_lock(&e->stats_mu);
     out->prefix_cache = e->pc_snapshot;
     pthread_mutex_unlock(&e->stats_mu);

@@ -72,6 +72,7 @@ struct hearth_engine {
     /* Stats: written by the engine thread, read by anyone (relaxed). */
     atomic_int st_free, st_running, st_waiting, st_waiting_groups;
     atomic_llong st_steps, st_preemptions, st_prompt_tokens, st_gen_tokens, st_requests, st_finished;
+    atomic_llong st_stalled;       /* requests cancelled for events their consumer left untaken */
     pthread_mutex_t stats_mu;
     struct hearth_prefix_cache_stats pc_snapshot; /* under stats_mu */
 
@@ -105,6 +106,8 @@ enum hr_status engine_inject_fault(struct hearth_engine *e, int64_t step, int op
 
 /* Wakes the engine thread (a submission or a cancellation arrived). */
 void engine_wake(struct hearth_engine *e);
+/* One more request cancelled by its queued-bytes bound (any thread). */
+void engine_count_stalled(struct hearth_engine *e);
 
 /* Runs one step on the calling thread (the engine thread, or a test that runs the
  * engine without its thread).  Returns false when there was nothing to do. */

@@ -105,6 +105,14 @@ bool request_push(struct hearth_request *r, const struct hearth_event *ev, const
         goto out;
     }
     r->count++;
+    r->queued_bytes += sizeof *slot + slot->text_len;
+    /* a consumer that stopped taking events: end the request rather than hold its output */
+    if (r->max_queued_bytes && r->queued_bytes > r->max_queued_bytes && !atomic_load(&r->overflowed)) {
+        atomic_store(&r->overflowed, 1);
+        atomic_store(&r->cancel, 1);
+        if (r->engine)
+            engine_count_stalled(r->engine);
+    }
     if (ev->type == HEARTH_EVENT_DONE)
         r->done_queued = 1;
     pthread_cond_broadcast(&r->cv);
@@ -142,6 +150,7 @@ enum hr_status hearth_request_next_event(struct hearth_request *r, struct hearth
     *ev = r->events[r->head];
     r->head = (r->head + 1) % r->cap;
     r->count--;
+    r->queued_bytes -= sizeof *ev + ev->text_len;
     if (ev->type == HEARTH_EVENT_DONE)
         r->done_taken = 1;
 out:

@@ -22,6 +22,9 @@ struct hearth_request {
     int done_taken;                /* ... and taken */
     struct request_text_chunk *text; /* event texts: chunks that never move */
     struct hearth_engine *engine;  /* to wake the engine on cancel */
+    size_t queued_bytes;           /* the queued events and their texts */
+    size_t max_queued_bytes;       /* past it: cancelled, overflowed (0: no bound) */
+    atomic_int overflowed;
 };
 
 struct hearth_request *request_new(struct hearth_engine *e, char *err, size_t errlen);

@@ -177,6 +177,8 @@ enum hr_status hearth_submit(struct hearth_engine *e, const struct hearth_reques
     tokenizer_ids_free(&ids);
     if (st == HR_OK && !(g->req = request_new(e, err, errlen)))
         st = HR_ERR_NOMEM;
+    if (st == HR_OK)
+        g->req->max_queued_bytes = p->max_queued_bytes;
     if (st != HR_OK) {
         group_free(g);
         return st;

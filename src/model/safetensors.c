@@ -312,7 +312,36 @@ enum hr_status safetensors_parse(struct safetensors *st, const uint8_t *buf, siz
 
 /* ---------------------------------------------------------------- files */
 
-/* Maps path read-only, parses it and appends it as a new file of st. */
+/* --no-mmap, per thread (the thread that loads a model sets it). */
+static _Thread_local bool safetensors_read_mode;
+
+void safetensors_set_read_into_memory(bool on)
+{
+    safetensors_read_mode = on;
+}
+
+enum hr_status safetensors_check_unchanged(const struct safetensors *st, char *err, size_t errlen)
+{
+    for (int i = 0; i < st->n_files; i++) {
+        const struct safetensors_file *f = &st->files[i];
+        if (!f->path || (!f->map && !f->size))
+            continue;
+        struct stat sb;
+        if (stat(f->path, &sb) != 0)
+            return hr_err(err, errlen, HR_ERR_IO, "%s: gone while it was loaded (%s); replace weight files by rename",
+                          f->path, strerror(errno));
+        int64_t mt = (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
+        if ((size_t)sb.st_size != f->size || mt != f->mtime_ns)
+            return hr_err(err, errlen, HR_ERR_IO,
+                          "%s: changed while it was loaded (%zu bytes then, %lld now); replace weight files by "
+                          "rename, not in place",
+                          f->path, f->size, (long long)sb.st_size);
+    }
+    return HR_OK;
+}
+
+/* Maps path read-only (or reads it, see safetensors_set_read_into_memory), parses it
+ * and appends it as a new file of st. */
 static enum hr_status open_one(struct safetensors *st, const char *path, char *err, size_t errlen)
 {
     struct safetensors_file *nf = realloc(st->files, ((size_t)st->n_files + 1) * sizeof *st->files);
@@ -343,6 +372,36 @@ static enum hr_status open_one(struct safetensors *st, const char *path, char *e
         free(f->path);
         return hr_err(err, errlen, HR_ERR_FORMAT,
                       "%s: %zu bytes, too short for the 8-byte header length (truncated?)", path, size);
+    }
+    f->mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
+    if (safetensors_read_mode) {
+        uint8_t *buf = malloc(size);
+        if (!buf) {
+            close(fd);
+            free(f->path);
+            return hr_err(err, errlen, HR_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, size);
+        }
+        size_t got = 0;
+        while (got < size) {
+            ssize_t r = pread(fd, buf + got, size - got, (off_t)got);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0) {
+                int e = r < 0 ? errno : 0;
+                close(fd);
+                free(buf);
+                free(f->path);
+                return hr_err(err, errlen, HR_ERR_IO, "%s: read failed at byte %zu of %zu: %s", path, got, size,
+                              e ? strerror(e) : "the file got shorter");
+            }
+            got += (size_t)r;
+        }
+        close(fd);
+        f->map = buf;
+        f->size = size;
+        f->in_memory = true;
+        st->n_files++; /* from here on safetensors_free releases it */
+        return safetensors_parse(st, f->map, f->size, st->n_files - 1, path, err, errlen);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int mmap_errno = errno;
@@ -497,7 +556,9 @@ void safetensors_free(struct safetensors *st)
         free(st->tensors[i].name);
     free(st->tensors);
     for (int i = 0; i < st->n_files; i++) {
-        if (st->files[i].map)
+        if (st->files[i].map && st->files[i].in_memory)
+            free((void *)st->files[i].map);
+        else if (st->files[i].map)
             munmap((void *)st->files[i].map, st->files[i].size);
         free(st->files[i].path);
     }

@@ -33,8 +33,10 @@ struct safetensors_tensor {
 
 struct safetensors_file {
     char *path;
-    const uint8_t *map;   /* [size] read-only mapping, NULL for in-memory parses */
+    const uint8_t *map;   /* [size] read-only mapping (or a copy in memory), NULL for in-memory parses */
     size_t size;
+    bool in_memory;       /* map is a malloc'd copy read from the file (safetensors_set_read_into_memory) */
+    int64_t mtime_ns;     /* the file's modification time when it was opened */
 };
 
 struct safetensors {
@@ -59,6 +61,14 @@ enum hr_status safetensors_open_dir(struct safetensors *st, const char *dir, cha
 /* Opens one file (used by the tests and by `hearth eval` for expected.safetensors). */
 enum hr_status safetensors_open_file(struct safetensors *st, const char *path, char *err, size_t errlen);
 void safetensors_free(struct safetensors *st);
+
+/* For the files this thread opens from now on: true reads each file into memory instead
+ * of mapping it (--no-mmap), so that a file overwritten in place later cannot change or
+ * take away the bytes being served (a mapping would fault: SIGBUS).  Default false. */
+void safetensors_set_read_into_memory(bool on);
+/* HR_ERR_IO naming the file when one of st's files now has another size or modification
+ * time than when it was opened (written to while it was loaded: replace files by rename). */
+enum hr_status safetensors_check_unchanged(const struct safetensors *st, char *err, size_t errlen);
 
 /* NULL when absent. */
 const struct safetensors_tensor *safetensors_find(const struct safetensors *st, const char *name);

@@ -8,7 +8,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/log.h"
 #include "server/openai.h"
+#include "server/peer.h"
+#include "server/redact.h"
 
 static const struct api_route_info api_routes[] = {
     {"/v1/completions", "POST", API_ROUTE_COMPLETIONS, false, METRICS_ENDPOINT_COMPLETIONS},
@@ -59,7 +62,9 @@ static void api_json(struct api_reply *out, int status, json_t *body)
 
 void api_error(struct api_reply *out, int status, const char *message, const char *param, const char *code)
 {
-    api_json(out, status, openai_error_json(status, message, param, code));
+    char clean[HR_ERRLEN + 64];
+    redact_paths(message ? message : "", clean, sizeof clean);
+    api_json(out, status, openai_error_json(status, clean, param, code));
     if (status == 503)
         out->retry_after = 1;
 }
@@ -154,9 +159,19 @@ static void api_generate(struct server *s, const struct api_call *call, enum ope
         out->stream = j;
         return;
     }
-    /* not streamed: wait here (this connection's own thread), watching the client */
+    /* not streamed: wait here (this connection's own thread), watching the client; one
+     * that half-closed gets its answer, one that closed is found out by a probe */
+    bool probed = false;
     while (!j->finished) {
-        if (api_client_gone(call->client_fd)) {
+        enum peer_state ps = peer_state(call->client_fd);
+        if (ps == PEER_STATE_HALF_CLOSED && !probed && !call->http10) {
+            probed = true;
+            if (!peer_probe_interim(call->client_fd))
+                ps = PEER_STATE_GONE;
+        } else if (ps == PEER_STATE_HALF_CLOSED && call->http10) {
+            ps = PEER_STATE_GONE; /* no interim responses in HTTP/1.0: take it as gone */
+        }
+        if (ps == PEER_STATE_GONE) {
             metrics_count_disconnect(&s->metrics);
             job_cancel(j);
             break;
@@ -171,8 +186,16 @@ static void api_generate(struct server *s, const struct api_call *call, enum ope
         api_error(out, 499, "the client closed the connection", NULL, NULL);
     else if (j->fail != HR_OK)
         api_error(out, 500, j->fail_msg, NULL, NULL);
-    else
-        api_json(out, 200, job_body(j));
+    else {
+        char err[HR_ERRLEN];
+        memset(out, 0, sizeof *out);
+        if (job_body_text(j, &out->body, &out->body_len, err, sizeof err) != HR_OK) {
+            api_error(out, 500, err, NULL, NULL);
+        } else {
+            out->status = 200;
+            out->content_type = "application/json";
+        }
+    }
     job_free(j);
     free(j);
 }
@@ -194,8 +217,11 @@ static void api_health(struct server *s, struct api_reply *out)
 {
     enum server_state st = server_get_state(s);
     json_t *o = json_pack("{s:s}", "status", api_state_name(st));
-    if (st == SERVER_STATE_FAILED)
-        json_object_set_new(o, "error", openai_json_string(s->load_err, strlen(s->load_err)));
+    if (st == SERVER_STATE_FAILED) {
+        char clean[HR_ERRLEN];
+        redact_paths(s->load_err, clean, sizeof clean);
+        json_object_set_new(o, "error", openai_json_string(clean, strlen(clean)));
+    }
     api_json(out, st == SERVER_STATE_READY ? 200 : 503, o);
     if (st != SERVER_STATE_READY)
         out->retry_after = 1;
@@ -204,7 +230,7 @@ static void api_health(struct server *s, struct api_reply *out)
 static void api_models(struct server *s, struct api_reply *out)
 {
     json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", s->model_name, "object", "model", "created",
-                          (json_int_t)s->started, "owned_by", "hearth", "root", s->model_dir);
+                          (json_int_t)s->started, "owned_by", "hearth", "root", s->model_name);
     if (m && server_engine(s)) {
         pthread_rwlock_rdlock(&s->model_lock);
         json_object_set_new(m, "max_model_len", json_integer(s->info.max_context));
@@ -283,15 +309,31 @@ static void api_reload(struct server *s, struct api_reply *out)
     }
     enum hr_status st = server_reload(s, err, sizeof err);
     if (st != HR_OK) {
-        api_error(out, 500, err, NULL, NULL);
+        log_error("serve: reload failed: %s", err);
+        api_error(out, 500, err, NULL, NULL); /* api_error drops the paths */
         return;
     }
     api_json(out, 200, json_pack("{s:s,s:s}", "status", "ok", "system_fingerprint", s->fingerprint));
 }
 
+/* The admin endpoints: with API keys, only an admin key reaches them (tenants get 403),
+ * as they act on every tenant (the shared cache, the model) or show server-wide state. */
+static bool api_route_admin(enum api_route r)
+{
+    return r == API_ROUTE_STATS || r == API_ROUTE_CACHE_RESET || r == API_ROUTE_RELOAD;
+}
+
 void api_handle(struct server *s, const struct api_call *call, struct api_reply *out)
 {
     memset(out, 0, sizeof *out);
+    if (api_route_admin(call->route->route) && auth_enabled(&s->auth) && !auth_is_admin(&s->auth, call->key_index)) {
+        api_error(out, 403,
+                  auth_has_admin(&s->auth) ? "this endpoint needs an admin API key"
+                                           : "this endpoint is disabled: the server has API keys but no "
+                                             "--admin-api-key",
+                  NULL, "forbidden");
+        return;
+    }
     switch (call->route->route) {
     case API_ROUTE_COMPLETIONS: api_generate(s, call, OPENAI_ENDPOINT_COMPLETIONS, out); return;
     case API_ROUTE_CHAT: api_generate(s, call, OPENAI_ENDPOINT_CHAT, out); return;

@@ -39,6 +39,7 @@ struct api_call {
     size_t body_len;
     int key_index;               /* the API key presented (-1: none / auth off) */
     int client_fd;               /* the connection's socket: a client that hangs up is noticed */
+    bool http10;                 /* an HTTP/1.0 request (no interim responses) */
 };
 
 struct api_reply {

@@ -7,11 +7,15 @@
 #include <strings.h>
 #include <xxhash.h>
 
-enum hr_status auth_init(struct auth *a, const char *const *keys, int n_keys, bool salt_per_key, char *err,
-                         size_t errlen)
+enum hr_status auth_init(struct auth *a, const char *const *tenant_keys, int n_tenant, const char *const *admin_keys,
+                         int n_admin, bool salt_per_key, char *err, size_t errlen)
 {
     memset(a, 0, sizeof *a);
     a->salt_per_key = salt_per_key;
+    n_tenant = n_tenant > 0 ? n_tenant : 0;
+    n_admin = n_admin > 0 ? n_admin : 0;
+    int n_keys = n_tenant + n_admin;
+    a->n_tenant = n_tenant;
     if (n_keys <= 0)
         return HR_OK;
     a->keys = calloc((size_t)n_keys, sizeof *a->keys);
@@ -22,13 +26,20 @@ enum hr_status auth_init(struct auth *a, const char *const *keys, int n_keys, bo
     }
     a->n_keys = n_keys;
     for (int i = 0; i < n_keys; i++) {
-        if (!keys[i] || !*keys[i]) {
+        const char *key = i < n_tenant ? tenant_keys[i] : admin_keys[i - n_tenant];
+        if (!key || !*key) {
             auth_free(a);
-            return hr_err(err, errlen, HR_ERR_INVALID, "--api-key: a key must not be empty");
+            return hr_err(err, errlen, HR_ERR_INVALID, "%s: a key must not be empty",
+                          i < n_tenant ? "--api-key" : "--admin-api-key");
         }
+        for (int k = 0; k < i; k++)
+            if (!strcmp(a->keys[k], key)) {
+                auth_free(a);
+                return hr_err(err, errlen, HR_ERR_INVALID, "--api-key / --admin-api-key: a key is given twice");
+            }
         char salt[40];
-        snprintf(salt, sizeof salt, "key-%016llx", (unsigned long long)XXH3_64bits(keys[i], strlen(keys[i])));
-        a->keys[i] = strdup(keys[i]);
+        snprintf(salt, sizeof salt, "key-%016llx", (unsigned long long)XXH3_64bits(key, strlen(key)));
+        a->keys[i] = strdup(key);
         a->salts[i] = strdup(salt);
         if (!a->keys[i] || !a->salts[i]) {
             auth_free(a);
@@ -85,6 +96,16 @@ int auth_check(const struct auth *a, const char *header)
         if (auth_equal(k, n, a->keys[i], strlen(a->keys[i])) && found < 0)
             found = i;
     return found;
+}
+
+bool auth_is_admin(const struct auth *a, int k)
+{
+    return k >= a->n_tenant && k < a->n_keys;
+}
+
+bool auth_has_admin(const struct auth *a)
+{
+    return a->n_keys > a->n_tenant;
 }
 
 const char *auth_salt(const struct auth *a, int k)

@@ -2,7 +2,6 @@
 #include "server/http.h"
 
 #include <microhttpd.h>
-#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,13 +11,17 @@
 
 #include "base/log.h"
 #include "server/api.h"
+#include "server/gate.h"
+#include "server/peer.h"
+#include "server/watch.h"
 #include "server/server.h"
 #include "server/sse.h"
 
 struct http {
     struct MHD_Daemon *daemon;
     struct server *srv;
-    int port;
+    struct gate *gate;          /* accepts, and hands over connections whose head is in */
+    struct watch *watch;        /* deadlines of the later requests of keep-alive connections */
     bool quiesced;
 };
 
@@ -33,12 +36,20 @@ struct http_conn {
     int status;                 /* what was queued (for the request counter) */
 };
 
+/* The watch entry of a connection (its socket context). */
+static struct watch_conn *http_watch_conn(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
 /* ---------------------------------------------------------------- streaming */
 
 struct http_stream {
     struct server *srv;
     struct job *job;
     int client_fd;
+    double last_probe;          /* when a half-closed client was last sent a comment */
 };
 
 static ssize_t http_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -57,10 +68,20 @@ static ssize_t http_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (j->out.oom)
             return MHD_CONTENT_READER_END_WITH_ERROR;
-        /* waiting for tokens (or the prefill): a client that hangs up is noticed here */
-        if (api_client_gone(hs->client_fd)) {
+        /* waiting for tokens (or the prefill): a client that hangs up is noticed here; one
+         * that half-closed is sent an SSE comment now and then, which a closed one resets */
+        enum peer_state ps = peer_state(hs->client_fd);
+        if (ps == PEER_STATE_GONE) {
             job_cancel(j);
             return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (ps == PEER_STATE_HALF_CLOSED && job_now() - hs->last_probe >= 0.5) {
+            static const char ping[] = ": ping\n\n";
+            hs->last_probe = job_now();
+            if (max >= sizeof ping - 1) {
+                memcpy(buf, ping, sizeof ping - 1);
+                return (ssize_t)(sizeof ping - 1);
+            }
         }
         if (atomic_load(&hs->srv->cancel_all) && !j->cancelled)
             job_cancel(j); /* the engine ends each request with a DONE; the stream closes properly */
@@ -146,11 +167,11 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
                                    const char *version, const char *upload_data, size_t *upload_data_size,
                                    void **con_cls)
 {
-    (void)version;
     struct http *h = cls;
     struct server *s = h->srv;
     struct http_conn *hc = *con_cls;
     if (!hc) { /* the headers are in: route, authenticate, size the body */
+        watch_busy(h->watch, http_watch_conn(c));
         hc = calloc(1, sizeof *hc);
         if (!hc)
             return MHD_NO;
@@ -209,6 +230,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
         .body_len = hc->body.len,
         .key_index = hc->key_index,
         .client_fd = ci ? ci->connect_fd : -1,
+        .http10 = version && !strcmp(version, MHD_HTTP_VERSION_1_0),
     };
     struct api_reply r;
     api_handle(s, &call, &r);
@@ -218,9 +240,9 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
 
 static void http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)c;
     (void)toe;
     struct http *h = cls;
+    watch_idle(h->watch, http_watch_conn(c));
     struct http_conn *hc = *con_cls;
     if (!hc)
         return;
@@ -244,50 +266,93 @@ static void http_log(void *cls, const char *fmt, va_list ap)
 
 /* ---------------------------------------------------------------- the daemon */
 
+static bool http_handoff(void *ctx, int fd, const struct sockaddr *addr, socklen_t addrlen)
+{
+    struct http *h = ctx;
+    return MHD_add_connection(h->daemon, fd, addr, addrlen) == MHD_YES; /* MHD closes fd on failure */
+}
+
+static void http_notify_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                                   enum MHD_ConnectionNotificationCode toe)
+{
+    struct http *h = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = watch_add(h->watch, fi ? fi->connect_fd : -1);
+        return;
+    }
+    watch_remove(h->watch, *socket_context);
+    *socket_context = NULL;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    gate_conn_closed(h->gate, ci ? ci->client_addr : NULL);
+}
+
+/* A request line came (MHD's URI logger): its head deadline starts. */
+static void *http_uri_seen(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    (void)uri;
+    struct http *h = cls;
+    watch_head_begins(h->watch, http_watch_conn(c));
+    return NULL;
+}
+
 enum hr_status http_start(struct http **out, struct server *s, const char *host, int port, int connection_limit,
                           int idle_timeout_s, char *err, size_t errlen)
 {
     *out = NULL;
     if (port < 0 || port > 65535)
         return hr_err(err, errlen, HR_ERR_INVALID, "--port must be in 0..65535, got %d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-    struct addrinfo *ai = NULL;
-    char ports[16];
-    snprintf(ports, sizeof ports, "%d", port);
-    int gai = getaddrinfo(host, ports, &hints, &ai);
-    if (gai != 0 || !ai)
-        return hr_err(err, errlen, HR_ERR_INVALID, "--host '%s': %s", host, gai ? gai_strerror(gai) : "no address");
     struct http *h = calloc(1, sizeof *h);
-    if (!h) {
-        freeaddrinfo(ai);
+    if (!h)
         return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
-    }
     h->srv = s;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6)
+    enum hr_status st = watch_start(&h->watch, s->cfg.head_timeout_s, idle_timeout_s, err, errlen);
+    if (st != HR_OK) {
+        free(h);
+        return st;
+    }
+    /* the gate listens; MHD gets connections whose first head is in (MHD_add_connection) */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
+    if (strchr(host, ':'))
         flags |= MHD_USE_IPv6;
-    h->daemon = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, http_access, h,
-                                 MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+    h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, http_access, h,
                                  MHD_OPTION_NOTIFY_COMPLETED, http_completed, h,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)connection_limit,
+                                 MHD_OPTION_NOTIFY_CONNECTION, http_notify_connection, h,
+                                 MHD_OPTION_URI_LOG_CALLBACK, http_uri_seen, h,
+                                 /* the gate counts connections; MHD's own limit is a backstop */
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)connection_limit + 16,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)idle_timeout_s,
-                                 MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
                                  MHD_OPTION_EXTERNAL_LOGGER, http_log, NULL,
                                  MHD_OPTION_END);
-    freeaddrinfo(ai);
     if (!h->daemon) {
+        watch_stop(h->watch);
         free(h);
-        return hr_err(err, errlen, HR_ERR_IO, "cannot listen on %s:%d (address in use or not available)", host, port);
+        return hr_err(err, errlen, HR_ERR_IO, "cannot start the HTTP daemon");
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    h->port = di ? di->port : port;
+    struct gate_config gc = {
+        .host = host,
+        .port = port,
+        .head_timeout_s = s->cfg.head_timeout_s,
+        .max_per_client = s->cfg.max_conns_per_client,
+        .max_pending = connection_limit * 4,
+        .max_active = connection_limit,
+        .max_body_bytes = s->cfg.max_body_bytes,
+    };
+    st = gate_start(&h->gate, &gc, http_handoff, h, err, errlen);
+    if (st != HR_OK) {
+        MHD_stop_daemon(h->daemon);
+        watch_stop(h->watch);
+        free(h);
+        return st;
+    }
     *out = h;
     return HR_OK;
 }
 
 int http_port(const struct http *h)
 {
-    return h ? h->port : 0;
+    return h ? gate_port(h->gate) : 0;
 }
 
 void http_quiesce(struct http *h)
@@ -295,15 +360,16 @@ void http_quiesce(struct http *h)
     if (!h || h->quiesced)
         return;
     h->quiesced = true;
-    MHD_socket fd = MHD_quiesce_daemon(h->daemon);
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
+    gate_close_listener(h->gate);
 }
 
 void http_stop(struct http *h)
 {
     if (!h)
         return;
-    MHD_stop_daemon(h->daemon);
+    gate_close_listener(h->gate);
+    MHD_stop_daemon(h->daemon); /* its connections' close notices still reach the gate */
+    gate_stop(h->gate);
+    watch_stop(h->watch);
     free(h);
 }

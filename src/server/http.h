@@ -1,4 +1,5 @@
-/* HTTP/1.1 over libmicrohttpd: a thread per connection (keep-alive), request bodies up
+/* HTTP/1.1 over libmicrohttpd behind gate.c (which listens and hands over connections
+ * whose first request head is in): a thread per connection (keep-alive), request bodies up
  * to a limit (413 beyond), API keys (401), routes (404/405), and SSE streaming through a
  * content callback that waits for engine events in the connection's own thread, so a
  * slow client only ever slows itself.  A client that hangs up has its job cancelled. */

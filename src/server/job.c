@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/redact.h"
 #include "server/sse.h"
 
 double job_now(void)
@@ -83,7 +84,17 @@ static enum hr_status job_tokenize(struct job *j, const char *text, size_t len, 
                                    struct job_prompt *p, char *param, size_t paramlen, char *err, size_t errlen)
 {
     char terr[HR_ERRLEN];
-    enum hr_status st = hearth_tokenize(j->engine, text, len, &p->ids, &p->n, terr, sizeof terr);
+    /* a prompt that fills the context leaves no room to generate: the tokenizer stops there */
+    pthread_rwlock_rdlock(&j->srv->model_lock);
+    int max_context = j->srv->info.max_context;
+    pthread_rwlock_unlock(&j->srv->model_lock);
+    enum hr_status st = hearth_tokenize_max(j->engine, text, len, max_context, &p->ids, &p->n, terr, sizeof terr);
+    if (st == HR_ERR_FULL) {
+        snprintf(param, paramlen, "%s", what);
+        return hr_err(err, errlen, HR_ERR_INVALID,
+                      "This model's maximum context length is %d tokens, but the %s has more tokens", max_context,
+                      what);
+    }
     if (st != HR_OK) {
         snprintf(param, paramlen, "%s", what);
         return hr_err(err, errlen, st == HR_ERR_NOMEM ? HR_ERR_NOMEM : HR_ERR_INVALID, "'%s' cannot be tokenized: %s",
@@ -100,6 +111,36 @@ static enum hr_status job_queue_chunk(struct job *j, json_t *chunk)
     enum hr_status st = sse_append_json(&j->out, chunk);
     json_decref(chunk);
     return st;
+}
+
+/* A non-streamed response is built whole in memory: refuse one that could be larger than
+ * --max-response-bytes.  The bound counts every token it may hold at a generous size per
+ * token (text, and each logprob entry with its alternatives), so a request it lets through
+ * stays near the limit whatever the model writes. */
+#define JOB_TOKEN_BYTES 16.0    /* text and bookkeeping of one token */
+#define JOB_LOGPROB_BYTES 64.0  /* one logprob entry: token string, number, bytes array */
+
+static enum hr_status job_check_response_size(struct job *j, const struct job_prompt *prompts, int n_prompts,
+                                              char *param, size_t paramlen, char *err, size_t errlen)
+{
+    const struct openai_request *q = &j->rq;
+    double per_token = JOB_TOKEN_BYTES + (q->params.logprobs ? (1.0 + q->top_logprobs_asked) * JOB_LOGPROB_BYTES : 0);
+    double total = 1024;
+    for (int i = 0; i < n_prompts; i++) {
+        double tokens = prompts[i].max_tokens;
+        if (q->echo)
+            tokens += prompts[i].n;
+        total += (double)q->params.n * tokens * per_token;
+    }
+    size_t cap = j->srv->cfg.max_response_bytes;
+    if (total <= (double)cap)
+        return HR_OK;
+    snprintf(param, paramlen, "max_tokens");
+    return hr_err(err, errlen, HR_ERR_INVALID,
+                  "The response could reach %.1f MiB (%d prompt(s) x n %d x max_tokens%s), above this server's "
+                  "limit of %zu bytes for a response that is not streamed: lower max_tokens, n or logprobs, "
+                  "or set \"stream\": true",
+                  total / 1048576.0, n_prompts, q->params.n, q->params.logprobs ? " with logprobs" : "", cap);
 }
 
 /* ---------------------------------------------------------------- start */
@@ -163,6 +204,9 @@ enum hr_status job_start(struct job *j, struct server *s, struct openai_request 
                             (int)prompts[i].ids[k], vocab);
             }
     }
+
+    if (st == HR_OK && !q->stream)
+        st = job_check_response_size(j, prompts, n_prompts, param, paramlen, err, errlen);
 
     /* the response: choices in prompt order, then sample order */
     j->n_subs = n_prompts;
@@ -234,7 +278,20 @@ enum hr_status job_start(struct job *j, struct server *s, struct openai_request 
         st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
 
     /* submission: all prompts or none */
-    const char *salt = auth_salt(&s->auth, key_index);
+    /* --salt-per-key: the key's salt namespaces the client's own cache_salt (the key salt
+     * has a fixed length, so the pair is recovered from the joined string exactly) */
+    const char *key_salt = auth_salt(&s->auth, key_index);
+    char *salt = NULL;
+    if (st == HR_OK && key_salt) {
+        const char *cs = q->params.cache_salt ? q->params.cache_salt : "";
+        size_t kl = strlen(key_salt), cl = strlen(cs);
+        if (!(salt = malloc(kl + 1 + cl + 1)))
+            st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
+        else if (cl)
+            snprintf(salt, kl + cl + 2, "%s/%s", key_salt, cs);
+        else
+            snprintf(salt, kl + 1, "%s", key_salt);
+    }
     j->t_start = job_now();
     for (int i = 0; st == HR_OK && i < n_prompts; i++) {
         struct hearth_request_params p = q->params;
@@ -244,6 +301,8 @@ enum hr_status job_start(struct job *j, struct server *s, struct openai_request 
         p.max_tokens = prompts[i].max_tokens;
         if (salt)
             p.cache_salt = salt;
+        if (q->stream)
+            p.max_queued_bytes = s->cfg.max_unsent_bytes;
         j->subs[i].prompt_tokens = prompts[i].n;
         char serr[HR_ERRLEN];
         st = hearth_submit(j->engine, &p, &j->subs[i].req, serr, sizeof serr);
@@ -252,6 +311,7 @@ enum hr_status job_start(struct job *j, struct server *s, struct openai_request 
             st = hr_err(err, errlen, st, "%s", serr);
         }
     }
+    free(salt);
     for (int i = 0; i < n_prompts; i++)
         if (prompts[i].owned)
             free(prompts[i].ids);
@@ -268,7 +328,7 @@ static void job_set_fail(struct job *j, enum hr_status st, const char *msg)
     if (j->fail != HR_OK)
         return;
     j->fail = st;
-    snprintf(j->fail_msg, sizeof j->fail_msg, "%s", msg && *msg ? msg : "the engine failed");
+    redact_paths(msg && *msg ? msg : "the engine failed", j->fail_msg, sizeof j->fail_msg);
 }
 
 /* Every DONE came: the stream's closing frames. */
@@ -421,6 +481,11 @@ bool job_abandoned(const struct job *j)
 json_t *job_body(struct job *j)
 {
     return response_body(&j->resp);
+}
+
+enum hr_status job_body_text(struct job *j, char **out, size_t *len, char *err, size_t errlen)
+{
+    return response_body_text(&j->resp, out, len, err, errlen);
 }
 
 void job_free(struct job *j)

@@ -54,6 +54,8 @@ void job_cancel(struct job *j);
 bool job_abandoned(const struct job *j);
 /* The body of a finished non-streamed job (a new reference), or NULL on oom. */
 json_t *job_body(struct job *j);
+/* The same as JSON text (*out malloc'd), about the body's size in memory. */
+enum hr_status job_body_text(struct job *j, char **out, size_t *len, char *err, size_t errlen);
 void job_free(struct job *j);
 
 /* Monotonic seconds. */

@@ -109,6 +109,11 @@ enum hr_status metrics_render(struct metrics *m, const struct hearth_stats *stat
     strbuf_printf(out, "# HELP %s streams whose client went away before the end\n# TYPE %s counter\n%s %lld\n",
                   METRICS_DISCONNECTS_TOTAL, METRICS_DISCONNECTS_TOTAL, METRICS_DISCONNECTS_TOTAL,
                   (long long)m->disconnects);
+    strbuf_printf(out,
+                  "# HELP %s streams cancelled because their client stopped reading (--max-unsent-bytes)\n"
+                  "# TYPE %s counter\n%s %lld\n",
+                  METRICS_STALLED_TOTAL, METRICS_STALLED_TOTAL, METRICS_STALLED_TOTAL,
+                  (long long)(stats ? stats->requests_stalled : 0));
     metrics_render_histogram(&m->ttft, out);
     metrics_render_histogram(&m->itl, out);
     metrics_render_histogram(&m->e2e, out);

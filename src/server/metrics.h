@@ -17,6 +17,7 @@
 /* ---- names of the server's own metrics ---- */
 #define METRICS_REQUESTS_TOTAL "hearth_http_requests_total"        /* counter {endpoint, code} */
 #define METRICS_DISCONNECTS_TOTAL "hearth_client_disconnects_total" /* counter */
+#define METRICS_STALLED_TOTAL "hearth_stalled_streams_total"         /* counter */
 #define METRICS_TTFT "hearth_time_to_first_token_seconds"            /* histogram */
 #define METRICS_ITL "hearth_inter_token_latency_seconds"              /* histogram */
 #define METRICS_E2E "hearth_e2e_request_latency_seconds"              /* histogram */

@@ -331,7 +331,7 @@ static enum hr_status openai_parse_common(struct openai_request *rq, const struc
         return st;
     if ((st = openai_get_bool(rq->root, "skip_special_tokens", &p->skip_special_tokens, eb)) != HR_OK)
         return st;
-    if ((st = openai_get_string(rq->root, "cache_salt", true, HEARTH_CACHE_SALT_MAX, &p->cache_salt, eb)) != HR_OK)
+    if ((st = openai_get_string(rq->root, "cache_salt", true, OPENAI_CACHE_SALT_MAX, &p->cache_salt, eb)) != HR_OK)
         return st;
     const char *user = NULL;
     if ((st = openai_get_string(rq->root, "user", false, 0, &user, eb)) != HR_OK)

@@ -34,6 +34,8 @@ struct openai_limits {
 #define OPENAI_MAX_STOP 16          /* stop strings per request */
 #define OPENAI_MAX_STOP_BYTES 1024  /* bytes per stop string */
 #define OPENAI_MAX_LOGIT_BIAS 1024  /* logit_bias entries */
+#define OPENAI_CACHE_SALT_MAX 256   /* bytes of a client's cache_salt (a key's prefix may go on top,
+                                       within the engine's HEARTH_CACHE_SALT_MAX) */
 #define OPENAI_DEFAULT_MAX_TOKENS 16 /* completions without max_tokens (OpenAI's default) */
 
 /* One prompt of a completions request: text, or token ids. */

@@ -1,8 +1,11 @@
 /* OpenAI response and chunk rendering (see response.h). */
 #include "server/response.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static char *response_strdup(const char *s)
 {
@@ -69,6 +72,8 @@ void response_free(struct response *r)
         toolcall_free(&r->choices[i].calls_parser);
         json_decref(r->choices[i].tool_calls);
         json_decref(r->choices[i].logprobs);
+        for (int k = 0; k < 4; k++)
+            strbuf_free(&r->choices[i].lp_text[k]);
     }
     free(r->choices);
     free(r->id);
@@ -188,6 +193,20 @@ static json_t *response_chunk(const struct response *r, json_t *choice)
     return o;
 }
 
+/* Appends v (stolen) as JSON text to b, after a comma unless b is empty. */
+static enum hr_status response_lp_append(struct strbuf *b, json_t *v)
+{
+    char *s = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(v);
+    if (!s)
+        return HR_ERR_NOMEM;
+    if (b->len)
+        strbuf_append(b, ",", 1);
+    strbuf_append(b, s, strlen(s));
+    free(s);
+    return b->oom ? HR_ERR_NOMEM : HR_OK;
+}
+
 /* The logprob record of one token: appended to the choice and returned as the chunk's own
  * (new reference; completions: the four parallel arrays of one entry, chat: one entry). */
 static enum hr_status response_logprob(struct response *r, struct response_choice *c, int32_t token,
@@ -225,7 +244,12 @@ static enum hr_status response_logprob(struct response *r, struct response_choic
             free(t);
         }
         json_object_set_new(e, "top_logprobs", top);
-        if (st == HR_OK) {
+        if (st == HR_OK && !r->cfg.stream) {
+            if (response_lp_append(&c->lp_text[0], e) != HR_OK)
+                st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for logprobs");
+            *out = json_null();
+            e = NULL;
+        } else if (st == HR_OK) {
             json_array_append(c->logprobs, e);
             *out = json_pack("{s:[O]}", "content", e);
         }
@@ -257,7 +281,14 @@ static enum hr_status response_logprob(struct response *r, struct response_choic
         json_t *token = openai_json_string(tok, tok_len);
         json_t *lp = ev ? openai_json_logprob(ev->logprob) : json_null();
         json_t *off = json_integer(*offset);
-        if (st == HR_OK) {
+        if (st == HR_OK && !r->cfg.stream) {
+            json_t *parts[4] = {token, lp, top, off};
+            for (int k = 0; k < 4; k++)
+                if (response_lp_append(&c->lp_text[k], parts[k]) != HR_OK && st == HR_OK)
+                    st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for logprobs");
+            token = lp = top = off = NULL;
+            *out = json_null();
+        } else if (st == HR_OK) {
             json_array_append(json_object_get(c->logprobs, "tokens"), token);
             json_array_append(json_object_get(c->logprobs, "token_logprobs"), lp);
             json_array_append(json_object_get(c->logprobs, "top_logprobs"), top);
@@ -455,7 +486,28 @@ json_t *response_usage_chunk(const struct response *r)
     return o;
 }
 
-json_t *response_body(const struct response *r)
+/* A not streamed choice's logprobs from its JSON text: the tree (placeholder NULL), or
+ * a string that response_body_text replaces by the text. */
+static json_t *response_lp_value(const struct response_choice *c, bool chat, const char *placeholder)
+{
+    if (placeholder)
+        return json_string(placeholder);
+    static const char *const keys[4] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    json_t *o = chat ? NULL : json_object();
+    for (int k = 0; k < (chat ? 1 : 4); k++) {
+        struct strbuf b = {0};
+        strbuf_printf(&b, "[%s]", c->lp_text[k].data ? c->lp_text[k].data : "");
+        json_t *a = b.oom ? NULL : json_loadb(b.data, b.len, 0, NULL);
+        strbuf_free(&b);
+        if (chat)
+            return a;
+        json_object_set_new(o, keys[k], a ? a : json_array());
+    }
+    return o;
+}
+
+/* The body; placeholders non-NULL: placeholders[i] stands for choice i's logprobs. */
+static json_t *response_body_json(const struct response *r, char *const *placeholders)
 {
     json_t *o = response_head(r, false);
     if (!o)
@@ -484,15 +536,110 @@ json_t *response_body(const struct response *r)
                                                      : json_null());
             json_object_set_new(msg, "refusal", json_null());
             json_object_set_new(ch, "message", msg);
-            json_object_set_new(ch, "logprobs", c->logprobs ? json_pack("{s:O,s:n}", "content", c->logprobs, "refusal")
-                                                            : json_null());
+            json_t *lp = !c->logprobs  ? json_null()
+                         : r->cfg.stream ? json_pack("{s:O,s:n}", "content", c->logprobs, "refusal")
+                         : placeholders  ? response_lp_value(c, true, placeholders[i])
+                                         : json_pack("{s:o,s:n}", "content", response_lp_value(c, true, NULL), "refusal");
+            json_object_set_new(ch, "logprobs", lp);
         } else {
             json_object_set_new(ch, "text", text);
-            json_object_set_new(ch, "logprobs", c->logprobs ? json_incref(c->logprobs) : json_null());
+            json_object_set_new(ch, "logprobs", !c->logprobs  ? json_null()
+                                                : r->cfg.stream ? json_incref(c->logprobs)
+                                                                : response_lp_value(c, false,
+                                                                                    placeholders ? placeholders[i] : NULL));
         }
         json_object_set_new(ch, "finish_reason", response_finish_json(c));
         json_array_append_new(choices, ch);
     }
     json_object_set_new(o, "usage", response_usage_json(r));
     return o;
+}
+
+json_t *response_body(const struct response *r)
+{
+    return response_body_json(r, NULL);
+}
+
+enum hr_status response_body_text(const struct response *r, char **out, size_t *len, char *err, size_t errlen)
+{
+    *out = NULL;
+    *len = 0;
+    int n = r->cfg.n_choices;
+    bool lp = r->cfg.logprobs && !r->cfg.stream;
+    bool chat = r->cfg.endpoint == OPENAI_ENDPOINT_CHAT;
+    /* each choice's logprobs stand in the body as a string no text can make: it starts
+     * with a byte JSON escapes (\u0001) and carries a random number */
+    char **ph = lp ? calloc((size_t)n, sizeof *ph) : NULL;
+    char (*marks)[64] = lp ? calloc((size_t)n, sizeof *marks) : NULL;
+    enum hr_status st = HR_OK;
+    if (lp && (!ph || !marks))
+        st = HR_ERR_NOMEM;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long nonce = (unsigned long long)(uintptr_t)r ^ ((unsigned long long)ts.tv_nsec << 24) ^
+                               (unsigned long long)ts.tv_sec;
+    for (int i = 0; st == HR_OK && lp && i < n; i++) {
+        char tmp[64];
+        snprintf(tmp, sizeof tmp, "\001hearth-lp-%016llx-%d", nonce, i);
+        if (!(ph[i] = strdup(tmp)))
+            st = HR_ERR_NOMEM;
+        snprintf(marks[i], sizeof marks[i], "\"\\u0001hearth-lp-%016llx-%d\"", nonce, i);
+    }
+    char *head = NULL;
+    if (st == HR_OK) {
+        json_t *o = response_body_json(r, ph);
+        head = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+        json_decref(o);
+        if (!head)
+            st = HR_ERR_NOMEM;
+    }
+    size_t total = head ? strlen(head) : 0;
+    for (int i = 0; lp && i < n; i++)
+        for (int k = 0; k < 4; k++)
+            total += r->choices[i].lp_text[k].len + 24;
+    char *buf = st == HR_OK ? malloc(total + 128) : NULL;
+    if (st == HR_OK && !buf)
+        st = HR_ERR_NOMEM;
+    size_t o = 0;
+    const char *p = head;
+    for (int i = 0; st == HR_OK && lp && i < n; i++) {
+        const char *m = strstr(p, marks[i]);
+        if (!m) {
+            st = HR_ERR_INTERNAL;
+            break;
+        }
+        memcpy(buf + o, p, (size_t)(m - p));
+        o += (size_t)(m - p);
+        const struct response_choice *c = &r->choices[i];
+        static const char *const keys[4] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+        o += (size_t)sprintf(buf + o, chat ? "{\"content\":[" : "{");
+        for (int k = 0; k < (chat ? 1 : 4); k++) {
+            if (!chat)
+                o += (size_t)sprintf(buf + o, "%s\"%s\":[", k ? "," : "", keys[k]);
+            if (c->lp_text[k].len)
+                memcpy(buf + o, c->lp_text[k].data, c->lp_text[k].len);
+            o += c->lp_text[k].len;
+            buf[o++] = ']';
+        }
+        o += (size_t)sprintf(buf + o, chat ? ",\"refusal\":null}" : "}");
+        p = m + strlen(marks[i]);
+    }
+    if (st == HR_OK) {
+        size_t rest = strlen(p);
+        memcpy(buf + o, p, rest + 1);
+        o += rest;
+        *out = buf;
+        *len = o;
+        buf = NULL;
+    }
+    free(buf);
+    free(head);
+    for (int i = 0; ph && i < n; i++)
+        free(ph[i]);
+    free(ph);
+    free(marks);
+    if (st != HR_OK)
+        return hr_err(err, errlen, st, st == HR_ERR_NOMEM ? "out of memory for the response"
+                                                          : "the response body could not be assembled");
+    return HR_OK;
 }

@@ -50,7 +50,11 @@ struct response_choice {
     struct toolcall calls_parser;
     json_t *tool_calls;         /* chat: [ {index, id, type, function} ] found so far */
     json_t *logprobs;           /* completions: {tokens, token_logprobs, top_logprobs, text_offset};
-                                   chat: [ {token, logprob, bytes, top_logprobs} ] */
+                                   chat: [ {token, logprob, bytes, top_logprobs} ]; streamed
+                                   responses fill it, the others keep it empty and use lp_text */
+    struct strbuf lp_text[4];   /* not streamed: the entries as JSON text, comma-separated (chat: [0];
+                                   completions: tokens, token_logprobs, top_logprobs, text_offset),
+                                   a fraction of the memory of the trees */
     int64_t text_chars;         /* code points of the token strings so far (text_offset) */
     int64_t echo_chars;         /* the same over the echoed prompt's tokens */
     enum hearth_finish_reason finish;
@@ -94,6 +98,9 @@ json_t *response_usage_json(const struct response *r);
 json_t *response_usage_chunk(const struct response *r);
 /* The whole non-streamed body. */
 json_t *response_body(const struct response *r);
+/* The same as compact JSON text (*out malloc'd, *len bytes), built without the logprobs
+ * as trees, so the memory it takes is about the body's size. */
+enum hr_status response_body_text(const struct response *r, char **out, size_t *len, char *err, size_t errlen);
 /* OpenAI's name of a finish reason ("stop", "length"; "abort" / "error" otherwise). */
 const char *response_finish_str(enum hearth_finish_reason reason);
 

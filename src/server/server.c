@@ -22,6 +22,10 @@ void server_config_default(struct server_config *c)
     c->max_n = 16;
     c->max_prompts = 64;
     c->max_body_bytes = 8u << 20;
+    c->max_response_bytes = (size_t)64 << 20;
+    c->max_unsent_bytes = (size_t)4 << 20;
+    c->head_timeout_s = 60;
+    c->max_conns_per_client = 256;
     c->shutdown_grace_ms = 10000;
     c->connection_limit = 1024;
     c->idle_timeout_s = 300;
@@ -105,7 +109,8 @@ enum hr_status server_start(struct server **out, const struct server_config *cfg
     if (!cfg->engine.model_dir || !*cfg->engine.model_dir)
         return hr_err(err, errlen, HR_ERR_INVALID, "--model DIR is required");
     if (cfg->max_n < 1 || cfg->max_prompts < 1 || cfg->max_body_bytes < 1 || cfg->connection_limit < 1 ||
-        cfg->idle_timeout_s < 1)
+        cfg->idle_timeout_s < 1 || cfg->max_response_bytes < 1 || cfg->max_unsent_bytes < 1 ||
+        cfg->head_timeout_s < 1 || cfg->max_conns_per_client < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "server limits must be positive");
     struct server *s = calloc(1, sizeof *s);
     if (!s)
@@ -126,6 +131,7 @@ enum hr_status server_start(struct server **out, const struct server_config *cfg
     s->cfg.engine.model_dir = s->model_dir;
     s->cfg.served_model_name = s->model_name;
     s->cfg.api_keys = NULL;
+    s->cfg.admin_api_keys = NULL;
     s->model_names[0] = s->model_name;
     s->model_names[1] = s->model_dir;
     s->started = (int64_t)time(NULL);
@@ -133,7 +139,8 @@ enum hr_status server_start(struct server **out, const struct server_config *cfg
     pthread_rwlock_init(&s->model_lock, NULL);
     enum hr_status st = metrics_init(&s->metrics, err, errlen);
     if (st == HR_OK)
-        st = auth_init(&s->auth, cfg->api_keys, cfg->n_api_keys, cfg->salt_per_key, err, errlen);
+        st = auth_init(&s->auth, cfg->api_keys, cfg->n_api_keys, cfg->admin_api_keys, cfg->n_admin_api_keys,
+                       cfg->salt_per_key, err, errlen);
     if (st == HR_OK)
         st = http_start(&s->http, s, s->host, cfg->port, cfg->connection_limit, cfg->idle_timeout_s, err, errlen);
     if (st == HR_OK) {
@@ -213,10 +220,16 @@ void server_stop(struct server *s)
         return;
     atomic_store(&s->state, SERVER_STATE_STOPPING);
     http_quiesce(s->http);
-    if (!server_wait_idle(s, s->cfg.shutdown_grace_ms)) {
+    /* The grace period bounds the whole stop: requests may finish in most of it, the rest
+     * of it lets the cancelled ones end; then every connection is closed, answered or not
+     * (a client that stopped reading holds nobody up). */
+    int grace = s->cfg.shutdown_grace_ms;
+    int reserve = grace / 5 < 1000 ? grace / 5 : 1000;
+    if (!server_wait_idle(s, grace - reserve)) {
         log_info("serve: cancelling %d requests still running", atomic_load(&s->active_jobs));
         atomic_store(&s->cancel_all, true);
-        server_wait_idle(s, 10000);
+        if (!server_wait_idle(s, reserve))
+            log_info("serve: closing %d connections still busy", atomic_load(&s->active_jobs));
     }
     atomic_store(&s->cancel_all, true);
     http_stop(s->http);

@@ -28,11 +28,17 @@ struct server_config {
     int port;                        /* 0: any free port (server_port tells which) */
     const char *const *api_keys;     /* [n_api_keys]; none: no authentication */
     int n_api_keys;
+    const char *const *admin_api_keys; /* [n_admin_api_keys]: keys that also reach the admin endpoints */
+    int n_admin_api_keys;
     bool salt_per_key;               /* each key its own prefix-cache namespace */
     struct hearth_engine_params engine; /* model_dir included */
     int max_n;                       /* "n" at most */
     int max_prompts;                 /* prompts per completions request at most */
     size_t max_body_bytes;           /* larger bodies: 413 */
+    size_t max_response_bytes;       /* a non-streamed response larger than this: 400 (before) or 500 */
+    size_t max_unsent_bytes;         /* a stream with more bytes waiting for its client is cancelled */
+    int head_timeout_s;              /* a request's line and headers arrive within this */
+    int max_conns_per_client;        /* open connections from one address at most */
     bool reasoning_qwen3;            /* --reasoning-parser qwen3 */
     bool tool_calls_qwen3;           /* --tool-call-parser qwen3 (the default) or none */
     const char *served_model_name;   /* NULL: the model directory's base name */

@@ -342,7 +342,17 @@ struct encoder {
     size_t cap_raw, cap_norm;
     char *err;
     size_t errlen;
+    size_t n0;      /* out->n before this text */
+    size_t max_ids; /* ids this text may add at most (0: no bound) */
 };
+
+/* Past the caller's bound: stop (the rest of the text is not looked at). */
+static enum hr_status encoder_check_bound(struct encoder *e)
+{
+    if (e->max_ids && e->out->n - e->n0 > e->max_ids)
+        return hr_err(e->err, e->errlen, HR_ERR_FULL, "the text has more than %zu tokens", e->max_ids);
+    return HR_OK;
+}
 
 static enum hr_status emit_word(void *ctx, const char *w, size_t n)
 {
@@ -356,7 +366,7 @@ static enum hr_status emit_word(void *ctx, const char *w, size_t n)
         return hr_err(e->err, e->errlen, HR_ERR_NOMEM, "tokenizer: out of memory");
     memcpy(e->out->ids + e->out->n, ids, k * sizeof *ids);
     e->out->n += k;
-    return HR_OK;
+    return encoder_check_bound(e);
 }
 
 static enum hr_status push_ids(struct encoder *e, const int32_t *ids, size_t n)
@@ -367,7 +377,7 @@ static enum hr_status push_ids(struct encoder *e, const int32_t *ids, size_t n)
         return hr_err(e->err, e->errlen, HR_ERR_NOMEM, "tokenizer: out of memory");
     memcpy(e->out->ids + e->out->n, ids, n * sizeof *ids);
     e->out->n += n;
-    return HR_OK;
+    return encoder_check_bound(e);
 }
 
 /* A piece of the raw text between added tokens: normalize, split again, pre-tokenize, merge. */
@@ -394,11 +404,22 @@ static enum hr_status encode_piece(struct encoder *e, const char *s, size_t n)
 enum hr_status tokenizer_encode_ex(const struct tokenizer *tk, const char *text, size_t len, bool add_special,
                                    struct tokenizer_ids *out, char *err, size_t errlen)
 {
+    return tokenizer_encode_max(tk, text, len, add_special, 0, out, err, errlen);
+}
+
+enum hr_status tokenizer_encode_max(const struct tokenizer *tk, const char *text, size_t len, bool add_special,
+                                    size_t max_ids, struct tokenizer_ids *out, char *err, size_t errlen)
+{
     size_t bad = utf8_valid_prefix((const uint8_t *)text, len);
     if (bad != len)
         return hr_err(err, errlen, HR_ERR_INVALID, "invalid UTF-8 in the text at byte offset %zu", bad);
+    /* Every token stands for at most max_token_bytes bytes, and normalization (NFC and
+     * the like) shrinks text at most threefold (Hangul jamo to syllables), so a text this
+     * long has more than max_ids tokens whatever it says: no need to look. */
+    if (max_ids && tk->max_token_bytes && len / 3 / tk->max_token_bytes > max_ids + tk->n_post_prefix + tk->n_post_suffix)
+        return hr_err(err, errlen, HR_ERR_FULL, "the text has more than %zu tokens", max_ids);
     size_t n0 = out->n;
-    struct encoder e = {.tk = tk, .out = out, .err = err, .errlen = errlen};
+    struct encoder e = {.tk = tk, .out = out, .err = err, .errlen = errlen, .n0 = n0, .max_ids = max_ids};
     enum hr_status st = HR_OK;
     if (add_special)
         st = push_ids(&e, tk->post_prefix, tk->n_post_prefix);

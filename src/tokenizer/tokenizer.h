@@ -67,6 +67,10 @@ enum hr_status tokenizer_encode(const struct tokenizer *tk, const char *text, si
 /* Same, choosing whether the post-processor adds its special tokens (add_special_tokens). */
 enum hr_status tokenizer_encode_ex(const struct tokenizer *tk, const char *text, size_t len, bool add_special,
                                    struct tokenizer_ids *out, char *err, size_t errlen);
+/* Same, stopping with HR_ERR_FULL as soon as the text gives more than max_ids ids (0: no
+ * bound), so the work on a long text is bounded by what the caller can use. */
+enum hr_status tokenizer_encode_max(const struct tokenizer *tk, const char *text, size_t len, bool add_special,
+                                    size_t max_ids, struct tokenizer_ids *out, char *err, size_t errlen);
 void tokenizer_ids_free(struct tokenizer_ids *ids);
 enum hr_status tokenizer_ids_push(struct tokenizer_ids *ids, int32_t id, char *err, size_t errlen);
 

@@ -4,6 +4,8 @@
 #   fuzz_config       config.json / generation_config.json parsing
 #   fuzz_openai       OpenAI request parsing and validation (/v1/completions, /v1/chat/completions)
 #   fuzz_template     the Jinja chat-template parser and renderer
+#   fuzz_http         one HTTP request as the server's glue sees it: the head (gate.c's
+#                     framing checks), the route, the body by Content-Length, the OpenAI parse
 # With FUZZ_SECONDS=N (or `build.sh N`) also runs each for N seconds over its corpus;
 # new inputs go to build-fuzz/corpus-<target>/ (copy crashers into tests/fuzz/corpus/<target>/).
 set -euo pipefail
@@ -17,12 +19,14 @@ $cc $flags -o "$out/fuzz_safetensors" tests/fuzz/fuzz_safetensors.c src/model/sa
 $cc $flags -o "$out/fuzz_config" tests/fuzz/fuzz_config.c src/model/config.c $base -ljansson -lm
 $cc $flags -o "$out/fuzz_openai" tests/fuzz/fuzz_openai.c src/server/openai.c $base -ljansson -lm
 $cc $flags -o "$out/fuzz_template" tests/fuzz/fuzz_template.c src/template/template*.c $base -ljansson -lm
-echo "built $out/fuzz_safetensors $out/fuzz_config $out/fuzz_openai $out/fuzz_template"
+$cc $flags -o "$out/fuzz_http" tests/fuzz/fuzz_http.c src/server/gate.c src/server/openai.c $base -ljansson -lm -pthread
+echo "built $out/fuzz_safetensors $out/fuzz_config $out/fuzz_openai $out/fuzz_template $out/fuzz_http"
 secs=${1:-${FUZZ_SECONDS:-0}}
 if [ "$secs" -gt 0 ]; then
-  for t in safetensors config openai template; do
+  for t in safetensors config openai template http; do
     dict=tests/fuzz/json.dict
     [ $t = template ] && dict=tests/fuzz/template.dict
+    [ $t = http ] && dict=tests/fuzz/http.dict
     mkdir -p "$out/corpus-$t"
     "$out/fuzz_$t" -max_total_time="$secs" -dict=$dict -artifact_prefix="$out/crash-$t-" \
       "$out/corpus-$t" "tests/fuzz/corpus/$t"

@@ -16,6 +16,9 @@
 #define LLVMFuzzerTestOneInput fuzz_config_entry
 #include "../fuzz/fuzz_config.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_http_entry
+#include "../fuzz/fuzz_http.c"
+#undef LLVMFuzzerTestOneInput
 
 static const char *corpus_dir(void)
 {
@@ -84,9 +87,17 @@ static void test_replay_config(void)
     printf("  %d config inputs\n", n);
 }
 
+static void test_replay_http(void)
+{
+    int n = replay("http", fuzz_http_run, fuzz_http_entry);
+    CHECK(n >= 10);
+    printf("  %d http inputs\n", n);
+}
+
 int main(void)
 {
     TEST_RUN(test_replay_safetensors);
     TEST_RUN(test_replay_config);
+    TEST_RUN(test_replay_http);
     TEST_END();
 }

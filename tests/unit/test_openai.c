@@ -444,7 +444,36 @@ static void test_completion_body(void)
     CHECK_MSG(!strcmp(s, want), "\n got %s\nwant %s", s, want);
     free(s);
     json_decref(body);
+    /* the body as text (what the server sends): the same bytes */
+    char *text = NULL;
+    size_t text_len = 0;
+    CHECK_OK(response_body_text(&r, &text, &text_len, err, sizeof err), err);
+    CHECK_MSG(text && text_len == strlen(want) && !memcmp(text, want, text_len), "\n got %s\nwant %s", text, want);
+    free(text);
     response_free(&r);
+    response_free(&r);
+
+    /* chat with logprobs and a text that looks like the stand-in of the logprobs */
+    struct response_config cc = {
+        .endpoint = OPENAI_ENDPOINT_CHAT, .id = "chatcmpl-9", .created = 9, .model = "m", .fingerprint = "f",
+        .n_choices = 2, .logprobs = true, .top_logprobs = 2, .token_text = fake_token_text};
+    CHECK_OK(response_init(&r, &cc, err, sizeof err), err);
+    ev = tok_event(0, 1, "\001hearth-lp-0000000000000000-1\"", -0.5f);
+    CHECK_OK(response_token(&r, 0, &ev, NULL, err, sizeof err), err);
+    ev = tok_event(1, 2, "x", -1.5f);
+    CHECK_OK(response_token(&r, 1, &ev, NULL, err, sizeof err), err);
+    CHECK_OK(response_finish(&r, 0, HEARTH_FINISH_STOP, NULL, err, sizeof err), err);
+    CHECK_OK(response_finish(&r, 1, HEARTH_FINISH_STOP, NULL, err, sizeof err), err);
+    body = response_body(&r);
+    s = dump(body);
+    CHECK_OK(response_body_text(&r, &text, &text_len, err, sizeof err), err);
+    CHECK_MSG(text && s && !strcmp(text, s), "\n text %s\n tree %s", text, s);
+    json_t *lp = json_object_get(json_object_get(json_array_get(json_object_get(body, "choices"), 1), "logprobs"),
+                                 "content");
+    CHECK(json_array_size(lp) == 1 && json_real_value(json_object_get(json_array_get(lp, 0), "logprob")) == -1.5);
+    free(text);
+    free(s);
+    json_decref(body);
     response_free(&r);
 }
 
@@ -805,7 +834,7 @@ static void test_auth(void)
     struct auth a;
     char err[HR_ERRLEN];
     const char *keys[] = {"sk-one", "sk-two"};
-    CHECK_OK(auth_init(&a, keys, 2, true, err, sizeof err), err);
+    CHECK_OK(auth_init(&a, keys, 2, NULL, 0, true, err, sizeof err), err);
     CHECK(auth_enabled(&a));
     CHECK(auth_check(&a, "Bearer sk-one") == 0);
     CHECK(auth_check(&a, "bearer   sk-two  ") == 1);
@@ -821,17 +850,30 @@ static void test_auth(void)
     snprintf(s0, sizeof s0, "%s", auth_salt(&a, 0));
     auth_free(&a);
     auth_free(&a);
-    CHECK_OK(auth_init(&a, keys, 2, true, err, sizeof err), err);
+    CHECK_OK(auth_init(&a, keys, 2, NULL, 0, true, err, sizeof err), err);
     CHECK(!strcmp(s0, auth_salt(&a, 0))); /* stable across restarts: cached prefixes stay reachable */
     auth_free(&a);
-    CHECK_OK(auth_init(&a, keys, 2, false, err, sizeof err), err);
+    CHECK_OK(auth_init(&a, keys, 2, NULL, 0, false, err, sizeof err), err);
     CHECK(auth_salt(&a, 0) == NULL);
     auth_free(&a);
     const char *empty[] = {""};
-    CHECK(auth_init(&a, empty, 1, false, err, sizeof err) == HR_ERR_INVALID);
-    CHECK_OK(auth_init(&a, NULL, 0, false, err, sizeof err), err);
+    CHECK(auth_init(&a, empty, 1, NULL, 0, false, err, sizeof err) == HR_ERR_INVALID);
+    CHECK_OK(auth_init(&a, NULL, 0, NULL, 0, false, err, sizeof err), err);
     CHECK(!auth_enabled(&a));
     auth_free(&a);
+    /* admin keys: known keys after the tenant keys, the only ones auth_is_admin accepts */
+    const char *admins[] = {"sk-admin"};
+    CHECK_OK(auth_init(&a, keys, 2, admins, 1, true, err, sizeof err), err);
+    CHECK(auth_has_admin(&a));
+    CHECK(auth_check(&a, "Bearer sk-admin") == 2 && auth_is_admin(&a, 2));
+    CHECK(!auth_is_admin(&a, 0) && !auth_is_admin(&a, 1) && !auth_is_admin(&a, -1));
+    CHECK(auth_salt(&a, 2) && strcmp(auth_salt(&a, 2), auth_salt(&a, 0)) != 0);
+    auth_free(&a);
+    CHECK_OK(auth_init(&a, keys, 2, NULL, 0, false, err, sizeof err), err);
+    CHECK(!auth_has_admin(&a));
+    auth_free(&a);
+    const char *dup[] = {"sk-one"};
+    CHECK(auth_init(&a, keys, 2, dup, 1, false, err, sizeof err) == HR_ERR_INVALID);
 }
 
 static void test_metrics_text(void)

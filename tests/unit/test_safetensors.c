@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/status.h"
 #include "model/safetensors.h"
@@ -144,6 +145,44 @@ static void test_write_read(void)
     CHECK(safetensors_write(tpath("bad.safetensors"), ts, 1, err, sizeof err) == HR_ERR_INVALID && HAS(err, "zeta"));
     struct safetensors_tensor dup[2] = {ts[1], ts[1]};
     CHECK(safetensors_write(tpath("bad.safetensors"), dup, 2, err, sizeof err) == HR_ERR_INVALID);
+}
+
+/* --no-mmap: the bytes are read into memory, so overwriting the file afterwards changes
+ * nothing that was loaded; and a file that changed since it was opened is reported. */
+static void test_read_into_memory(void)
+{
+    float a[4] = {1, 2, 3, 4};
+    struct safetensors_tensor ts[1] = {
+        {.name = "w", .dtype = SAFETENSORS_DTYPE_F32, .n_dims = 1, .shape = {4}, .data = a, .nbytes = 16}};
+    char err[HR_ERRLEN] = "";
+    CHECK_OK(safetensors_write(tpath("mem.safetensors"), ts, 1, err, sizeof err), err);
+    struct safetensors st;
+    safetensors_set_read_into_memory(true);
+    CHECK_OK(safetensors_open_file(&st, tpath("mem.safetensors"), err, sizeof err), err);
+    safetensors_set_read_into_memory(false);
+    CHECK(st.n_files == 1 && st.files[0].in_memory);
+    CHECK_OK(safetensors_check_unchanged(&st, err, sizeof err), err);
+    /* overwrite in place with other bytes, then shorten it: what was loaded stays */
+    testfs_write(tmp, "mem.safetensors", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+                                         "0123456789abcdef", 80);
+    CHECK(truncate(tpath("mem.safetensors"), 10) == 0);
+    const struct safetensors_tensor *t = safetensors_find(&st, "w");
+    CHECK(t && !memcmp(t->data, a, 16));
+    CHECK(safetensors_check_unchanged(&st, err, sizeof err) == HR_ERR_IO && HAS(err, "changed while"));
+    safetensors_free(&st);
+    /* mapped (the default): the same check sees a change of size */
+    CHECK_OK(safetensors_write(tpath("map.safetensors"), ts, 1, err, sizeof err), err);
+    CHECK_OK(safetensors_open_file(&st, tpath("map.safetensors"), err, sizeof err), err);
+    CHECK(!st.files[0].in_memory);
+    CHECK_OK(safetensors_check_unchanged(&st, err, sizeof err), err);
+    FILE *f = fopen(tpath("map.safetensors"), "ab");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("more", f);
+        fclose(f);
+    }
+    CHECK(safetensors_check_unchanged(&st, err, sizeof err) == HR_ERR_IO && HAS(err, "map.safetensors"));
+    safetensors_free(&st);
 }
 
 static void test_in_memory_parse(void)
@@ -354,6 +393,7 @@ int main(void)
     TEST_RUN(test_fixture_sharded);
     TEST_RUN(test_write_read);
     TEST_RUN(test_in_memory_parse);
+    TEST_RUN(test_read_into_memory);
     TEST_RUN(test_bad_lengths);
     TEST_RUN(test_bad_json);
     TEST_RUN(test_bad_entries);

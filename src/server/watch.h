@@ -1,0 +1,28 @@
+/* Deadlines for the requests that follow the first one on a keep-alive connection (the
+ * gate sees only the first): a request line must become a whole head within the head
+ * deadline, and a connection between requests may stay idle only so long, however
+ * slowly bytes trickle in (libmicrohttpd's own timeout restarts with every byte).  A
+ * thread checks a few times a second and shuts down (never closes: the connection's
+ * thread does that) the sockets past their deadline. */
+#ifndef HEARTH_SERVER_WATCH_H
+#define HEARTH_SERVER_WATCH_H
+
+#include "base/status.h"
+
+struct watch;
+struct watch_conn;
+
+enum hr_status watch_start(struct watch **out, int head_timeout_s, int idle_timeout_s, char *err, size_t errlen);
+/* A new connection (idle from now); NULL when out of memory (it is then not watched). */
+struct watch_conn *watch_add(struct watch *w, int fd);
+/* Its request line came: the head deadline runs. */
+void watch_head_begins(struct watch *w, struct watch_conn *c);
+/* Its head is in: a request is being served (no deadline). */
+void watch_busy(struct watch *w, struct watch_conn *c);
+/* Its request was answered: idle again. */
+void watch_idle(struct watch *w, struct watch_conn *c);
+/* It closed; frees c. */
+void watch_remove(struct watch *w, struct watch_conn *c);
+void watch_stop(struct watch *w);
+
+#endif

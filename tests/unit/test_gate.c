@@ -1,0 +1,87 @@
+/* The gate's head checks (what nginx answers) and the redaction of server paths. */
+#include <string.h>
+
+#include "server/gate.h"
+#include "server/redact.h"
+#include "test.h"
+
+static int head_status(const char *head, size_t max_body)
+{
+    struct gate_verdict v;
+    gate_head_check(head, strlen(head), max_body, &v);
+    return v.status;
+}
+
+static void test_head_length(void)
+{
+    const char *a = "GET / HTTP/1.1\r\nHost: x\r\n\r\nBODY";
+    CHECK(gate_head_length(a, strlen(a)) == strlen(a) - 4);
+    const char *b = "GET / HTTP/1.1\nHost: x\n\nBODY";
+    CHECK(gate_head_length(b, strlen(b)) == strlen(b) - 4);
+    const char *c = "GET / HTTP/1.1\r\nHost: x\r\n";
+    CHECK(gate_head_length(c, strlen(c)) == 0);
+    CHECK(gate_head_length("", 0) == 0);
+}
+
+static void test_head_check(void)
+{
+    CHECK(head_status("GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 100) == 0);
+    CHECK(head_status("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", 100) == 0);
+    CHECK(head_status("GET / HTTP/1.0\r\n\r\n", 100) == 0); /* HTTP/1.0 needs no Host */
+    CHECK(head_status("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 100) == 0);
+    CHECK(head_status("POST / HTTP/1.1\r\nHost: x\r\ncontent-length:  7 \r\n\r\n", 100) == 0);
+    /* Content-Length: negative, overflowing, not a number, two different values */
+    CHECK(head_status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 100) == 400);
+    CHECK(head_status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n", 100) == 400);
+    CHECK(head_status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 18446744073709551615\r\n\r\n", 100) == 400);
+    CHECK(head_status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1x\r\n\r\n", 100) == 400);
+    CHECK(head_status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length:\r\n\r\n", 100) == 400);
+    CHECK(head_status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 100) == 400);
+    CHECK(head_status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", 100) == 0);
+    CHECK(head_status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n", 100) == 413);
+    /* request lines */
+    CHECK(head_status("GARBAGE\r\n\r\n", 100) == 400);
+    CHECK(head_status("GET  / HTTP/1.1\r\nHost: x\r\n\r\n", 100) == 400);
+    CHECK(head_status("GET / HTTP/1.1 \r\nHost: x\r\n\r\n", 100) == 400);
+    CHECK(head_status("GET / FTP/1.1\r\nHost: x\r\n\r\n", 100) == 400);
+    CHECK(head_status("GET / HTTP/2.0\r\nHost: x\r\n\r\n", 100) == 505);
+    CHECK(head_status("G(T / HTTP/1.1\r\nHost: x\r\n\r\n", 100) == 400);
+    /* headers */
+    CHECK(head_status("GET / HTTP/1.1\r\nHost: x\r\nno colon\r\n\r\n", 100) == 400);
+    CHECK(head_status("GET / HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", 100) == 400);
+    CHECK(head_status("GET / HTTP/1.1\r\n\r\n", 100) == 400); /* 1.1 without Host */
+    CHECK(head_status("GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 100) == 400);
+    CHECK(head_status("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 100) == 501);
+    CHECK(head_status("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 100) == 501);
+    CHECK(head_status("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", 100) ==
+          400);
+    CHECK(head_status("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 100) == 400);
+    CHECK(head_status("POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n\r\n", 100) == 0);
+    CHECK(head_status("POST / HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n", 100) == 417);
+}
+
+static void test_redact(void)
+{
+    char out[256];
+    redact_paths("cannot open '/srv/models/qwen/model.safetensors': No such file", out, sizeof out);
+    CHECK(!strcmp(out, "cannot open '<path>': No such file"));
+    redact_paths("/tmp/x/config.json: bad JSON at line 3", out, sizeof out);
+    CHECK(!strcmp(out, "<path>: bad JSON at line 3"));
+    redact_paths("a/b and 1/2 and (/etc/passwd)", out, sizeof out);
+    CHECK(!strcmp(out, "a/b and 1/2 and (<path>)"));
+    redact_paths("no paths here", out, sizeof out);
+    CHECK(!strcmp(out, "no paths here"));
+    redact_paths("/", out, sizeof out);
+    CHECK(!strcmp(out, "/"));
+    char small[8];
+    redact_paths("file /very/long/path/name here", small, sizeof small);
+    CHECK(strlen(small) == 7);
+}
+
+int main(void)
+{
+    TEST_RUN(test_head_length);
+    TEST_RUN(test_head_check);
+    TEST_RUN(test_redact);
+    TEST_END();
+}
