@@ -51,6 +51,7 @@ struct hearth_engine {
     uint64_t fingerprint;      /* config and weight-file headers and sizes */
     enum engine_schedule schedule;
     int max_wait_steps;
+    int max_model_len;         /* tokens of one sequence at most: the config's context, lowered to the pool */
 
     /* Submission queue: guarded by mu, drained by the engine thread. */
     pthread_mutex_t mu;

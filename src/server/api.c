@@ -207,7 +207,7 @@ static void api_models(struct server *s, struct api_reply *out)
                           (json_int_t)s->started, "owned_by", "hearth", "root", s->model_dir);
     if (m && server_engine(s)) {
         pthread_rwlock_rdlock(&s->model_lock);
-        json_object_set_new(m, "max_model_len", json_integer(s->info.max_context));
+        json_object_set_new(m, "max_model_len", json_integer(s->info.max_model_len));
         pthread_rwlock_unlock(&s->model_lock);
     }
     json_t *o = json_pack("{s:s,s:[o]}", "object", "list", "data", m);

@@ -266,13 +266,15 @@ enum hr_status http_start(struct http **out, struct server *s, const char *host,
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    /* The logger goes first so that it sees what the other options say.  No
+     * LISTENING_ADDRESS_REUSE: SO_REUSEPORT would let a second server share a busy
+     * port (MHD's default SO_REUSEADDR still allows a quick restart). */
     h->daemon = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, http_access, h,
+                                 MHD_OPTION_EXTERNAL_LOGGER, http_log, NULL,
                                  MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                                  MHD_OPTION_NOTIFY_COMPLETED, http_completed, h,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)connection_limit,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)idle_timeout_s,
-                                 MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-                                 MHD_OPTION_EXTERNAL_LOGGER, http_log, NULL,
                                  MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->daemon) {

@@ -151,7 +151,7 @@ enum hr_status job_start(struct job *j, struct server *s, struct openai_request 
     }
     int max_context = 0, vocab = 0;
     pthread_rwlock_rdlock(&s->model_lock);
-    max_context = s->info.max_context;
+    max_context = s->info.max_model_len;
     vocab = s->info.vocab_size;
     pthread_rwlock_unlock(&s->model_lock);
     for (int i = 0; i < n_prompts && st == HR_OK; i++) {

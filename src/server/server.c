@@ -83,6 +83,14 @@ static void *server_loader(void *arg)
     log_info("serve: model %s loaded in %.1f s (vocab %d, context %d, chat template %s)", s->model_name,
              (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9, s->info.vocab_size,
              s->info.max_context, s->has_tmpl ? "yes" : "no");
+    /* the start-up summary: what this server will do with the machine */
+    const char *dash = s->info.kernel ? strchr(s->info.kernel, '-') : NULL;
+    log_info("serve: device %.*s, kernel %s, %d threads; KV pool %lld tokens (%lld blocks of %d, %s); "
+             "max_model_len %d; max_num_seqs %d",
+             dash ? (int)(dash - s->info.kernel) : 3, dash ? s->info.kernel : "cpu",
+             s->info.kernel ? s->info.kernel : "?", s->info.n_threads, (long long)s->info.kv_pool_tokens,
+             (long long)(s->info.block_size > 0 ? s->info.kv_pool_tokens / s->info.block_size : 0), s->info.block_size,
+             s->info.kv_dtype ? s->info.kv_dtype : "?", s->info.max_model_len, s->info.max_num_seqs);
     return NULL;
 }
 
