@@ -199,8 +199,9 @@ struct hearth_event {
     size_t text_len;
     /* FINISH / DONE */
     enum hearth_finish_reason finish_reason;
-    int32_t stop_token;         /* FINISH by a stop token: its id, else -1; TOKEN: the token's id when it
-                                   is that stop token (an eos or stop id: the sample ends with it), else -1 */
+    int32_t stop_token;         /* FINISH by a stop token: its id, else -1 */
+    bool is_stop_token;         /* TOKEN: this token is an eos / stop id, the sample ends with it
+                                   (its text is empty; OpenAI's logprobs leave it out) */
     /* DONE */
     int prompt_tokens;
     int cached_tokens;          /* prompt tokens served from the prefix cache */

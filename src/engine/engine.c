@@ -224,7 +224,8 @@ static void engine_accept(struct hearth_engine *e, struct seq *s, const struct s
         stop_str = stop_matcher_push(&s->stop, piece, pn, text, sizeof text, &n);
     }
     struct hearth_event ev = {.type = HEARTH_EVENT_TOKEN, .index = s->index, .token = r->token,
-                              .logprob = r->logprob, .n_top = r->n_top, .stop_token = stop_id ? r->token : -1};
+                              .logprob = r->logprob, .n_top = r->n_top, .stop_token = -1,
+                              .is_stop_token = stop_id};
     for (int i = 0; i < r->n_top; i++) {
         ev.top[i].token = r->top[i].token;
         ev.top[i].logprob = r->top[i].logprob;

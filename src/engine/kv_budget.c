@@ -37,16 +37,16 @@ enum hr_status kv_budget_auto(uint64_t available, uint64_t weight_bytes, double 
     uint64_t left = available > weight_bytes ? available - weight_bytes : 0;
     double b = (double)left * fraction;
     uint64_t budget = b >= 18e18 ? UINT64_MAX : (uint64_t)b;
-    if (bytes_per_token > 0 && max_tokens_needed > 0 && max_tokens_needed < UINT64_MAX / bytes_per_token &&
-        budget > max_tokens_needed * bytes_per_token)
-        budget = max_tokens_needed * bytes_per_token;
-    if (budget < KV_BUDGET_MIN_BYTES) {
-        if (left * fraction < (double)KV_BUDGET_MIN_BYTES)
-            return hr_err(err, errlen, HR_ERR_NOMEM,
-                          "%.0f MiB available beside %.0f MiB of weights leaves too little for the KV pool "
-                          "(fraction %g); give --kv-cache-mib",
-                          (double)available / 1048576.0, (double)weight_bytes / 1048576.0, fraction);
-        budget = KV_BUDGET_MIN_BYTES;
+    uint64_t cap = UINT64_MAX;
+    if (bytes_per_token > 0 && max_tokens_needed > 0 && max_tokens_needed < UINT64_MAX / bytes_per_token)
+        cap = max_tokens_needed * bytes_per_token;
+    if (budget >= cap) {
+        budget = cap;
+    } else if (budget < KV_BUDGET_MIN_BYTES) {
+        return hr_err(err, errlen, HR_ERR_NOMEM,
+                      "%.0f MiB available beside %.0f MiB of weights leaves too little for the KV pool "
+                      "(fraction %g); give --kv-cache-mib",
+                      (double)available / 1048576.0, (double)weight_bytes / 1048576.0, fraction);
     }
     if (budget > SIZE_MAX)
         budget = SIZE_MAX;

@@ -24,8 +24,8 @@
 enum hr_status kv_budget_mem_available(uint64_t *out, char *err, size_t errlen);
 
 /* The pool's budget: fraction (0 < f <= 1) of (available - weight_bytes), at most
- * max_tokens_needed * bytes_per_token, at least KV_BUDGET_MIN_BYTES (an error when the
- * machine does not have that much). */
+ * max_tokens_needed * bytes_per_token; HR_ERR_NOMEM when the memory, not that cap,
+ * bounds it below KV_BUDGET_MIN_BYTES. */
 enum hr_status kv_budget_auto(uint64_t available, uint64_t weight_bytes, double fraction, size_t bytes_per_token,
                               uint64_t max_tokens_needed, size_t *out, char *err, size_t errlen);
 
