@@ -134,6 +134,7 @@ enum hr_status server_start(struct server **out, const struct server_config *cfg
     s->cfg.engine.model_dir = s->model_dir;
     s->cfg.served_model_name = s->model_name;
     s->cfg.api_keys = NULL;
+    s->cfg.allowed_origins = s->cfg.allowed_methods = s->cfg.allowed_headers = NULL; /* parsed into s->cors */
     s->model_names[0] = s->model_name;
     s->model_names[1] = s->model_dir;
     s->started = (int64_t)time(NULL);
@@ -142,6 +143,9 @@ enum hr_status server_start(struct server **out, const struct server_config *cfg
     enum hr_status st = metrics_init(&s->metrics, err, errlen);
     if (st == HR_OK)
         st = auth_init(&s->auth, cfg->api_keys, cfg->n_api_keys, cfg->salt_per_key, err, errlen);
+    if (st == HR_OK)
+        st = cors_init(&s->cors, cfg->allowed_origins, cfg->allowed_methods, cfg->allowed_headers,
+                       cfg->allow_credentials, err, errlen);
     if (st == HR_OK)
         st = http_start(&s->http, s, s->host, cfg->port, cfg->connection_limit, cfg->idle_timeout_s, err, errlen);
     if (st == HR_OK) {
@@ -255,6 +259,7 @@ void server_free(struct server *s)
     if (s->has_tmpl)
         chat_template_model_free(&s->tmpl);
     auth_free(&s->auth);
+    cors_free(&s->cors);
     metrics_free(&s->metrics);
     pthread_rwlock_destroy(&s->model_lock);
     free(s->host);

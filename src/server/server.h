@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "server/auth.h"
+#include "server/cors.h"
 #include "server/metrics.h"
 #include "tokenizer/template.h"
 
@@ -39,6 +40,10 @@ struct server_config {
     int shutdown_grace_ms;           /* on stop, in-flight requests get this long before they are cancelled */
     int connection_limit;            /* concurrent connections at most */
     int idle_timeout_s;              /* an idle keep-alive connection is closed after this long */
+    const char *allowed_origins;     /* CORS, comma separated (NULL: "*", as vLLM) */
+    const char *allowed_methods;     /* NULL: "*" */
+    const char *allowed_headers;     /* NULL: "*" */
+    bool allow_credentials;
 };
 
 void server_config_default(struct server_config *c);
@@ -50,6 +55,7 @@ struct server {
     char *host, *model_dir, *model_name;
     const char *model_names[2];      /* accepted "model" values: the served name, the directory */
     struct auth auth;
+    struct cors cors;
     struct metrics metrics;
     struct http *http;
     int64_t started;                 /* unix seconds */
