@@ -25,6 +25,8 @@
 extern "C" {
 #endif
 
+#define HEARTH_VERSION "0.1.0"
+
 /* Status codes: the single definition site (src/base/status.h re-exports them). */
 enum hr_status {
     HR_OK = 0,

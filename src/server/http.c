@@ -231,6 +231,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     struct api_call call = {
         .route = hc->route,
+        .path = url,
         .body = hc->body.data,
         .body_len = hc->body.len,
         .key_index = hc->key_index,

@@ -363,7 +363,16 @@ static void job_event(struct job *j, int sub, const struct hearth_event *ev)
         job_complete(j);
 }
 
+static void job_pump_events(struct job *j, int timeout_ms);
+
 void job_pump(struct job *j, int timeout_ms)
+{
+    job_pump_events(j, timeout_ms);
+    if (j->out_filter)
+        j->out_filter(j);
+}
+
+static void job_pump_events(struct job *j, int timeout_ms)
 {
     if (j->finished || !j->subs)
         return;
@@ -434,6 +443,8 @@ void job_free(struct job *j)
     response_free(&j->resp);
     strbuf_free(&j->out);
     openai_request_free(&j->rq);
+    if (j->filter_free)
+        j->filter_free(j->filter_ctx);
     if (j->counted)
         atomic_fetch_sub(&j->srv->active_jobs, 1);
     memset(j, 0, sizeof *j);
