@@ -1,6 +1,7 @@
 /* The Responses API over the chat path (see responses.h). */
 #include "server/responses.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,67 @@
 
 #include "server/job.h"
 #include "server/openai.h"
+
+/* ---------------------------------------------------------------- store */
+
+struct responses_store {
+    pthread_mutex_t mu;
+    json_t *ring[RESPONSES_STORE_ITEMS]; /* items, each with an "id" */
+    int next;
+};
+
+struct responses_store *responses_store_new(void)
+{
+    struct responses_store *st = calloc(1, sizeof *st);
+    if (st)
+        pthread_mutex_init(&st->mu, NULL);
+    return st;
+}
+
+void responses_store_free(struct responses_store *st)
+{
+    if (!st)
+        return;
+    for (int i = 0; i < RESPONSES_STORE_ITEMS; i++)
+        json_decref(st->ring[i]);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+void responses_store_put(struct responses_store *st, const json_t *output)
+{
+    if (!st)
+        return;
+    size_t i;
+    const json_t *it;
+    pthread_mutex_lock(&st->mu);
+    json_array_foreach(output, i, it) {
+        if (!json_is_string(json_object_get(it, "id")))
+            continue;
+        json_t *copy = json_deep_copy(it);
+        if (!copy)
+            continue;
+        json_decref(st->ring[st->next]);
+        st->ring[st->next] = copy;
+        st->next = (st->next + 1) % RESPONSES_STORE_ITEMS;
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+json_t *responses_store_get(struct responses_store *st, const char *id)
+{
+    if (!st || !id)
+        return NULL;
+    json_t *found = NULL;
+    pthread_mutex_lock(&st->mu);
+    for (int i = 0; i < RESPONSES_STORE_ITEMS && !found; i++) {
+        const char *k = st->ring[i] ? json_string_value(json_object_get(st->ring[i], "id")) : NULL;
+        if (k && !strcmp(k, id))
+            found = json_deep_copy(st->ring[i]);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return found;
+}
 
 /* ---------------------------------------------------------------- request */
 
@@ -81,7 +143,7 @@ static json_t *responses_assistant(json_t *msgs)
 }
 
 static enum hr_status responses_input_item(const json_t *it, size_t i, json_t *msgs, json_t **pending_reasoning,
-                                           const struct responses_err *e)
+                                           struct responses_store *store, const struct responses_err *e)
 {
     char param[64];
     snprintf(param, sizeof param, "input[%zu]", i);
@@ -166,11 +228,20 @@ static enum hr_status responses_input_item(const json_t *it, size_t i, json_t *m
         strbuf_free(&b);
         return HR_OK;
     }
-    if (!strcmp(type, "item_reference"))
-        return responses_fail(e, HR_ERR_UNSUPPORTED, param,
-                              "'%s': item_reference is not supported (this server stores no responses); send the "
-                              "items themselves (store: false)",
-                              param);
+    if (!strcmp(type, "item_reference")) {
+        json_t *ref = responses_store_get(store, json_string_value(json_object_get(it, "id")));
+        if (!ref)
+            return responses_fail(e, HR_ERR_INVALID, param,
+                                  "'%s': no stored item has this id (items are kept for a while in memory only); "
+                                  "send the item itself",
+                                  param);
+        const char *rt = json_string_value(json_object_get(ref, "type"));
+        enum hr_status rst = rt && !strcmp(rt, "item_reference")
+                                 ? responses_fail(e, HR_ERR_INVALID, param, "'%s': a reference to a reference", param)
+                                 : responses_input_item(ref, i, msgs, pending_reasoning, store, e);
+        json_decref(ref);
+        return rst;
+    }
     return responses_fail(e, HR_ERR_UNSUPPORTED, param, "input item type '%s' is not supported", type);
 }
 
@@ -211,8 +282,8 @@ static enum hr_status responses_tools(const json_t *tools, json_t *chat, const s
     return HR_OK;
 }
 
-enum hr_status responses_to_chat(const json_t *req, json_t **chat, char *param, size_t paramlen, char *err,
-                                 size_t errlen)
+enum hr_status responses_to_chat(const json_t *req, struct responses_store *store, json_t **chat, char *param,
+                                 size_t paramlen, char *err, size_t errlen)
 {
     *chat = NULL;
     const struct responses_err e = {param, paramlen, err, errlen};
@@ -249,7 +320,7 @@ enum hr_status responses_to_chat(const json_t *req, json_t **chat, char *param, 
             size_t i;
             const json_t *it;
             json_array_foreach(input, i, it) {
-                if ((st = responses_input_item(it, i, msgs, &pending, &e)) != HR_OK)
+                if ((st = responses_input_item(it, i, msgs, &pending, store, &e)) != HR_OK)
                     break;
             }
         } else {
@@ -353,7 +424,8 @@ static json_t *responses_object(const struct responses_meta *m, const char *stat
     json_t *ptc = m->req ? json_object_get(m->req, "parallel_tool_calls") : NULL;
     json_object_set_new(r, "parallel_tool_calls", json_boolean(!ptc || json_is_true(ptc)));
     json_object_set_new(r, "previous_response_id", json_null());
-    json_object_set_new(r, "store", json_false());
+    json_t *store = m->req ? json_object_get(m->req, "store") : NULL;
+    json_object_set_new(r, "store", json_boolean(!store || json_is_true(store)));
     json_object_set_new(r, "truncation", json_string("disabled"));
     json_t *text = m->req ? json_object_get(m->req, "text") : NULL;
     json_object_set_new(r, "text", json_is_object(text) ? json_incref(text) : json_pack("{s:{s:s}}", "format", "type",
@@ -497,7 +569,7 @@ struct responses_stream *responses_stream_new(const struct responses_meta *m)
         responses_stream_free(rs);
         return NULL;
     }
-    rs->m = (struct responses_meta){rs->id, rs->item_hex, m->created, rs->model, rs->req};
+    rs->m = (struct responses_meta){rs->id, rs->item_hex, m->created, rs->model, rs->req, m->store};
     rs->reasoning_index = rs->message_index = -1;
     return rs;
 }
@@ -700,6 +772,7 @@ static void responses_end(struct responses_stream *rs, struct strbuf *out)
     const char *inc = responses_incomplete(rs->finish);
     json_t *resp = responses_object(&rs->m, inc ? "incomplete" : "completed", json_incref(rs->done_items),
                                     responses_usage(rs->usage), inc, NULL);
+    responses_store_put(rs->m.store, rs->done_items);
     responses_event(rs, out, inc ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", resp));
     rs->ended = true;
 }
@@ -792,6 +865,8 @@ static json_t *responses_body(struct job *j, void *ctx)
     json_t *chat = job_body(j);
     json_t *r = chat ? responses_from_chat(&rj->m, chat) : NULL;
     json_decref(chat);
+    if (r)
+        responses_store_put(rj->m.store, json_object_get(r, "output"));
     return r;
 }
 
@@ -808,7 +883,7 @@ void responses_handle(struct server *s, const struct api_call *call, struct api_
     }
     char param[128], err[HR_ERRLEN];
     json_t *chat = NULL;
-    enum hr_status st = responses_to_chat(req, &chat, param, sizeof param, err, sizeof err);
+    enum hr_status st = responses_to_chat(req, s->responses, &chat, param, sizeof param, err, sizeof err);
     if (st != HR_OK) {
         json_decref(req);
         api_error(out, openai_http_status(st), err, param, st == HR_ERR_UNSUPPORTED ? "unsupported_value" : NULL);
@@ -828,7 +903,9 @@ void responses_handle(struct server *s, const struct api_call *call, struct api_
     snprintf(rj->hex, sizeof rj->hex, "%.24s", rj->id + 5);
     rj->req = req;
     const char *model = json_string_value(json_object_get(req, "model"));
-    rj->m = (struct responses_meta){rj->id, rj->hex, (long long)time(NULL), model ? model : s->model_name, req};
+    const json_t *store = json_object_get(req, "store");
+    rj->m = (struct responses_meta){rj->id, rj->hex, (long long)time(NULL), model ? model : s->model_name, req,
+                                    store && json_is_false(store) ? NULL : s->responses};
     if (json_is_true(json_object_get(req, "stream")) && !(rj->rs = responses_stream_new(&rj->m))) {
         free(body);
         responses_job_free(rj);

@@ -6,8 +6,10 @@
  * chunks become the Responses stream events (response.created, response.in_progress,
  * response.output_item.added, response.output_text.delta, ..., response.completed).
  *
- * Nothing is stored: previous_response_id and item_reference are answered 400.
- * The translation functions are pure (unit-tested); responses_handle runs one. */
+ * The output items of the last RESPONSES_STORE_ITEMS responses' items (unless the
+ * request says store: false) are kept in memory so that an item_reference (what the AI
+ * SDK sends for earlier turns) resolves; an unknown one, and previous_response_id, are
+ * answered 400.  The translation functions are pure (unit-tested). */
 #ifndef HEARTH_SERVER_RESPONSES_H
 #define HEARTH_SERVER_RESPONSES_H
 
@@ -18,10 +20,21 @@
 #include "server/api.h"
 #include "server/strbuf.h"
 
-/* The chat completions body equivalent to a Responses body (*chat: a new reference).
- * Failures name the field in param. */
-enum hr_status responses_to_chat(const json_t *req, json_t **chat, char *param, size_t paramlen, char *err,
-                                 size_t errlen);
+#define RESPONSES_STORE_ITEMS 4096
+
+/* Output items by id, a bounded ring (the oldest go first); thread-safe. */
+struct responses_store;
+struct responses_store *responses_store_new(void);
+void responses_store_free(struct responses_store *st);
+/* Keeps every item of output (an array of items with "id"). */
+void responses_store_put(struct responses_store *st, const json_t *output);
+/* The item stored under id (a new reference), or NULL. */
+json_t *responses_store_get(struct responses_store *st, const char *id);
+
+/* The chat completions body equivalent to a Responses body (*chat: a new reference);
+ * store (may be NULL) resolves item_reference items.  Failures name the field in param. */
+enum hr_status responses_to_chat(const json_t *req, struct responses_store *store, json_t **chat, char *param,
+                                 size_t paramlen, char *err, size_t errlen);
 
 /* What a Response echoes of its request, and its ids. */
 struct responses_meta {
@@ -30,6 +43,7 @@ struct responses_meta {
     long long created;
     const char *model;
     const json_t *req;          /* the Responses request (instructions, tools, ... echoed) */
+    struct responses_store *store; /* where a stream's finished output goes (NULL: nowhere) */
 };
 
 /* The Response object of a finished chat completion body (a new reference). */

@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "server/http.h"
 #include "server/job.h"
+#include "server/responses.h"
 
 void server_config_default(struct server_config *c)
 {
@@ -146,6 +147,8 @@ enum hr_status server_start(struct server **out, const struct server_config *cfg
     if (st == HR_OK)
         st = cors_init(&s->cors, cfg->allowed_origins, cfg->allowed_methods, cfg->allowed_headers,
                        cfg->allow_credentials, err, errlen);
+    if (st == HR_OK && !(s->responses = responses_store_new()))
+        st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
     if (st == HR_OK)
         st = http_start(&s->http, s, s->host, cfg->port, cfg->connection_limit, cfg->idle_timeout_s, err, errlen);
     if (st == HR_OK) {
@@ -260,6 +263,7 @@ void server_free(struct server *s)
         chat_template_model_free(&s->tmpl);
     auth_free(&s->auth);
     cors_free(&s->cors);
+    responses_store_free(s->responses);
     metrics_free(&s->metrics);
     pthread_rwlock_destroy(&s->model_lock);
     free(s->host);

@@ -49,6 +49,7 @@ struct server_config {
 void server_config_default(struct server_config *c);
 
 struct http;
+struct responses_store;
 
 struct server {
     struct server_config cfg;        /* strings point at the copies below */
@@ -56,6 +57,7 @@ struct server {
     const char *model_names[2];      /* accepted "model" values: the served name, the directory */
     struct auth auth;
     struct cors cors;
+    struct responses_store *responses; /* /v1/responses output items, for item_reference */
     struct metrics metrics;
     struct http *http;
     int64_t started;                 /* unix seconds */
