@@ -12,7 +12,7 @@ CFLAGS_BASE = -std=gnu11 $(OPT) -g -Wall -Wextra -ffp-contract=off -fno-fast-mat
               -fno-strict-aliasing -pthread -Iinclude -Isrc $(SAN)
 CFLAGS  ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
-LDLIBS  = -ljansson -lonig -lmicrohttpd -lxxhash -lm -pthread
+LDLIBS  = -ljansson -lonig -lmicrohttpd -lxxhash -ledit -lm -pthread
 
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c
