@@ -695,9 +695,16 @@ static enum hr_status engine_kv_init(struct hearth_engine *e, enum kv_dtype kvd,
         if (st != HR_OK)
             return st;
     }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     enum hr_status st = kv_store_init(&e->kv, c, kvd, p->block_size, budget, err, errlen);
     if (st != HR_OK)
         return st;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    log_info("engine: KV pool of %.1f MiB (%s) allocated and touched in %.3f s",
+             (double)e->kv.n_blocks * (double)e->kv.block_bytes / 1048576.0,
+             p->kv_cache_bytes ? "--kv-cache-mib" : "from the available memory",
+             (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
     int lowered = 0;
     st = kv_budget_max_model_len(p->max_model_len, c->max_position_embeddings,
                                  (int64_t)e->kv.n_blocks * e->kv.block_size, &e->max_model_len, &lowered, err, errlen);

@@ -1,9 +1,51 @@
 /* Layer-complete paged KV storage. */
 #include "kv/kv_store.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
+
+#define KV_STORE_TOUCH_THREADS 16
+
+struct kv_store_touch_part {
+    unsigned char *p;
+    size_t n;
+};
+
+static void *kv_store_touch_run(void *arg)
+{
+    struct kv_store_touch_part *t = arg;
+    memset(t->p, 0, t->n);
+    return NULL;
+}
+
+/* Touches (zeroes) the slab so that start-up, not the first steps, pays for the
+ * pages: one thread per core, each over its own run of 2 MiB, since the page faults
+ * of a large pool cost seconds on one thread.  Falls back to this thread alone. */
+static void kv_store_touch(unsigned char *slab, size_t bytes)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = cores < 1 ? 1 : cores > KV_STORE_TOUCH_THREADS ? KV_STORE_TOUCH_THREADS : (int)cores;
+    size_t huge = (size_t)2 << 20, part = (bytes / (size_t)n + huge - 1) / huge * huge;
+    pthread_t th[KV_STORE_TOUCH_THREADS];
+    struct kv_store_touch_part parts[KV_STORE_TOUCH_THREADS];
+    bool started[KV_STORE_TOUCH_THREADS] = {0};
+    for (int i = 0; i < n; i++) {
+        size_t off = (size_t)i * part;
+        parts[i].p = slab + (off < bytes ? off : bytes);
+        parts[i].n = off >= bytes ? 0 : bytes - off < part ? bytes - off : part;
+        started[i] = i > 0 && parts[i].n > 0 && pthread_create(&th[i], NULL, kv_store_touch_run, &parts[i]) == 0;
+    }
+    kv_store_touch_run(&parts[0]);
+    for (int i = 1; i < n; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            kv_store_touch_run(&parts[i]);
+    }
+}
 
 const char *kv_dtype_name(enum kv_dtype dt) { return dt == KV_DTYPE_F32 ? "f32" : "bf16"; }
 
@@ -58,8 +100,7 @@ enum hr_status kv_store_init(struct kv_store *kv, const struct model_config *cfg
 #ifdef MADV_HUGEPAGE
     madvise(kv->slab, n * kv->block_bytes, MADV_HUGEPAGE); /* advice only: failure is harmless */
 #endif
-    /* Touch it now so that start-up, not the first step, pays for the pages. */
-    memset(kv->slab, 0, n * kv->block_bytes);
+    kv_store_touch(kv->slab, n * kv->block_bytes);
     return HR_OK;
 }
 
