@@ -21,8 +21,9 @@ static void serve_usage(void)
     fprintf(stderr,
             "usage: hearth serve --model DIR [options]\n"
             "Serves DIR (config.json, *.safetensors, tokenizer.json, chat template) over an OpenAI-compatible\n"
-            "API: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics,\n"
-            "GET /v1/stats, POST /v1/prefix_cache/reset, POST /v1/reload.\n"
+            "API: POST /v1/completions, POST /v1/chat/completions, POST /v1/responses, GET /v1/models[/ID],\n"
+            "POST /tokenize, POST /detokenize, GET /version, GET /health, GET /metrics, GET /v1/stats,\n"
+            "POST /v1/prefix_cache/reset, POST /v1/reload.\n"
             "\n"
             "server options:\n"
             "  --host ADDR                   listen address (default 127.0.0.1)\n"
