@@ -12,7 +12,7 @@ CFLAGS_BASE = -std=gnu11 $(OPT) -g -Wall -Wextra -ffp-contract=off -fno-fast-mat
               -fno-strict-aliasing -pthread -Iinclude -Isrc $(SAN)
 CFLAGS  ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
-LDLIBS  = -ljansson -lonig -lmicrohttpd -lxxhash -lm -pthread
+LDLIBS  = -ljansson -lonig -lmicrohttpd -lxxhash -ledit -lm -pthread
 
 # CUDA kernels (src/kernels/cuda/*.cu): built when nvcc is found (PATH, then
 # /usr/local/cuda/bin); CUDA=0 turns them off.  The variant sources are compiled

@@ -7,7 +7,7 @@ bin=${HEARTH_BIN:-build/hearth}
 model=$(bash bench/model.sh)
 mkdir -p bench/out
 "$bin" bench prefix --model "$model" --threads 2 --shared-prefix-tokens 1024 --suffix-tokens 64 \
-  --max-tokens 16 --repeats 3 --output-json bench/out/prefix.json
+  --max-tokens 16 --repeats 3 --kv-cache-mib 256 --output-json bench/out/prefix.json
 for w in chat none; do
   "$bin" bench prefix --model "$model" --threads 2 --workload $w --clients 8 --kv-cache-mib 1024 --output-json bench/out/prefix-$w.json
 done

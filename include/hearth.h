@@ -25,6 +25,8 @@
 extern "C" {
 #endif
 
+#define HEARTH_VERSION "0.1.0"
+
 /* Status codes: the single definition site (src/base/status.h re-exports them). */
 enum hr_status {
     HR_OK = 0,
@@ -56,7 +58,13 @@ struct hearth_engine_params {
     const char *compute;        /* NULL/"f32", or "bf16": activations rounded to bf16 for the bf16
                                    dot-product instructions (the avx512bf16 kernel); exact either way */
     const char *kv_dtype;       /* "bf16" (default) or "f32" */
-    size_t kv_cache_bytes;      /* KV pool budget; the pool is allocated whole at init */
+    size_t kv_cache_bytes;      /* KV pool budget; the pool is allocated whole at init (0, the
+                                   default: kv_cache_fraction of the memory available, see below) */
+    double kv_cache_fraction;   /* with kv_cache_bytes 0: this fraction of MemAvailable less the
+                                   weights, at most what max_num_seqs sequences of max_model_len
+                                   tokens use (0: 0.5) */
+    int max_model_len;          /* prompt + generated tokens of one sequence at most (0, the default:
+                                   the config's context, lowered to what the pool holds) */
     int block_size;             /* tokens per KV block (default 16) */
     int max_num_seqs;           /* running sequences at most (default 64) */
     int max_batched_tokens;     /* tokens per step at most (default 512) */
@@ -83,6 +91,13 @@ struct hearth_model_info {
     const char *model_dir;
     int vocab_size;
     int max_context;            /* max_position_embeddings */
+    int max_model_len;          /* tokens of one sequence at most (<= max_context, <= the pool) */
+    int64_t kv_pool_tokens;     /* tokens the KV pool holds (blocks x block size) */
+    int block_size;
+    int max_num_seqs;
+    int n_threads;
+    const char *kernel;         /* the kernel variant running, e.g. "cpu-avx512" */
+    const char *kv_dtype;       /* "bf16" or "f32" */
     bool has_tokenizer;
     bool has_chat_template;
     int n_eos;
@@ -97,6 +112,8 @@ struct hearth_logit_bias {
     float bias;
 };
 
+#define HEARTH_MAX_TOKENS_AUTO (-1)
+
 struct hearth_request_params {
     /* The prompt: text (tokenized with the model's tokenizer), or token ids. */
     const char *prompt;         /* NUL-terminated UTF-8, or NULL */
@@ -104,7 +121,9 @@ struct hearth_request_params {
     int n_prompt_ids;
 
     int n;                      /* samples of this prompt (>= 1) */
-    int max_tokens;             /* tokens to generate at most per sample (>= 0; the context caps it) */
+    int max_tokens;             /* tokens to generate at most per sample (>= 0; max_model_len caps it);
+                                   HEARTH_MAX_TOKENS_AUTO: up to max_model_len, lowered so that the
+                                   n samples fit the pool together */
 
     /* Sampling.  has_* false: the checkpoint's generation_config.json default,
      * else the neutral value (temperature 1, top_p 1, top_k off). */
@@ -194,6 +213,8 @@ struct hearth_event {
     /* FINISH / DONE */
     enum hearth_finish_reason finish_reason;
     int32_t stop_token;         /* FINISH by a stop token: its id, else -1 */
+    bool is_stop_token;         /* TOKEN: this token is an eos / stop id, the sample ends with it
+                                   (its text is empty; OpenAI's logprobs leave it out) */
     /* DONE */
     int prompt_tokens;
     int cached_tokens;          /* prompt tokens served from the prefix cache */

@@ -2,7 +2,7 @@
 # Installs the Debian packages that the build and the tests need, when missing.
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
-pkgs=(build-essential clang libclang-rt-14-dev libjansson-dev libonig-dev libmicrohttpd-dev
+pkgs=(build-essential clang libclang-rt-14-dev libjansson-dev libonig-dev libmicrohttpd-dev libedit-dev
       libxxhash-dev nodejs npm curl ca-certificates python3)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,9 +1,15 @@
 /* hearth chat: an interactive chat on the terminal, with the model's chat template.
- * Each turn renders the whole conversation, so the prefix cache serves the history. */
+ * Each turn renders the whole conversation, so the prefix cache serves the history.
+ * On a terminal, lines are read with libedit (editing, history); Ctrl-C stops the
+ * answer being written and keeps the conversation. */
+#include <editline/readline.h>
 #include <jansson.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/status.h"
 #include "cli/args.h"
@@ -12,12 +18,51 @@
 #include "cli/request_opts.h"
 #include "template/template.h"
 
+static const char chat_commands[] =
+    "/help   this list\n"
+    "/reset  start a new conversation (the system prompt stays)\n"
+    "/exit   quit (so does Ctrl-D)\n"
+    "Ctrl-C while the model writes stops the answer; the conversation goes on.\n";
+
 static void chat_usage(void)
 {
     fprintf(stderr, "usage: hearth chat --model DIR [--system TEXT] [--no-thinking] [options]\n"
-                    "Reads a message per line from stdin and streams the answer; /reset starts over,\n"
-                    "/exit (or end of input) quits.\n\n%s\n%s",
-            request_opts_help, engine_opts_help);
+                    "Reads a message per line from stdin and streams the answer.\n%s\n%s\n%s",
+            chat_commands, request_opts_help, engine_opts_help);
+}
+
+static atomic_int chat_interrupted;
+
+static void chat_on_sigint(int sig)
+{
+    (void)sig;
+    atomic_store(&chat_interrupted, 1);
+}
+
+/* The next line (malloc'd, without its newline), or NULL at the end of input.  A
+ * Ctrl-C at the prompt gives an empty line. */
+static char *chat_read_line(bool tty)
+{
+    if (tty) {
+        for (;;) {
+            atomic_store(&chat_interrupted, 0);
+            char *l = readline("> ");
+            if (l || !atomic_load(&chat_interrupted))
+                return l;
+            fputc('\n', stderr);
+        }
+    }
+    fprintf(stderr, "> ");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, stdin);
+    if (n < 0) {
+        free(line);
+        return NULL;
+    }
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = 0;
+    return line;
 }
 
 /* Streams one answer; returns it (malloc'd) or NULL on error. */
@@ -33,8 +78,26 @@ static char *chat_turn(struct hearth_engine *e, struct request_opts *ro, const c
     size_t len = 0, cap = 256;
     char *answer = malloc(cap);
     struct hearth_event ev;
-    while (answer && hearth_request_next_event(r, &ev, -1) == HR_OK) {
+    bool stopped = false;
+    atomic_store(&chat_interrupted, 0);
+    while (answer) {
+        enum hr_status st = hearth_request_next_event(r, &ev, 100);
+        if (st == HR_ERR_FULL) { /* no event yet: a Ctrl-C stops the answer */
+            if (atomic_exchange(&chat_interrupted, 0) && !stopped) {
+                hearth_request_cancel(r);
+                stopped = true;
+            }
+            continue;
+        }
+        if (st != HR_OK)
+            break;
+        if (atomic_exchange(&chat_interrupted, 0) && !stopped) {
+            hearth_request_cancel(r);
+            stopped = true;
+        }
         if (ev.type == HEARTH_EVENT_DONE) {
+            if (stopped)
+                fprintf(stderr, "\n[stopped]");
             if (ev.finish_reason == HEARTH_FINISH_ERROR)
                 fprintf(stderr, "\nhearth chat: %s\n", ev.message);
             fprintf(stderr, "\n[%d prompt tokens, %d from the cache, %d generated]\n", ev.prompt_tokens,
@@ -116,25 +179,37 @@ int cli_chat(int argc, char **argv)
     json_t *msgs = json_array();
     if (system)
         json_array_append_new(msgs, chat_msg("system", system));
+    bool tty = isatty(STDIN_FILENO) && isatty(STDERR_FILENO);
+    struct sigaction sa = {0};
+    sa.sa_handler = chat_on_sigint; /* no SA_RESTART: a read at the prompt returns */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    if (tty)
+        using_history();
     char *line = NULL;
-    size_t line_cap = 0;
     int rc = 0;
     for (;;) {
-        fprintf(stderr, "> ");
-        ssize_t n = getline(&line, &line_cap, stdin);
-        if (n < 0)
+        free(line);
+        if (!(line = chat_read_line(tty)))
             break;
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-            line[--n] = 0;
-        if (!strcmp(line, "/exit"))
+        if (!strcmp(line, "/exit") || !strcmp(line, "/quit"))
             break;
+        if (tty && *line)
+            add_history(line);
         if (!strcmp(line, "/reset")) {
             json_array_clear(msgs);
             if (system)
                 json_array_append_new(msgs, chat_msg("system", system));
+            fprintf(stderr, "[a new conversation]\n");
             continue;
         }
-        if (!n)
+        if (line[0] == '/') { /* commands stay here; an unknown one is not sent to the model */
+            if (strcmp(line, "/help") != 0)
+                fprintf(stderr, "unknown command %s\n", line);
+            fputs(chat_commands, stderr);
+            continue;
+        }
+        if (!*line)
             continue;
         json_array_append_new(msgs, chat_msg("user", line));
         struct chat_template_request req = {.messages = msgs, .add_generation_prompt = true,

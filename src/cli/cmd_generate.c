@@ -52,7 +52,51 @@ struct generate_out {
     char **text;   /* [n] */
     size_t *len;   /* [n] */
     bool ids_only; /* no tokenizer: print ids */
+    struct hearth_engine *e;
+    FILE **lp;     /* [n] with --logprobs: each sample's logprob lines, printed at the end */
+    char **lp_buf; /* [n] */
+    size_t *lp_len;
 };
+
+/* A token as text for the logprob lines: its bytes, with control and quote bytes escaped. */
+static void generate_put_token(FILE *f, struct hearth_engine *e, int32_t token)
+{
+    const char *b = NULL;
+    size_t n = 0;
+    char err[HR_ERRLEN];
+    if (hearth_token_bytes(e, token, &b, &n, err, sizeof err) != HR_OK) {
+        fprintf(f, "#%d", token);
+        return;
+    }
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)b[i];
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\x%02x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* One line per generated token: its index, the token, its logprob, then the alternatives. */
+static void generate_logprob(struct generate_out *o, const struct hearth_event *ev)
+{
+    FILE *f = o->lp[ev->index];
+    if (!f)
+        return;
+    fprintf(f, "%d\t", ev->token);
+    generate_put_token(f, o->e, ev->token);
+    fprintf(f, "\t%.6f", (double)ev->logprob);
+    for (int k = 0; k < ev->n_top; k++) {
+        fprintf(f, k ? ", " : "\t");
+        generate_put_token(f, o->e, ev->top[k].token);
+        fprintf(f, " %.6f", (double)ev->top[k].logprob);
+    }
+    fputc('\n', f);
+}
 
 static void generate_take(struct generate_out *o, const struct hearth_event *ev)
 {
@@ -113,6 +157,8 @@ int cli_generate(int argc, char **argv)
         }
     }
     if (!ep.model_dir || (!ro.p.prompt && !ro.p.prompt_ids)) {
+        fprintf(stderr, "hearth generate: %s is required\n\n",
+                !ep.model_dir ? "--model DIR" : "--prompt TEXT (or --prompt-ids ID,ID,...)");
         generate_usage();
         return 2;
     }
@@ -124,9 +170,16 @@ int cli_generate(int argc, char **argv)
     }
     struct hearth_model_info info;
     hearth_engine_model_info(e, &info);
-    struct generate_out out = {.n = ro.p.n, .ids_only = !info.has_tokenizer};
+    struct generate_out out = {.n = ro.p.n, .ids_only = !info.has_tokenizer, .e = e};
     out.text = calloc((size_t)ro.p.n, sizeof *out.text);
     out.len = calloc((size_t)ro.p.n, sizeof *out.len);
+    if (ro.p.logprobs) {
+        out.lp = calloc((size_t)ro.p.n, sizeof *out.lp);
+        out.lp_buf = calloc((size_t)ro.p.n, sizeof *out.lp_buf);
+        out.lp_len = calloc((size_t)ro.p.n, sizeof *out.lp_len);
+        for (int k = 0; out.lp && out.lp_buf && out.lp_len && k < ro.p.n; k++)
+            out.lp[k] = open_memstream(&out.lp_buf[k], &out.lp_len[k]);
+    }
     struct hearth_request *r = NULL;
     int rc = 1;
     double t0 = generate_now(), t_first = 0;
@@ -140,6 +193,8 @@ int cli_generate(int argc, char **argv)
             t_first = generate_now();
         if (ev.type != HEARTH_EVENT_DONE) {
             generate_take(&out, &ev);
+            if (out.lp && ev.type == HEARTH_EVENT_TOKEN && ev.index >= 0 && ev.index < out.n)
+                generate_logprob(&out, &ev);
             continue;
         }
         double t1 = generate_now();
@@ -148,6 +203,18 @@ int cli_generate(int argc, char **argv)
                 printf("--- sample %d\n%s\n", k, out.text[k] ? out.text[k] : "");
         else
             printf("\n");
+        for (int k = 0; out.lp && k < out.n; k++) {
+            if (!out.lp[k])
+                continue;
+            fclose(out.lp[k]);
+            out.lp[k] = NULL;
+            if (out.n > 1)
+                printf("--- logprobs of sample %d", k);
+            else
+                printf("--- logprobs");
+            printf(" (token id, token, logprob, then the top %d)\n", ro.p.top_logprobs);
+            fwrite(out.lp_buf[k], 1, out.lp_len[k], stdout);
+        }
         fprintf(stderr,
                 "[%s] prompt %d tokens (%d cached), %d generated, seed %llu, first token %.3f s, %.1f tokens/s\n",
                 hearth_finish_reason_str(ev.finish_reason), ev.prompt_tokens, ev.cached_tokens,
@@ -165,5 +232,13 @@ done:
         free(out.text[k]);
     free(out.text);
     free(out.len);
+    for (int k = 0; out.lp && k < out.n; k++)
+        if (out.lp[k])
+            fclose(out.lp[k]);
+    for (int k = 0; out.lp_buf && k < out.n; k++)
+        free(out.lp_buf[k]);
+    free(out.lp);
+    free(out.lp_buf);
+    free(out.lp_len);
     return rc;
 }

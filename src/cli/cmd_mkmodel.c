@@ -67,6 +67,7 @@ int cli_mkmodel(int argc, char **argv)
         }
     }
     if (!o.shape || !o.out_dir) {
+        fprintf(stderr, "hearth mkmodel: %s is required\n\n", !o.shape ? "--shape SHAPE" : "--out DIR");
         mkmodel_usage();
         return 2;
     }

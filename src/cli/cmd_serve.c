@@ -24,8 +24,9 @@ static void serve_usage(void)
     fprintf(stderr,
             "usage: hearth serve --model DIR [options]\n"
             "Serves DIR (config.json, *.safetensors, tokenizer.json, chat template) over an OpenAI-compatible\n"
-            "API: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics,\n"
-            "GET /v1/stats, POST /v1/prefix_cache/reset, POST /v1/reload.\n"
+            "API: POST /v1/completions, POST /v1/chat/completions, POST /v1/responses, GET /v1/models[/ID],\n"
+            "POST /tokenize, POST /detokenize, GET /version, GET /health, GET /metrics, GET /v1/stats,\n"
+            "POST /v1/prefix_cache/reset, POST /v1/reload.\n"
             "\n"
             "server options:\n"
             "  --host ADDR                   listen address (default 127.0.0.1)\n"
@@ -52,6 +53,10 @@ static void serve_usage(void)
             "  --shutdown-grace-ms N         on SIGINT/SIGTERM, the whole stop takes at most this long: in-flight\n"
             "                                requests finish or are cancelled within it (default 10000)\n"
             "  --idle-timeout-s N            close idle keep-alive connections after N s (default 300)\n"
+            "  --allowed-origins LIST        CORS: origins browsers may call from, comma separated (default *)\n"
+            "  --allowed-methods LIST        CORS: methods a preflight allows (default *: any)\n"
+            "  --allowed-headers LIST        CORS: request headers a preflight allows (default *: any)\n"
+            "  --allow-credentials           CORS: allow cookies and Authorization (the origin is echoed)\n"
             "  --log-level debug|info|warn|error\n"
             "\n%s",
             engine_opts_help);
@@ -152,6 +157,21 @@ static bool serve_option(int argc, char **argv, int *i, struct server_config *c,
     } else if (args_is(a, "--idle-timeout-s")) {
         SERVE_INT("--idle-timeout-s", 1, 86400);
         c->idle_timeout_s = (int)n;
+    } else if (args_is(a, "--allowed-origins") || args_is(a, "--allowed-methods") ||
+               args_is(a, "--allowed-headers")) {
+        SERVE_VALUE();
+        if (!*v) {
+            fprintf(stderr, "hearth serve: %.17s must not be empty\n", a);
+            return false;
+        }
+        if (args_is(a, "--allowed-origins"))
+            c->allowed_origins = v;
+        else if (args_is(a, "--allowed-methods"))
+            c->allowed_methods = v;
+        else
+            c->allowed_headers = v;
+    } else if (!strcmp(a, "--allow-credentials")) {
+        c->allow_credentials = true;
     } else if (args_is(a, "--log-level")) {
         SERVE_VALUE();
         static const char *const names[] = {"debug", "info", "warn", "error"};

@@ -19,7 +19,12 @@ const char engine_opts_help[] =
     "  --compute f32|bf16            bf16: round activations to bf16 for the bf16 dot-product\n"
     "                                instructions (the avx512bf16 variant); exact either way\n"
     "  --kv-dtype bf16|f32           KV cache dtype (default bf16)\n"
-    "  --kv-cache-mib N              KV pool size (default 256)\n"
+    "  --kv-cache-mib N              KV pool size (default: see --kv-cache-memory-fraction)\n"
+    "  --kv-cache-memory-fraction F  without --kv-cache-mib, the pool takes F of the memory available\n"
+    "                                at start-up less the weights, at most what max-num-seqs sequences\n"
+    "                                of max-model-len tokens use (default 0.5)\n"
+    "  --max-model-len N             prompt + generated tokens of one sequence at most (default: the\n"
+    "                                model's context, lowered to what the KV pool holds)\n"
     "  --block-size N                tokens per KV block (default 16)\n"
     "  --max-num-seqs N              running sequences at most (default 64)\n"
     "  --max-batched-tokens N        tokens per step at most (default 512)\n"
@@ -89,6 +94,11 @@ int engine_opts_parse(struct hearth_engine_params *p, int argc, char **argv, int
             return -1;
         p->kv_cache_bytes = (size_t)mib << 20;
         return 1;
+    } else if (args_is(a, "--kv-cache-memory-fraction")) {
+        const char *v = args_value(argc, argv, i);
+        return v && args_double("--kv-cache-memory-fraction", v, 0.001, 1.0, &p->kv_cache_fraction) ? 1 : -1;
+    } else if (args_is(a, "--max-model-len")) {
+        return engine_opts_int("--max-model-len", args_value(argc, argv, i), 2, 1 << 30, &p->max_model_len);
     } else if (args_is(a, "--prefix-cache")) {
         const char *v = args_value(argc, argv, i);
         if (!v || (strcmp(v, "on") && strcmp(v, "off"))) {

@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <hearth.h>
+
 #include "cli/cli.h"
 
 /* Weak so that the binary links while a subcommand is still being written;
@@ -28,7 +30,7 @@ static void usage(const struct cli_command *cmds, int n)
     for (int i = 0; i < n; i++)
         if (cmds[i].fn)
             fprintf(stderr, "  %-10s %s\n", cmds[i].name, cmds[i].help);
-    fprintf(stderr, "\nhearth <command> --help describes each command's options.\n");
+    fprintf(stderr, "\nhearth <command> --help describes each command's options; hearth --version prints the version.\n");
 }
 
 int main(int argc, char **argv)
@@ -37,7 +39,7 @@ int main(int argc, char **argv)
         {"serve", cli_serve, "serve a model over an OpenAI-compatible HTTP API"},
         {"generate", cli_generate, "generate text from a prompt, streamed to stdout"},
         {"chat", cli_chat, "interactive chat with the model's chat template"},
-        {"bench", cli_bench, "benchmarks (prefix: the exact-reuse parity benchmark)"},
+        {"bench", cli_bench, "benchmarks: prefix (exact reuse), throughput, forward, kernels"},
         {"eval", cli_eval, "compare the forward with reference logits (expected.safetensors)"},
         {"tokenize", cli_tokenize, "print the token ids of a text (--decode: the inverse)"},
         {"template", cli_template, "render a conversation with the model's chat template"},
@@ -45,6 +47,10 @@ int main(int argc, char **argv)
         {"mkmodel", cli_mkmodel, "write a random-weight checkpoint with real Qwen3 shapes"},
     };
     int n = (int)(sizeof cmds / sizeof cmds[0]);
+    if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version"))) {
+        printf("hearth %s\n", HEARTH_VERSION);
+        return 0;
+    }
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(cmds, n);
         return argc < 2 ? 2 : 0;

@@ -14,6 +14,7 @@
 
 #include "base/fileio.h"
 #include "base/log.h"
+#include "engine/kv_budget.h"
 #include "engine/scheduler.h"
 
 #include <xxhash.h>
@@ -30,7 +31,8 @@ void hearth_engine_params_default(struct hearth_engine_params *p)
     memset(p, 0, sizeof *p);
     p->n_threads = 1;
     p->kv_dtype = "bf16";
-    p->kv_cache_bytes = (size_t)256 << 20;
+    p->kv_cache_bytes = 0; /* sized from the available memory (kv_budget.h) */
+    p->kv_cache_fraction = KV_BUDGET_DEFAULT_FRACTION;
     p->block_size = 16;
     p->max_num_seqs = 64;
     p->max_batched_tokens = 512;
@@ -162,7 +164,8 @@ static void engine_accept(struct hearth_engine *e, struct seq *s, const struct s
         stop_str = stop_matcher_push(&s->stop, piece, pn, text, sizeof text, &n);
     }
     struct hearth_event ev = {.type = HEARTH_EVENT_TOKEN, .index = s->index, .token = r->token,
-                              .logprob = r->logprob, .n_top = r->n_top, .stop_token = -1};
+                              .logprob = r->logprob, .n_top = r->n_top, .stop_token = -1,
+                              .is_stop_token = stop_id};
     for (int i = 0; i < r->n_top; i++) {
         ev.top[i].token = r->top[i].token;
         ev.top[i].logprob = r->top[i].logprob;
@@ -272,6 +275,8 @@ static void engine_reload_now(struct hearth_engine *e)
         if (st == HR_OK) {
             model_free(&old);
             e->fingerprint = fp;
+            if (e->max_model_len > e->m.cfg.max_position_embeddings)
+                e->max_model_len = e->m.cfg.max_position_embeddings;
             if (e->pc_on) {
                 prefix_cache_invalidate(&e->pc);
                 e->pc.ns_base = engine_namespace_base(e);
@@ -627,6 +632,46 @@ static uint64_t engine_namespace_base(const struct hearth_engine *e)
 
 /* ------------------------------------------------------------------ init / free */
 
+/* The KV store at its budget (given, or from the available memory), then
+ * max_model_len for it. */
+static enum hr_status engine_kv_init(struct hearth_engine *e, enum kv_dtype kvd, char *err, size_t errlen)
+{
+    const struct hearth_engine_params *p = &e->p;
+    const struct model_config *c = &e->m.cfg;
+    size_t budget = p->kv_cache_bytes;
+    if (budget == 0) {
+        uint64_t avail;
+        enum hr_status st = kv_budget_mem_available(&avail, err, errlen);
+        int len = p->max_model_len > 0 ? p->max_model_len : c->max_position_embeddings;
+        if (st == HR_OK)
+            st = kv_budget_auto(avail, (uint64_t)e->m.w.weight_bytes,
+                                p->kv_cache_fraction > 0 ? p->kv_cache_fraction : KV_BUDGET_DEFAULT_FRACTION,
+                                model_kv_bytes_per_token(c, kvd),
+                                (uint64_t)len * (uint64_t)p->max_num_seqs + (uint64_t)p->block_size, &budget, err,
+                                errlen);
+        if (st != HR_OK)
+            return st;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    enum hr_status st = model_kv_init(&e->kv, &e->be, c, kvd, p->block_size, budget, err, errlen);
+    if (st != HR_OK)
+        return st;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    log_info("engine: KV pool of %.1f MiB (%s) allocated and touched in %.3f s",
+             (double)e->kv.n_blocks * (double)e->kv.block_bytes / 1048576.0,
+             p->kv_cache_bytes ? "--kv-cache-mib" : "from the available memory",
+             (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    int lowered = 0;
+    st = kv_budget_max_model_len(p->max_model_len, c->max_position_embeddings,
+                                 (int64_t)e->kv.n_blocks * e->kv.block_size, &e->max_model_len, &lowered, err, errlen);
+    if (st == HR_OK && lowered)
+        log_info("engine: max_model_len %d (the model's context %d is more than the KV pool's %lld tokens; "
+                 "--kv-cache-mib raises it)",
+                 e->max_model_len, c->max_position_embeddings, (long long)e->kv.n_blocks * e->kv.block_size);
+    return st;
+}
+
 enum hr_status engine_create(struct hearth_engine **out, const struct hearth_engine_params *p, bool start_thread,
                              char *err, size_t errlen)
 {
@@ -681,9 +726,8 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
     struct backend_opts bo = {.n_threads = p->n_threads, .kernel = p->kernel, .compute = p->compute};
     if (st == HR_OK)
         st = backend_create(&e->be, p->device, &bo, err, errlen);
-    const struct model_config *c = &e->m.cfg;
     if (st == HR_OK)
-        st = model_kv_init(&e->kv, &e->be, c, kvd, p->block_size, p->kv_cache_bytes, err, errlen);
+        st = engine_kv_init(e, kvd, err, errlen);
     if (st == HR_OK)
         st = block_pool_init(&e->pool, e->kv.n_blocks, err, errlen);
     if (st == HR_OK)
@@ -820,6 +864,13 @@ void hearth_engine_model_info(const struct hearth_engine *e, struct hearth_model
     out->model_dir = e->model_dir;
     out->vocab_size = e->m.cfg.vocab_size;
     out->max_context = e->m.cfg.max_position_embeddings;
+    out->max_model_len = e->max_model_len;
+    out->kv_pool_tokens = (int64_t)e->kv.n_blocks * e->kv.block_size;
+    out->block_size = e->kv.block_size;
+    out->max_num_seqs = e->p.max_num_seqs;
+    out->n_threads = e->p.n_threads;
+    out->kernel = e->be.name;
+    out->kv_dtype = e->p.kv_dtype;
     out->has_tokenizer = e->has_tk;
     out->n_eos = e->m.cfg.n_eos;
     out->eos_ids = e->m.cfg.eos_token_ids;

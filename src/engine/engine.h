@@ -46,6 +46,7 @@ struct hearth_engine {
     bool pc_on;
     struct sched sched;        /* the waiting and running lists, over pool and pc */
     uint64_t fingerprint;      /* config and weight-file headers and sizes */
+    int max_model_len;         /* tokens of one sequence at most: the config's context, lowered to the pool */
 
     /* Submission queue: guarded by mu, drained by the engine thread. */
     pthread_mutex_t mu;

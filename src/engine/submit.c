@@ -70,14 +70,14 @@ static enum hr_status submit_build(struct hearth_engine *e, const struct hearth_
     int bs = e->kv.block_size;
     if (n_prompt < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "prompt: empty");
-    if (n_prompt >= c->max_position_embeddings)
+    if (n_prompt >= e->max_model_len)
         return hr_err(err, errlen, HR_ERR_INVALID,
-                      "prompt: %d tokens do not fit the context window of %d (one must be left to generate)",
-                      n_prompt, c->max_position_embeddings);
+                      "prompt: %d tokens do not fit max_model_len %d (one must be left to generate)", n_prompt,
+                      e->max_model_len);
     if (p->n < 1 || p->n > e->p.max_num_seqs)
         return hr_err(err, errlen, HR_ERR_INVALID, "n: must be in 1..%d (max_num_seqs), got %d", e->p.max_num_seqs,
                       p->n);
-    if (p->max_tokens < 0)
+    if (p->max_tokens < 0 && p->max_tokens != HEARTH_MAX_TOKENS_AUTO)
         return hr_err(err, errlen, HR_ERR_INVALID, "max_tokens: must be >= 0, got %d", p->max_tokens);
     if (p->n_stop < 0 || p->n_stop > STOP_MAX_STRINGS || (p->n_stop && !p->stop))
         return hr_err(err, errlen, HR_ERR_INVALID, "stop: at most %d strings", STOP_MAX_STRINGS);
@@ -93,16 +93,30 @@ static enum hr_status submit_build(struct hearth_engine *e, const struct hearth_
     if (st != HR_OK)
         return st;
 
-    int max_total = n_prompt + p->max_tokens;
-    if (max_total > c->max_position_embeddings)
-        max_total = c->max_position_embeddings;
-    /* The request must fit the pool on its own: the prompt once, then every sample's own blocks. */
-    int64_t gen = max_total - n_prompt;
-    int64_t need = (n_prompt + bs - 1) / bs + (int64_t)p->n * ((gen + bs - 1) / bs + 1);
+    /* The group must fit the pool on its own, or preempting everyone else would not let
+     * it finish: the prompt's full blocks are shared, every sample owns the rest of its
+     * blocks (the partial prompt tail copied on write).  Without max_tokens a sample may
+     * grow to max_model_len, lowered so that the n samples fit; one sample always does
+     * (max_model_len is at most the pool). */
+    int64_t max_tokens = p->max_tokens;
+    int64_t room = e->max_model_len - n_prompt;
+    int64_t shared = n_prompt / bs;
+    if (max_tokens == HEARTH_MAX_TOKENS_AUTO) {
+        int64_t own = (e->kv.n_blocks - shared) / p->n;   /* blocks each sample may own */
+        int64_t fit = (shared + own) * bs - n_prompt;     /* its tokens beyond the prompt */
+        max_tokens = fit < room ? fit : room;
+        if (max_tokens < 1)
+            return hr_err(err, errlen, HR_ERR_INVALID,
+                          "n: %d samples of a %d-token prompt do not fit the KV pool (%d blocks of %d tokens)", p->n,
+                          n_prompt, e->kv.n_blocks, bs);
+    }
+    int max_total = (int)(max_tokens < room ? n_prompt + max_tokens : e->max_model_len);
+    int64_t need = shared + (int64_t)p->n * ((max_total + bs - 1) / bs - shared);
     if (need > e->kv.n_blocks)
         return hr_err(err, errlen, HR_ERR_INVALID,
-                      "request needs up to %lld KV blocks (prompt %d, max_tokens %d, n %d) but the pool holds %d",
-                      (long long)need, n_prompt, p->max_tokens, p->n, e->kv.n_blocks);
+                      "request needs up to %lld KV blocks (prompt %d, max_tokens %lld, n %d) but the pool holds %d; "
+                      "lower max_tokens or n",
+                      (long long)need, n_prompt, (long long)max_tokens, p->n, e->kv.n_blocks);
 
     const char *salt = p->cache_salt ? p->cache_salt : "";
     if (strlen(salt) > HEARTH_CACHE_SALT_MAX)
@@ -115,8 +129,8 @@ static enum hr_status submit_build(struct hearth_engine *e, const struct hearth_
     g->index_base = p->sample_index_base;
     g->prompt_lp = p->prompt_logprobs;
     g->n_prompt = n_prompt;
-    g->max_tokens = p->max_tokens;
-    g->max_context = c->max_position_embeddings;
+    g->max_tokens = (int)max_tokens;
+    g->max_context = e->max_model_len;
     g->n_stop_ids = (p->ignore_eos ? 0 : c->n_eos) + p->n_stop_token_ids;
     g->stop_ids = calloc((size_t)g->n_stop_ids + 1, sizeof *g->stop_ids);
     g->seqs = calloc((size_t)g->n, sizeof *g->seqs);

@@ -9,9 +9,11 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "server/endpoints.h"
 #include "server/openai.h"
 #include "server/peer.h"
 #include "server/redact.h"
+#include "server/responses.h"
 
 static const struct api_route_info api_routes[] = {
     {"/v1/completions", "POST", API_ROUTE_COMPLETIONS, false, METRICS_ENDPOINT_COMPLETIONS},
@@ -22,6 +24,11 @@ static const struct api_route_info api_routes[] = {
     {"/v1/stats", "GET", API_ROUTE_STATS, false, METRICS_ENDPOINT_OTHER},
     {"/v1/prefix_cache/reset", "POST", API_ROUTE_CACHE_RESET, false, METRICS_ENDPOINT_OTHER},
     {"/v1/reload", "POST", API_ROUTE_RELOAD, false, METRICS_ENDPOINT_OTHER},
+    {"/v1/models/", "GET", API_ROUTE_MODEL, false, METRICS_ENDPOINT_OTHER},
+    {"/tokenize", "POST", API_ROUTE_TOKENIZE, false, METRICS_ENDPOINT_OTHER},
+    {"/detokenize", "POST", API_ROUTE_DETOKENIZE, false, METRICS_ENDPOINT_OTHER},
+    {"/version", "GET", API_ROUTE_VERSION, true, METRICS_ENDPOINT_OTHER},
+    {"/v1/responses", "POST", API_ROUTE_RESPONSES, false, METRICS_ENDPOINT_OTHER},
 };
 
 #define API_N_ROUTES ((int)(sizeof api_routes / sizeof api_routes[0]))
@@ -30,7 +37,9 @@ const struct api_route_info *api_route_find(const char *path, const char *method
 {
     *allow = NULL;
     for (int i = 0; i < API_N_ROUTES; i++) {
-        if (strcmp(path, api_routes[i].path) != 0)
+        size_t k = strlen(api_routes[i].path);
+        if (api_routes[i].path[k - 1] == '/' ? strncmp(path, api_routes[i].path, k) != 0 || !path[k]
+                                 : strcmp(path, api_routes[i].path) != 0)
             continue;
         /* HEAD is GET without the body (MHD drops it) */
         if (!strcmp(method, api_routes[i].method) ||
@@ -43,7 +52,7 @@ const struct api_route_info *api_route_find(const char *path, const char *method
 
 /* ---------------------------------------------------------------- replies */
 
-static void api_json(struct api_reply *out, int status, json_t *body)
+void api_json(struct api_reply *out, int status, json_t *body)
 {
     memset(out, 0, sizeof *out);
     char *s = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
@@ -109,8 +118,8 @@ static void api_status_error(struct api_reply *out, enum hr_status st, const cha
 
 /* ---------------------------------------------------------------- generation */
 
-static void api_generate(struct server *s, const struct api_call *call, enum openai_endpoint ep,
-                         struct api_reply *out)
+void api_generate(struct server *s, const struct api_call *call, enum openai_endpoint ep,
+                  const struct api_hooks *hooks, struct api_reply *out)
 {
     enum server_state state = server_get_state(s);
     if (state != SERVER_STATE_READY) {
@@ -152,6 +161,8 @@ static void api_generate(struct server *s, const struct api_call *call, enum ope
         api_status_error(out, st, param, err);
         return;
     }
+    if (hooks && hooks->started)
+        hooks->started(j, hooks->ctx);
     if (j->rq.stream) {
         memset(out, 0, sizeof *out);
         out->status = 200;
@@ -186,6 +197,8 @@ static void api_generate(struct server *s, const struct api_call *call, enum ope
         api_error(out, 499, "the client closed the connection", NULL, NULL);
     else if (j->fail != HR_OK)
         api_error(out, 500, j->fail_msg, NULL, NULL);
+    else if (hooks && hooks->body)
+        api_json(out, 200, hooks->body(j, hooks->ctx));
     else {
         char err[HR_ERRLEN];
         memset(out, 0, sizeof *out);
@@ -229,13 +242,7 @@ static void api_health(struct server *s, struct api_reply *out)
 
 static void api_models(struct server *s, struct api_reply *out)
 {
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", s->model_name, "object", "model", "created",
-                          (json_int_t)s->started, "owned_by", "hearth", "root", s->model_name);
-    if (m && server_engine(s)) {
-        pthread_rwlock_rdlock(&s->model_lock);
-        json_object_set_new(m, "max_model_len", json_integer(s->info.max_context));
-        pthread_rwlock_unlock(&s->model_lock);
-    }
+    json_t *m = endpoints_model_object(s);
     json_t *o = json_pack("{s:s,s:[o]}", "object", "list", "data", m);
     api_json(out, 200, o);
 }
@@ -335,14 +342,19 @@ void api_handle(struct server *s, const struct api_call *call, struct api_reply 
         return;
     }
     switch (call->route->route) {
-    case API_ROUTE_COMPLETIONS: api_generate(s, call, OPENAI_ENDPOINT_COMPLETIONS, out); return;
-    case API_ROUTE_CHAT: api_generate(s, call, OPENAI_ENDPOINT_CHAT, out); return;
+    case API_ROUTE_COMPLETIONS: api_generate(s, call, OPENAI_ENDPOINT_COMPLETIONS, NULL, out); return;
+    case API_ROUTE_CHAT: api_generate(s, call, OPENAI_ENDPOINT_CHAT, NULL, out); return;
     case API_ROUTE_MODELS: api_models(s, out); return;
     case API_ROUTE_HEALTH: api_health(s, out); return;
     case API_ROUTE_METRICS: api_metrics(s, out); return;
     case API_ROUTE_STATS: api_stats(s, out); return;
     case API_ROUTE_CACHE_RESET: api_cache_reset(s, out); return;
     case API_ROUTE_RELOAD: api_reload(s, out); return;
+    case API_ROUTE_MODEL: endpoints_model(s, call->path + strlen(call->route->path), out); return;
+    case API_ROUTE_TOKENIZE: endpoints_tokenize(s, call, out); return;
+    case API_ROUTE_DETOKENIZE: endpoints_detokenize(s, call, out); return;
+    case API_ROUTE_VERSION: endpoints_version(out); return;
+    case API_ROUTE_RESPONSES: responses_handle(s, call, out); return;
     }
     api_error(out, 404, "unknown route", NULL, "unknown_url");
 }

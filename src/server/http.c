@@ -34,6 +34,7 @@ struct http_conn {
     bool too_large;
     int key_index;
     int status;                 /* what was queued (for the request counter) */
+    bool preflight;             /* CORS preflight: OPTIONS with Access-Control-Request-Method */
 };
 
 /* The watch entry of a connection (its socket context). */
@@ -41,6 +42,17 @@ static struct watch_conn *http_watch_conn(struct MHD_Connection *c)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
+}
+
+/* The CORS headers of a reply (none when the request has no allowed Origin). */
+static void http_cors(struct MHD_Connection *c, struct server *s, struct MHD_Response *resp, bool preflight)
+{
+    struct cors_header hs[CORS_MAX_HEADERS];
+    int n = cors_headers(&s->cors, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"), preflight,
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method"),
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers"), hs);
+    for (int i = 0; i < n; i++)
+        MHD_add_response_header(resp, hs[i].name, hs[i].value);
 }
 
 /* ---------------------------------------------------------------- streaming */
@@ -145,6 +157,7 @@ static enum MHD_Result http_queue(struct MHD_Connection *c, struct http_conn *hc
     }
     if (r->allow)
         MHD_add_response_header(resp, "Allow", r->allow);
+    http_cors(c, s, resp, hc->preflight);
     hc->status = r->status;
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
@@ -178,7 +191,11 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
         *con_cls = hc;
         hc->key_index = -1;
         hc->route = api_route_find(url, method, &hc->allow);
-        if (!hc->route) {
+        hc->preflight = !strcmp(method, "OPTIONS") &&
+                        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method");
+        if (hc->preflight) {
+            /* a browser's preflight carries no credentials: answered before routing and auth */
+        } else if (!hc->route) {
             hc->early_status = hc->allow ? 405 : 404;
         } else if (!hc->route->open && auth_enabled(&s->auth)) {
             const char *hdr = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -205,6 +222,15 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
         return MHD_YES;
     }
     /* the whole request is in */
+    if (hc->preflight) {
+        struct api_reply r;
+        memset(&r, 0, sizeof r);
+        if (!cors_origin_allowed(&s->cors, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin")))
+            return http_queue_error(c, hc, s, 400, "Disallowed CORS origin", "cors_origin", NULL);
+        r.status = 204;
+        r.content_type = "text/plain";
+        return http_queue(c, hc, s, &r);
+    }
     if (hc->early_status == 404) {
         char msg[300];
         snprintf(msg, sizeof msg, "Unknown route: %s %.200s", method, url);
@@ -226,6 +252,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     struct api_call call = {
         .route = hc->route,
+        .path = url,
         .body = hc->body.data,
         .body_len = hc->body.len,
         .key_index = hc->key_index,
@@ -316,14 +343,16 @@ enum hr_status http_start(struct http **out, struct server *s, const char *host,
                      MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
     if (strchr(host, ':'))
         flags |= MHD_USE_IPv6;
+    /* The logger goes first so that it sees what the other options say.  The gate owns
+     * the listening socket (and refuses a busy port). */
     h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, http_access, h,
+                                 MHD_OPTION_EXTERNAL_LOGGER, http_log, NULL,
                                  MHD_OPTION_NOTIFY_COMPLETED, http_completed, h,
                                  MHD_OPTION_NOTIFY_CONNECTION, http_notify_connection, h,
                                  MHD_OPTION_URI_LOG_CALLBACK, http_uri_seen, h,
                                  /* the gate counts connections; MHD's own limit is a backstop */
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)connection_limit + 16,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)idle_timeout_s,
-                                 MHD_OPTION_EXTERNAL_LOGGER, http_log, NULL,
                                  MHD_OPTION_END);
     if (!h->daemon) {
         watch_stop(h->watch);

@@ -192,7 +192,7 @@ enum hr_status job_start(struct job *j, struct server *s, struct openai_request 
     }
     int max_context = 0, vocab = 0;
     pthread_rwlock_rdlock(&s->model_lock);
-    max_context = s->info.max_context;
+    max_context = s->info.max_model_len;
     vocab = s->info.vocab_size;
     pthread_rwlock_unlock(&s->model_lock);
     for (int i = 0; i < n_prompts && st == HR_OK; i++) {
@@ -423,7 +423,16 @@ static void job_event(struct job *j, int sub, const struct hearth_event *ev)
         job_complete(j);
 }
 
+static void job_pump_events(struct job *j, int timeout_ms);
+
 void job_pump(struct job *j, int timeout_ms)
+{
+    job_pump_events(j, timeout_ms);
+    if (j->out_filter)
+        j->out_filter(j);
+}
+
+static void job_pump_events(struct job *j, int timeout_ms)
 {
     if (j->finished || !j->subs)
         return;
@@ -499,6 +508,8 @@ void job_free(struct job *j)
     response_free(&j->resp);
     strbuf_free(&j->out);
     openai_request_free(&j->rq);
+    if (j->filter_free)
+        j->filter_free(j->filter_ctx);
     if (j->counted)
         atomic_fetch_sub(&j->srv->active_jobs, 1);
     memset(j, 0, sizeof *j);

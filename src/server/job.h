@@ -40,6 +40,12 @@ struct job {
     double *t_last;             /* [n_choices] time of each choice's last token (ITL) */
     bool counted;               /* counted in srv->active_jobs */
     uint64_t seed;              /* the seed the engine reports (first prompt's) */
+    /* Another API over the chat path (/v1/responses): after each job_pump, out_filter
+     * rewrites what came into out; filter_ctx is the filter's, freed by filter_free
+     * in job_free. */
+    void (*out_filter)(struct job *j);
+    void *filter_ctx;
+    void (*filter_free)(void *ctx);
 };
 
 /* Takes rq over (even on failure) and submits.  key_index: the API key used (for

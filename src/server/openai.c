@@ -739,8 +739,10 @@ enum hr_status openai_check_context(const struct openai_request *rq, int n_promp
                            what, n_prompt_tokens);
     int room = max_context - n_prompt_tokens;
     if (!rq->has_max_tokens) {
-        *max_tokens = rq->endpoint == OPENAI_ENDPOINT_COMPLETIONS && room > OPENAI_DEFAULT_MAX_TOKENS
-                          ? OPENAI_DEFAULT_MAX_TOKENS : room;
+        /* chat: up to max_context, as far as the pool holds the samples (the engine decides) */
+        *max_tokens = rq->endpoint != OPENAI_ENDPOINT_COMPLETIONS ? HEARTH_MAX_TOKENS_AUTO
+                      : room > OPENAI_DEFAULT_MAX_TOKENS          ? OPENAI_DEFAULT_MAX_TOKENS
+                                                                  : room;
         return HR_OK;
     }
     if (rq->max_tokens > room) {

@@ -84,7 +84,8 @@ enum hr_status openai_request_parse(struct openai_request *rq, enum openai_endpo
 void openai_request_free(struct openai_request *rq);
 
 /* The context check once the prompt length is known: fills *max_tokens (the request's,
- * or the endpoint default) and fails when prompt + max_tokens exceed max_context. */
+ * or the endpoint default: 16 for completions, HEARTH_MAX_TOKENS_AUTO for chat) and
+ * fails when prompt + max_tokens exceed max_context (the server's max_model_len). */
 enum hr_status openai_check_context(const struct openai_request *rq, int n_prompt_tokens, int max_context,
                                     int *max_tokens, char *param, size_t paramlen, char *err, size_t errlen);
 

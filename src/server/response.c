@@ -402,7 +402,8 @@ enum hr_status response_token(struct response *r, int choice, const struct heart
     else
         st = strbuf_append(&dtext, text, text_len);
     json_t *lp = NULL;
-    if (st == HR_OK && r->cfg.logprobs)
+    /* the eos / stop id that ends a sample gets no entry (as OpenAI and vLLM) */
+    if (st == HR_OK && r->cfg.logprobs && !ev->is_stop_token)
         st = response_logprob(r, c, ev->token, ev, &c->text_chars, &lp, err, errlen);
     else if (st != HR_OK)
         st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for a response");

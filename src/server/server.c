@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "server/http.h"
 #include "server/job.h"
+#include "server/responses.h"
 
 void server_config_default(struct server_config *c)
 {
@@ -87,6 +88,14 @@ static void *server_loader(void *arg)
     log_info("serve: model %s loaded in %.1f s (vocab %d, context %d, chat template %s)", s->model_name,
              (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9, s->info.vocab_size,
              s->info.max_context, s->has_tmpl ? "yes" : "no");
+    /* the start-up summary: what this server will do with the machine */
+    const char *dash = s->info.kernel ? strchr(s->info.kernel, '-') : NULL;
+    log_info("serve: device %.*s, kernel %s, %d threads; KV pool %lld tokens (%lld blocks of %d, %s); "
+             "max_model_len %d; max_num_seqs %d",
+             dash ? (int)(dash - s->info.kernel) : 3, dash ? s->info.kernel : "cpu",
+             s->info.kernel ? s->info.kernel : "?", s->info.n_threads, (long long)s->info.kv_pool_tokens,
+             (long long)(s->info.block_size > 0 ? s->info.kv_pool_tokens / s->info.block_size : 0), s->info.block_size,
+             s->info.kv_dtype ? s->info.kv_dtype : "?", s->info.max_model_len, s->info.max_num_seqs);
     return NULL;
 }
 
@@ -132,6 +141,7 @@ enum hr_status server_start(struct server **out, const struct server_config *cfg
     s->cfg.served_model_name = s->model_name;
     s->cfg.api_keys = NULL;
     s->cfg.admin_api_keys = NULL;
+    s->cfg.allowed_origins = s->cfg.allowed_methods = s->cfg.allowed_headers = NULL; /* parsed into s->cors */
     s->model_names[0] = s->model_name;
     s->model_names[1] = s->model_dir;
     s->started = (int64_t)time(NULL);
@@ -141,6 +151,11 @@ enum hr_status server_start(struct server **out, const struct server_config *cfg
     if (st == HR_OK)
         st = auth_init(&s->auth, cfg->api_keys, cfg->n_api_keys, cfg->admin_api_keys, cfg->n_admin_api_keys,
                        cfg->salt_per_key, err, errlen);
+    if (st == HR_OK)
+        st = cors_init(&s->cors, cfg->allowed_origins, cfg->allowed_methods, cfg->allowed_headers,
+                       cfg->allow_credentials, err, errlen);
+    if (st == HR_OK && !(s->responses = responses_store_new()))
+        st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
     if (st == HR_OK)
         st = http_start(&s->http, s, s->host, cfg->port, cfg->connection_limit, cfg->idle_timeout_s, err, errlen);
     if (st == HR_OK) {
@@ -253,6 +268,8 @@ void server_free(struct server *s)
     if (s->has_tmpl)
         chat_template_model_free(&s->tmpl);
     auth_free(&s->auth);
+    cors_free(&s->cors);
+    responses_store_free(s->responses);
     metrics_free(&s->metrics);
     pthread_rwlock_destroy(&s->model_lock);
     free(s->host);

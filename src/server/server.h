@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "server/auth.h"
+#include "server/cors.h"
 #include "server/metrics.h"
 #include "template/template.h"
 
@@ -45,17 +46,24 @@ struct server_config {
     int shutdown_grace_ms;           /* on stop, in-flight requests get this long before they are cancelled */
     int connection_limit;            /* concurrent connections at most */
     int idle_timeout_s;              /* an idle keep-alive connection is closed after this long */
+    const char *allowed_origins;     /* CORS, comma separated (NULL: "*", as vLLM) */
+    const char *allowed_methods;     /* NULL: "*" */
+    const char *allowed_headers;     /* NULL: "*" */
+    bool allow_credentials;
 };
 
 void server_config_default(struct server_config *c);
 
 struct http;
+struct responses_store;
 
 struct server {
     struct server_config cfg;        /* strings point at the copies below */
     char *host, *model_dir, *model_name;
     const char *model_names[2];      /* accepted "model" values: the served name, the directory */
     struct auth auth;
+    struct cors cors;
+    struct responses_store *responses; /* /v1/responses output items, for item_reference */
     struct metrics metrics;
     struct http *http;
     int64_t started;                 /* unix seconds */

@@ -155,10 +155,10 @@ static void test_invalid_params(void)
         case 1: p.has_top_p = true; p.top_p = 1.5f; break;
         case 2: p.has_top_k = true; p.top_k = -1; break;
         case 3: p.n = 0; break;
-        case 4: p.max_tokens = -1; break;
+        case 4: p.max_tokens = -2; break;                             /* -1 is HEARTH_MAX_TOKENS_AUTO */
         case 5: p.prompt_ids = bad; p.n_prompt_ids = 1; break;
         case 6: p.prompt_ids = longp; p.n_prompt_ids = 5000; break;   /* context window 4096 */
-        case 7: p.max_tokens = 4000; break;                           /* more than the 64-block pool */
+        case 7: p.n = 4; p.max_tokens = 1000; break;                  /* 4 x 63 blocks: more than 64 */
         }
         struct hearth_request *r = NULL;
         err[0] = 0;
@@ -368,6 +368,97 @@ static void test_fault_any_op(void)
     hearth_engine_free(ref);
 }
 
+/* A pool smaller than the config's context (8 blocks: 128 tokens of 4096):
+ * max_model_len comes down to it; without max_tokens a request grows to
+ * max_model_len, and two such requests take turns through preemption with the
+ * bits of each alone; n samples share the pool; too long a prompt, or a
+ * max_model_len above the pool or the config, is refused. */
+static void test_max_model_len(void)
+{
+    struct hearth_engine *e = rig_engine(rig_kv_bytes(8), 4, 64, 1);
+    CHECK(e);
+    if (!e)
+        return;
+    struct hearth_model_info mi;
+    hearth_engine_model_info(e, &mi);
+    CHECK_MSG(mi.max_model_len == 128 && mi.kv_pool_tokens == 128 && mi.max_context == 4096,
+              "max_model_len %d, pool %lld, context %d", mi.max_model_len, (long long)mi.kv_pool_tokens,
+              mi.max_context);
+
+    static struct job jobs[2];
+    for (int i = 0; i < 2; i++) {
+        rig_make_job(&jobs[i], 512);
+        jobs[i].n_prompt = 8 + i;
+        jobs[i].p.n_prompt_ids = jobs[i].n_prompt;
+        jobs[i].p.max_tokens = HEARTH_MAX_TOKENS_AUTO;
+        CHECK(rig_run_alone(e, &jobs[i]));
+        CHECK_MSG(jobs[i].alone.completion_tokens == 128 - jobs[i].n_prompt && jobs[i].alone.fin[0] ==
+                  HEARTH_FINISH_LENGTH, "job %d: %d tokens", i, jobs[i].alone.completion_tokens);
+        jobs[i].arrive_step = i;
+    }
+    int64_t pre0 = atomic_load(&e->st_preemptions);
+    CHECK(rig_run_together(e, jobs, 2));
+    CHECK_MSG(atomic_load(&e->st_preemptions) > pre0, "two 128-token requests in a 128-token pool: no preemption");
+    for (int i = 0; i < 2; i++)
+        CHECK_MSG(rig_same_out(&jobs[i].alone, &jobs[i].together, 1), "request %d differs when preempted", i);
+
+    /* n = 3 of an 8-token prompt: 8 blocks, none shared, 2 each: 24 tokens each */
+    struct job nj;
+    rig_make_job(&nj, 512);
+    nj.n_prompt = 8;
+    nj.p.n_prompt_ids = 8;
+    nj.p.n = 3;
+    nj.p.max_tokens = HEARTH_MAX_TOKENS_AUTO;
+    CHECK(rig_run_alone(e, &nj));
+    CHECK_MSG(nj.alone.completion_tokens == 72, "n = 3: %d tokens", nj.alone.completion_tokens);
+
+    char err[HR_ERRLEN];
+    struct hearth_request *r = NULL;
+    struct hearth_request_params p = jobs[0].p;
+    int32_t longp[128] = {0};
+    p.prompt_ids = longp;
+    p.n_prompt_ids = 128;
+    CHECK(hearth_submit(e, &p, &r, err, sizeof err) == HR_ERR_INVALID && strstr(err, "max_model_len 128"));
+    p.n_prompt_ids = 127; /* one token left to generate */
+    struct job last = jobs[0];
+    last.p = p;
+    CHECK(rig_run_alone(e, &last) && last.alone.completion_tokens == 1);
+    rig_check_idle(e);
+    hearth_engine_free(e);
+
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/fixtures/qwen3-tiny", test_data_dir());
+    struct hearth_engine_params ep;
+    hearth_engine_params_default(&ep);
+    ep.model_dir = dir;
+    ep.kv_cache_bytes = rig_kv_bytes(8);
+    ep.max_model_len = 129;
+    e = NULL;
+    CHECK(engine_create(&e, &ep, false, err, sizeof err) == HR_ERR_INVALID && strstr(err, "--max-model-len 129"));
+    ep.kv_cache_bytes = rig_kv_bytes(512);
+    ep.max_model_len = 4097;
+    CHECK(engine_create(&e, &ep, false, err, sizeof err) == HR_ERR_INVALID && strstr(err, "context"));
+    ep.max_model_len = 100;
+    CHECK_OK(engine_create(&e, &ep, false, err, sizeof err), err);
+    if (e) {
+        hearth_engine_model_info(e, &mi);
+        CHECK(mi.max_model_len == 100 && mi.kv_pool_tokens == 512 * 16);
+        hearth_engine_free(e);
+    }
+    /* no budget given: sized from the available memory, capped at max_num_seqs x max_model_len */
+    ep.kv_cache_bytes = 0;
+    ep.max_model_len = 0;
+    ep.max_num_seqs = 2;
+    e = NULL;
+    CHECK_OK(engine_create(&e, &ep, false, err, sizeof err), err);
+    if (e) {
+        hearth_engine_model_info(e, &mi);
+        CHECK_MSG(mi.max_model_len == 4096 && mi.kv_pool_tokens >= 4096 && mi.kv_pool_tokens <= 2 * 4096 + 16,
+                  "auto pool: %lld tokens", (long long)mi.kv_pool_tokens);
+        hearth_engine_free(e);
+    }
+}
+
 int main(void)
 {
     TEST_RUN(test_concurrent_equals_alone);
@@ -378,5 +469,6 @@ int main(void)
     TEST_RUN(test_threaded);
     TEST_RUN(test_prompt_logprobs);
     TEST_RUN(test_fault_any_op);
+    TEST_RUN(test_max_model_len);
     TEST_END();
 }

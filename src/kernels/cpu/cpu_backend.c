@@ -6,6 +6,8 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <pthread.h>
+#include <unistd.h>
 
 #include "kernels/cpu/cpu.h"
 #include "model/dtype.h"
@@ -418,6 +420,46 @@ static void cpu_mem_free(struct backend *be, void *p)
     free(p);
 }
 
+#define CPU_TOUCH_THREADS 16
+
+struct cpu_touch_part {
+    unsigned char *p;
+    size_t n;
+};
+
+static void *cpu_touch_run(void *arg)
+{
+    struct cpu_touch_part *t = arg;
+    memset(t->p, 0, t->n);
+    return NULL;
+}
+
+/* Touches (zeroes) the slab so that start-up, not the first steps, pays for the
+ * pages: one thread per core, each over its own run of 2 MiB, since the page faults
+ * of a large pool cost seconds on one thread.  Falls back to this thread alone. */
+static void cpu_touch(unsigned char *slab, size_t bytes)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = cores < 1 ? 1 : cores > CPU_TOUCH_THREADS ? CPU_TOUCH_THREADS : (int)cores;
+    size_t huge = (size_t)2 << 20, part = (bytes / (size_t)n + huge - 1) / huge * huge;
+    pthread_t th[CPU_TOUCH_THREADS];
+    struct cpu_touch_part parts[CPU_TOUCH_THREADS];
+    bool started[CPU_TOUCH_THREADS] = {0};
+    for (int i = 0; i < n; i++) {
+        size_t off = (size_t)i * part;
+        parts[i].p = slab + (off < bytes ? off : bytes);
+        parts[i].n = off >= bytes ? 0 : bytes - off < part ? bytes - off : part;
+        started[i] = i > 0 && parts[i].n > 0 && pthread_create(&th[i], NULL, cpu_touch_run, &parts[i]) == 0;
+    }
+    cpu_touch_run(&parts[0]);
+    for (int i = 1; i < n; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            cpu_touch_run(&parts[i]);
+    }
+}
+
 static enum hr_status cpu_kv_alloc(struct backend *be, struct kv_store *kv, char *err, size_t errlen)
 {
     (void)be;
@@ -431,8 +473,7 @@ static enum hr_status cpu_kv_alloc(struct backend *be, struct kv_store *kv, char
 #ifdef MADV_HUGEPAGE
     madvise(kv->slab, bytes, MADV_HUGEPAGE); /* advice only: failure is harmless */
 #endif
-    /* Touch it now so that start-up, not the first step, pays for the pages. */
-    memset(kv->slab, 0, bytes);
+    cpu_touch(kv->slab, bytes);
     return HR_OK;
 }
 
