@@ -1,0 +1,397 @@
+/* Mask precomputation per grammar position, the run-time mask, the per-sequence state. */
+#include "grammar/grammar_mask.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum walk_result {
+    WALK_REJECT,
+    WALK_ACCEPT,
+    WALK_UNCERTAIN,
+};
+
+struct walk_sink {
+    /* precomputation */
+    int32_t *acc;  /* [n_tok] */
+    int n_acc;
+    int32_t *unc;  /* [n_tok] */
+    int n_unc;
+    /* run time */
+    uint64_t *bits;
+    const struct grammar_vocab *v;
+};
+
+static inline void bit_set(uint64_t *b, int32_t t)
+{
+    b[t >> 6] |= 1ull << (t & 63);
+}
+
+static inline bool bit_get(const uint64_t *b, int32_t t)
+{
+    return (b[t >> 6] >> (t & 63)) & 1;
+}
+
+static void sink_emit(struct walk_sink *k, int rank, enum walk_result r)
+{
+    if (k->bits) {
+        if (r == WALK_ACCEPT)
+            bit_set(k->bits, k->v->ids[rank]);
+        return;
+    }
+    if (r == WALK_ACCEPT)
+        k->acc[k->n_acc++] = k->v->ids[rank];
+    else if (r == WALK_UNCERTAIN)
+        k->unc[k->n_unc++] = rank;
+}
+
+static int common_prefix(const struct grammar_vocab *v, int a, int b)
+{
+    int m = v->len[a] < v->len[b] ? v->len[a] : v->len[b];
+    const uint8_t *x = grammar_vocab_bytes(v, a), *y = grammar_vocab_bytes(v, b);
+    int l = 0;
+    while (l < m && x[l] == y[l])
+        l++;
+    return l;
+}
+
+/* Walks the tokens of ranks list[0..n) (every token in order when list is NULL), each from
+ * start: a token whose bytes the matcher takes is accepted. With sentinel, a token that
+ * fails after the rule under test could have ended is uncertain instead of rejected. The
+ * per-depth sets of the previous token are reused for the prefix the next one shares. */
+static void walk(struct grammar_compiled *c, const struct matcher_set *start, const int32_t *list, int n,
+                 bool sentinel, struct walk_sink *sink)
+{
+    const struct grammar_vocab *v = c->v;
+    struct matcher_set *sets = c->walk;
+    matcher_set_copy(&sets[0], start);
+    c->exposed[0] = false;
+    int valid = 0;        /* sets[0..valid] hold the previous token's prefixes */
+    int dead_at = -1;     /* the previous token's prefix of this length matched nothing */
+    int prev = -1;
+    for (int j = 0; j < n; j++) {
+        int k = list ? list[j] : j;
+        int l = prev < 0 ? 0 : list ? common_prefix(v, prev, k) : v->lcp[k];
+        prev = k;
+        if (dead_at >= 0 && l >= dead_at) {
+            sink_emit(sink, k, c->exposed[dead_at] ? WALK_UNCERTAIN : WALK_REJECT);
+            continue;
+        }
+        int d = l < valid ? l : valid;
+        int L = v->len[k];
+        const uint8_t *bytes = grammar_vocab_bytes(v, k);
+        dead_at = -1;
+        for (; d < L; d++) {
+            c->exposed[d + 1] = c->exposed[d] || (sentinel && matcher_has_sentinel(&sets[d]));
+            if (!matcher_advance(&c->g, &sets[d], bytes[d], &sets[d + 1])) {
+                dead_at = d + 1;
+                break;
+            }
+        }
+        valid = dead_at >= 0 ? dead_at : L;
+        if (dead_at >= 0)
+            sink_emit(sink, k, c->exposed[dead_at] ? WALK_UNCERTAIN : WALK_REJECT);
+        else
+            sink_emit(sink, k, WALK_ACCEPT);
+    }
+}
+
+static void pos_free(struct grammar_pos_mask *p)
+{
+    free(p->accept_bits);
+    free(p->accept);
+    free(p->unc);
+}
+
+void grammar_compiled_ref(struct grammar_compiled *c)
+{
+    atomic_fetch_add(&c->refs, 1);
+}
+
+void grammar_compiled_unref(struct grammar_compiled *c)
+{
+    if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    for (int i = 0; c->pos && i < c->g.n_elems; i++)
+        pos_free(&c->pos[i]);
+    free(c->pos);
+    for (int i = 0; c->walk && i <= c->v->max_len; i++)
+        matcher_set_free(&c->walk[i]);
+    free(c->walk);
+    free(c->exposed);
+    for (int i = 0; c->slot_state && i < GRAMMAR_MASK_CACHE_SLOTS; i++)
+        matcher_set_free(&c->slot_state[i]);
+    free(c->slot_state);
+    free(c->slot_hash);
+    free(c->slot_used);
+    free(c->slot_bits);
+    pthread_mutex_destroy(&c->mu);
+    grammar_free(&c->g);
+    free(c);
+}
+
+enum hr_status grammar_compile(struct grammar *g, const struct grammar_vocab *v, struct grammar_compiled **out,
+                               char *err, size_t errlen)
+{
+    *out = NULL;
+    struct grammar_compiled *c = calloc(1, sizeof *c);
+    if (!c) {
+        grammar_free(g);
+        return hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
+    }
+    atomic_init(&c->refs, 1);
+    c->g = *g;
+    memset(g, 0, sizeof *g);
+    c->v = v;
+    c->words = (v->n_vocab + 63) / 64;
+    pthread_mutex_init(&c->mu, NULL);
+    enum hr_status st = HR_OK;
+    int depth = v->max_len + 1;
+    c->pos = calloc((size_t)c->g.n_elems, sizeof *c->pos);
+    c->walk = calloc((size_t)depth, sizeof *c->walk);
+    c->exposed = calloc((size_t)depth, sizeof *c->exposed);
+    c->slot_state = calloc(GRAMMAR_MASK_CACHE_SLOTS, sizeof *c->slot_state);
+    c->slot_hash = calloc(GRAMMAR_MASK_CACHE_SLOTS, sizeof *c->slot_hash);
+    c->slot_used = calloc(GRAMMAR_MASK_CACHE_SLOTS, sizeof *c->slot_used);
+    c->slot_bits = calloc((size_t)GRAMMAR_MASK_CACHE_SLOTS * (size_t)c->words, sizeof *c->slot_bits);
+    int32_t *acc = malloc(((size_t)v->n_tok + 1) * sizeof *acc);
+    int32_t *unc = malloc(((size_t)v->n_tok + 1) * sizeof *unc);
+    struct matcher_set start = {0};
+    if (!c->pos || !c->walk || !c->exposed || !c->slot_state || !c->slot_hash || !c->slot_used || !c->slot_bits ||
+        !acc || !unc) {
+        st = hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < depth && st == HR_OK; i++)
+        st = matcher_set_init(&c->walk[i], GRAMMAR_MASK_WALK_INTS, err, errlen);
+    for (int i = 0; i < GRAMMAR_MASK_CACHE_SLOTS && st == HR_OK; i++)
+        st = matcher_set_init(&c->slot_state[i], GRAMMAR_MASK_STATE_INTS, err, errlen);
+    if (st == HR_OK)
+        st = matcher_set_init(&start, 16, err, errlen);
+    if (st != HR_OK)
+        goto out;
+    c->bytes = sizeof *c + (size_t)c->g.n_elems * (sizeof *c->pos + sizeof *c->g.elems) +
+               (size_t)depth * GRAMMAR_MASK_WALK_INTS * 4 +
+               (size_t)GRAMMAR_MASK_CACHE_SLOTS * ((size_t)c->words * 8 + GRAMMAR_MASK_STATE_INTS * 4);
+    for (int p = 0; p < c->g.n_elems; p++) {
+        if (c->g.elems[p].kind != GRAMMAR_ELEM_BYTES)
+            continue;
+        matcher_set_clear(&start);
+        int32_t stk[2] = {GRAMMAR_SENTINEL_ELEM, p};
+        matcher_push_stack(&c->g, stk, 2, &start);
+        struct walk_sink sink = {.acc = acc, .unc = unc, .v = v};
+        walk(c, &start, NULL, v->n_tok, true, &sink);
+        struct grammar_pos_mask *pm = &c->pos[p];
+        pm->n_accept = sink.n_acc;
+        if ((int64_t)sink.n_acc * 32 > (int64_t)c->words * 64) {
+            if (!(pm->accept_bits = calloc((size_t)c->words, sizeof *pm->accept_bits))) {
+                st = hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
+                goto out;
+            }
+            for (int k = 0; k < sink.n_acc; k++)
+                bit_set(pm->accept_bits, acc[k]);
+            c->bytes += (size_t)c->words * 8;
+        } else if (sink.n_acc > 0) {
+            if (!(pm->accept = malloc((size_t)sink.n_acc * sizeof *pm->accept))) {
+                st = hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
+                goto out;
+            }
+            memcpy(pm->accept, acc, (size_t)sink.n_acc * sizeof *acc);
+            c->bytes += (size_t)sink.n_acc * 4;
+        }
+        pm->n_unc = sink.n_unc;
+        if (sink.n_unc > 0) {
+            if (!(pm->unc = malloc((size_t)sink.n_unc * sizeof *pm->unc))) {
+                st = hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
+                goto out;
+            }
+            memcpy(pm->unc, unc, (size_t)sink.n_unc * sizeof *unc);
+            c->bytes += (size_t)sink.n_unc * 4;
+        }
+    }
+out:
+    free(acc);
+    free(unc);
+    matcher_set_free(&start);
+    if (st != HR_OK) {
+        grammar_compiled_unref(c);
+        return st;
+    }
+    *out = c;
+    return HR_OK;
+}
+
+/* Computes the mask of state into bits (the lock held). */
+static void mask_compute(struct grammar_compiled *c, const struct matcher_set *state, uint64_t *bits)
+{
+    memset(bits, 0, (size_t)c->words * sizeof *bits);
+    struct matcher_set one = {0};
+    int32_t onebuf[MATCHER_MAX_DEPTH + 2];
+    one.buf = onebuf;
+    one.cap = MATCHER_MAX_DEPTH + 2;
+    for (int off = 0; off < state->len; off = matcher_stack_next(state, off)) {
+        int depth = matcher_stack_depth(state, off);
+        if (depth == 0)
+            continue;
+        const int32_t *e = matcher_stack_elems(state, off);
+        const struct grammar_pos_mask *pm = &c->pos[e[depth - 1]];
+        if (pm->accept_bits) {
+            for (int w = 0; w < c->words; w++)
+                bits[w] |= pm->accept_bits[w];
+        } else {
+            for (int k = 0; k < pm->n_accept; k++)
+                bit_set(bits, pm->accept[k]);
+        }
+        if (pm->n_unc == 0)
+            continue;
+        matcher_set_clear(&one);
+        memcpy(onebuf + 2, e, (size_t)depth * sizeof *e);
+        onebuf[0] = depth;
+        onebuf[1] = 0;
+        one.len = depth + 2;
+        one.n = 1;
+        struct walk_sink sink = {.bits = bits, .v = c->v};
+        walk(c, &one, pm->unc, pm->n_unc, false, &sink);
+        c->stats.uncertain_checked += pm->n_unc;
+    }
+}
+
+void grammar_compiled_mask(struct grammar_compiled *c, const struct matcher_set *state, uint64_t *bits)
+{
+    pthread_mutex_lock(&c->mu);
+    c->stats.masks++;
+    uint64_t h = matcher_set_hash(state);
+    int victim = 0;
+    for (int i = 0; i < GRAMMAR_MASK_CACHE_SLOTS; i++) {
+        if (c->slot_used[i] && c->slot_hash[i] == h && matcher_set_equal(&c->slot_state[i], state)) {
+            memcpy(bits, c->slot_bits + (size_t)i * (size_t)c->words, (size_t)c->words * sizeof *bits);
+            c->slot_used[i] = ++c->tick;
+            c->stats.cache_hits++;
+            pthread_mutex_unlock(&c->mu);
+            return;
+        }
+        if (c->slot_used[i] < c->slot_used[victim])
+            victim = i;
+    }
+    mask_compute(c, state, bits);
+    if (state->len <= GRAMMAR_MASK_STATE_INTS && matcher_set_copy(&c->slot_state[victim], state)) {
+        c->slot_hash[victim] = h;
+        c->slot_used[victim] = ++c->tick;
+        memcpy(c->slot_bits + (size_t)victim * (size_t)c->words, bits, (size_t)c->words * sizeof *bits);
+    } else {
+        c->slot_used[victim] = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ------------------------------------------------------------------ per sequence */
+
+enum hr_status grammar_seq_init(struct grammar_seq *s, struct grammar_compiled *c, int32_t wait_token, char *err,
+                                size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    enum hr_status st = matcher_set_init(&s->cur, MATCHER_SET_INTS, err, errlen);
+    if (st == HR_OK)
+        st = matcher_set_init(&s->tmp, MATCHER_SET_INTS, err, errlen);
+    if (st == HR_OK && !(s->bits = malloc((size_t)c->words * sizeof *s->bits)))
+        st = hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
+    if (st != HR_OK) {
+        grammar_seq_free(s);
+        return st;
+    }
+    grammar_compiled_ref(c);
+    s->c = c;
+    s->wait_token = wait_token;
+    s->active = wait_token < 0;
+    matcher_start(&c->g, &s->cur);
+    if (s->cur.overflow) {
+        grammar_seq_free(s);
+        return hr_err(err, errlen, HR_ERR_INVALID, "grammar: the start state exceeds the matcher's limits");
+    }
+    return HR_OK;
+}
+
+void grammar_seq_free(struct grammar_seq *s)
+{
+    if (!s)
+        return;
+    matcher_set_free(&s->cur);
+    matcher_set_free(&s->tmp);
+    free(s->bits);
+    grammar_compiled_unref(s->c);
+    memset(s, 0, sizeof *s);
+}
+
+bool grammar_seq_accepting(const struct grammar_seq *s)
+{
+    return !s->active || matcher_accepting(&s->cur);
+}
+
+enum hr_status grammar_mask_apply(struct grammar_seq *s, float *logits, int vocab, const int32_t *stop_ids,
+                                  int n_stop, char *err, size_t errlen)
+{
+    if (!s->active)
+        return HR_OK;
+    struct grammar_compiled *c = s->c;
+    grammar_compiled_mask(c, &s->cur, s->bits);
+    bool accepting = matcher_accepting(&s->cur);
+    bool any = false;
+    for (int w = 0; w < c->words && !any; w++)
+        any = s->bits[w] != 0;
+    if (!any && !(accepting && n_stop > 0))
+        return hr_err(err, errlen, HR_ERR_INVALID,
+                      accepting ? "grammar: the output is complete but the request has no stop token to end it"
+                                : "grammar: no token of the vocabulary can continue the output");
+    for (int i = 0; i < n_stop; i++)
+        if (stop_ids[i] >= 0 && stop_ids[i] < c->v->n_vocab) {
+            if (accepting)
+                bit_set(s->bits, stop_ids[i]);
+            else
+                s->bits[stop_ids[i] >> 6] &= ~(1ull << (stop_ids[i] & 63));
+        }
+    int n = vocab < c->v->n_vocab ? vocab : c->v->n_vocab;
+    for (int w = 0; w * 64 < n; w++) {
+        uint64_t m = s->bits[w];
+        if (m == ~0ull)
+            continue;
+        int hi = n - w * 64 < 64 ? n - w * 64 : 64;
+        float *row = logits + (int64_t)w * 64;
+        for (int b = 0; b < hi; b++)
+            if (!((m >> b) & 1))
+                row[b] = -INFINITY;
+    }
+    for (int t = n; t < vocab; t++)
+        logits[t] = -INFINITY;
+    return HR_OK;
+}
+
+enum hr_status grammar_seq_advance(struct grammar_seq *s, int32_t token, bool is_stop, char *err, size_t errlen)
+{
+    const struct grammar_vocab *v = s->c->v;
+    if (!s->active) {
+        if (token == s->wait_token)
+            s->active = true;
+        return HR_OK;
+    }
+    if (is_stop) {
+        if (!matcher_accepting(&s->cur))
+            return hr_err(err, errlen, HR_ERR_INVALID, "grammar: stop token %d before the output is complete", token);
+        return HR_OK;
+    }
+    int rank = token >= 0 && token < v->n_vocab ? v->rank[token] : -1;
+    if (rank < 0)
+        return hr_err(err, errlen, HR_ERR_INVALID, "grammar: token %d has no bytes the grammar can match", token);
+    const uint8_t *b = grammar_vocab_bytes(v, rank);
+    for (int i = 0; i < v->len[rank]; i++) {
+        if (!matcher_advance(&s->c->g, &s->cur, b[i], &s->tmp))
+            return hr_err(err, errlen, HR_ERR_INVALID,
+                          s->tmp.overflow ? "grammar: the matcher's state exceeds its limits at token %d"
+                                          : "grammar: token %d is not allowed here",
+                          token);
+        struct matcher_set t = s->cur;
+        s->cur = s->tmp;
+        s->tmp = t;
+    }
+    return HR_OK;
+}
