@@ -294,6 +294,89 @@ static int left_cycle(const struct grammar_builder *b, const bool *nullable, int
     return -1;
 }
 
+/* Inlining: a reference to a small rule whose alternatives hold only byte classes (or a
+ * one-alternative rule that does not refer to itself) is replaced by its alternatives. Besides
+ * shallower stacks, this keeps loops such as a string's characters inside one rule, where the
+ * mask precomputation sees them whole (a token that stays inside a rule is decided there). */
+#define INLINE_MAX_ALTS 64   /* alternatives of the rule inlined into, after inlining */
+#define INLINE_MAX_ELEMS 16  /* elements of an alternative of the rule inlined */
+
+static bool rule_inlinable(const struct grammar_builder *b, int x)
+{
+    const struct grammar_brule *xr = &b->rules[x];
+    if (xr->n_alts == 0)
+        return false;
+    bool terminal = true;
+    for (int a = 0; a < xr->n_alts; a++) {
+        if (xr->alts[a].n > INLINE_MAX_ELEMS)
+            return false;
+        for (int i = 0; i < xr->alts[a].n; i++)
+            if (xr->alts[a].e[i].kind == GRAMMAR_ELEM_RULE) {
+                terminal = false;
+                if (xr->alts[a].e[i].arg == x)
+                    return false;
+            }
+    }
+    return terminal ? xr->n_alts <= 16 : xr->n_alts == 1;
+}
+
+/* One pass over every rule; returns whether something was inlined. */
+static bool inline_pass(struct grammar_builder *b)
+{
+    bool changed = false;
+    for (int r = 0; r < b->n_rules && !b->oom; r++) {
+        struct grammar_brule *rr = &b->rules[r];
+        for (int a = 0; a < rr->n_alts && !b->oom; a++) {
+            for (int i = 0; i < rr->alts[a].n; i++) {
+                struct grammar_elem e = rr->alts[a].e[i];
+                if (e.kind != GRAMMAR_ELEM_RULE || e.arg == r || !rule_inlinable(b, e.arg))
+                    continue;
+                const struct grammar_brule *xr = &b->rules[e.arg];
+                /* Several alternatives multiply: only into a short alternative (a loop body
+                 * "x R", or "x" alone), so the stacks of a state do not multiply. */
+                if (xr->n_alts > 1 && rr->alts[a].n > 2)
+                    continue;
+                if (rr->n_alts - 1 + xr->n_alts > INLINE_MAX_ALTS || b->n_elems > GRAMMAR_MAX_ELEMS / 2)
+                    continue;
+                /* Alternative a becomes prefix + x's alternative k + suffix, for each k. */
+                struct grammar_balt old = rr->alts[a];
+                int nx = xr->n_alts;
+                size_t cap = (size_t)rr->cap;
+                if (!vec_reserve((void **)&rr->alts, &cap, (size_t)rr->n_alts + (size_t)nx, sizeof *rr->alts, 2)) {
+                    b->oom = true;
+                    return false;
+                }
+                rr->cap = (int)cap;
+                xr = &b->rules[e.arg];
+                memmove(&rr->alts[a + nx], &rr->alts[a + 1], (size_t)(rr->n_alts - a - 1) * sizeof *rr->alts);
+                for (int k = 0; k < nx; k++) {
+                    const struct grammar_balt *xa = &xr->alts[k];
+                    int n = old.n - 1 + xa->n;
+                    struct grammar_balt na = {.e = malloc(((size_t)n + 1) * sizeof *na.e), .n = n, .cap = n + 1};
+                    if (!na.e) {
+                        b->oom = true;
+                        na.n = 0;
+                    } else {
+                        memcpy(na.e, old.e, (size_t)i * sizeof *na.e);
+                        memcpy(na.e + i, xa->e, (size_t)xa->n * sizeof *na.e);
+                        memcpy(na.e + i + xa->n, old.e + i + 1, (size_t)(old.n - i - 1) * sizeof *na.e);
+                    }
+                    rr->alts[a + k] = na;
+                    b->n_elems += n + 1;
+                }
+                rr->n_alts += nx - 1;
+                b->n_elems -= old.n + 1;
+                free(old.e);
+                changed = true;
+                i = -1; /* rescan the new alternative a */
+                if (b->oom)
+                    return false;
+            }
+        }
+    }
+    return changed;
+}
+
 enum hr_status grammar_builder_finish(struct grammar_builder *b, const char *root, struct grammar *g, char *err,
                                       size_t errlen)
 {
@@ -369,6 +452,12 @@ enum hr_status grammar_builder_finish(struct grammar_builder *b, const char *roo
                         b->rules[c].name);
             goto out;
         }
+    }
+    for (int pass = 0; pass < 8 && inline_pass(b); pass++)
+        ;
+    if (b->oom) {
+        st = hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
+        goto out;
     }
     int n_alts = 0, n_elems = 3;
     for (int r = 0; r < nr; r++) {

@@ -352,14 +352,20 @@ enum hr_status grammar_mask_apply(struct grammar_seq *s, float *logits, int voca
         }
     int n = vocab < c->v->n_vocab ? vocab : c->v->n_vocab;
     for (int w = 0; w * 64 < n; w++) {
-        uint64_t m = s->bits[w];
-        if (m == ~0ull)
-            continue;
+        uint64_t z = ~s->bits[w];
         int hi = n - w * 64 < 64 ? n - w * 64 : 64;
+        if (hi < 64)
+            z &= (1ull << hi) - 1;
         float *row = logits + (int64_t)w * 64;
-        for (int b = 0; b < hi; b++)
-            if (!((m >> b) & 1))
+        if (z == ~0ull) {
+            for (int b = 0; b < 64; b++)
                 row[b] = -INFINITY;
+            continue;
+        }
+        while (z) { /* only the forbidden tokens */
+            row[__builtin_ctzll(z)] = -INFINITY;
+            z &= z - 1;
+        }
     }
     for (int t = n; t < vocab; t++)
         logits[t] = -INFINITY;
