@@ -90,6 +90,16 @@ struct hearth_logit_bias {
     float bias;
 };
 
+/* Structured output: what the text of a request's output must match. */
+enum hearth_grammar_kind {
+    HEARTH_GRAMMAR_NONE = 0,
+    HEARTH_GRAMMAR_GBNF,        /* a GBNF grammar (llama.cpp's format), start rule "root" */
+    HEARTH_GRAMMAR_JSON_SCHEMA, /* a JSON Schema (text) */
+    HEARTH_GRAMMAR_JSON_OBJECT, /* any JSON object (JSON mode); the text is ignored */
+    HEARTH_GRAMMAR_REGEX,       /* a regular expression the whole output matches */
+    HEARTH_GRAMMAR_CHOICE,      /* a JSON array of strings: the output is one of them */
+};
+
 struct hearth_request_params {
     /* The prompt: text (tokenized with the model's tokenizer), or token ids. */
     const char *prompt;         /* NUL-terminated UTF-8, or NULL */
@@ -128,6 +138,13 @@ struct hearth_request_params {
     bool skip_special_tokens;   /* in the text of token events (default false here; servers set it) */
 
     const char *cache_salt;     /* prefix-cache namespace of this request (tenant isolation), or NULL */
+
+    /* Constrained decoding: tokens the grammar forbids get probability zero before sampling
+     * (so logprobs are those of the masked distribution), and a stop token is allowed only
+     * where the output is complete. Compiled (or found in a cache) inside hearth_submit. */
+    enum hearth_grammar_kind grammar_kind;
+    const char *grammar;        /* the source text for grammar_kind (NUL-terminated) */
+    bool grammar_after_think;   /* the constraint starts after the model's </think> token */
 };
 
 void hearth_request_params_default(struct hearth_request_params *p);

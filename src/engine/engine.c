@@ -113,7 +113,10 @@ void group_free(struct group *g)
             detok_free(&s->detok);
             stop_matcher_free(&s->stop);
         }
+        grammar_seq_free(s->gram);
+        free(s->gram);
     }
+    grammar_compiled_unref(g->grammar);
     free(g->seqs);
     free(g->stop_ids);
     free(g->bias);
@@ -201,6 +204,20 @@ static bool engine_is_stop_id(const struct group *g, int32_t tok)
     return false;
 }
 
+/* Masks a constrained sequence's logits row; on failure the sequence has ended (a grammar that
+ * is complete with no stop token to end it ends with "stop", any other dead end with an error). */
+static enum hr_status engine_grammar_mask(struct hearth_engine *e, struct seq *s, float *logits, char *err,
+                                          size_t errlen)
+{
+    struct group *g = s->g;
+    enum hr_status st = grammar_mask_apply(s->gram, logits, e->m.cfg.vocab_size, g->stop_ids, g->n_stop_ids, err, errlen);
+    if (st == HR_ERR_NOT_FOUND)
+        engine_finish_seq(e, s, HEARTH_FINISH_STOP, NULL);
+    else if (st != HR_OK)
+        engine_finish_seq(e, s, HEARTH_FINISH_ERROR, err);
+    return st;
+}
+
 /* Appends a sampled token to s and emits it; ends s when a stop condition holds. */
 static void engine_accept(struct hearth_engine *e, struct seq *s, const struct sampler_result *r)
 {
@@ -243,8 +260,17 @@ static void engine_sample(struct hearth_engine *e, struct seq *s, const float *l
 {
     struct group *g = s->g;
     struct sampler_result r;
+    char gerr[HR_ERRLEN];
+    /* The row is this step's scratch: a constrained sequence masks it in place (siblings
+     * sampling one row at the fork share the start state, so the mask is the same). */
+    if (s->gram && engine_grammar_mask(e, s, (float *)logits, gerr, sizeof gerr) != HR_OK)
+        return;
     sampler_sample(&g->sp, logits, e->m.cfg.vocab_size, s->tokens, g->n_prompt, s->n_generated,
                    (uint64_t)(g->index_base + s->index), (uint64_t)s->n_generated, &e->ss, &r);
+    if (s->gram && grammar_seq_advance(s->gram, r.token, engine_is_stop_id(g, r.token), gerr, sizeof gerr) != HR_OK) {
+        engine_finish_seq(e, s, HEARTH_FINISH_ERROR, gerr);
+        return;
+    }
     engine_accept(e, s, &r);
 }
 
@@ -751,6 +777,8 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
         st = batch_init(&e->batch, p->block_size, p->max_num_seqs, p->max_batched_tokens, err, errlen);
     if (st == HR_OK)
         st = sampler_scratch_init(&e->ss, e->m.cfg.vocab_size, err, errlen);
+    if (st == HR_OK)
+        grammar_cache_init(&e->gcache, e->has_tk ? &e->tk : NULL, e->m.cfg.vocab_size, 0, 0);
     if (st == HR_OK && start_thread) {
         if (pthread_create(&e->thread, NULL, engine_thread, e) != 0)
             st = hr_err(err, errlen, HR_ERR_NOMEM, "engine: cannot start the engine thread");
@@ -801,6 +829,7 @@ void hearth_engine_free(struct hearth_engine *e)
     if (e->pc_on)
         prefix_cache_free(&e->pc);
     sampler_scratch_free(&e->ss);
+    grammar_cache_free(&e->gcache);
     batch_free(&e->batch);
     qwen3_free(&e->fwd);
     block_pool_free(&e->pool);

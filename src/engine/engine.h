@@ -11,6 +11,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sequence.h"
+#include "grammar/grammar_cache.h"
 #include "kernels/backend.h"
 #include "kv/block_pool.h"
 #include "model/model.h"
@@ -46,6 +47,7 @@ struct hearth_engine {
                                   forward's scratch (valid until the next step); after a step
                                   with at most ENGINE_LOGIT_ROWS rows, all of them */
     struct sampler_scratch ss;
+    struct grammar_cache gcache; /* compiled grammars of constrained requests (any thread) */
     struct prefix_cache pc;
     bool pc_on;
     uint64_t fingerprint;      /* config and weight-file headers and sizes */

@@ -455,6 +455,36 @@ enum hr_status grammar_builder_finish(struct grammar_builder *b, const char *roo
     }
     for (int pass = 0; pass < 8 && inline_pass(b); pass++)
         ;
+    /* Rules the root cannot reach need no masks: drop their alternatives. */
+    memset(colour, 0, (size_t)nr);
+    {
+        int *work = malloc((size_t)nr * sizeof *work);
+        int nw = 0;
+        if (!work) {
+            st = hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
+            goto out;
+        }
+        colour[root_id] = 1;
+        work[nw++] = root_id;
+        while (nw > 0) {
+            const struct grammar_brule *rr = &b->rules[work[--nw]];
+            for (int a = 0; a < rr->n_alts; a++)
+                for (int i = 0; i < rr->alts[a].n; i++) {
+                    const struct grammar_elem *e = &rr->alts[a].e[i];
+                    if (e->kind == GRAMMAR_ELEM_RULE && !colour[e->arg]) {
+                        colour[e->arg] = 1;
+                        work[nw++] = e->arg;
+                    }
+                }
+        }
+        free(work);
+        for (int r = 0; r < nr; r++)
+            if (!colour[r]) {
+                for (int a = 0; a < b->rules[r].n_alts; a++)
+                    free(b->rules[r].alts[a].e);
+                b->rules[r].n_alts = 0;
+            }
+    }
     if (b->oom) {
         st = hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
         goto out;

@@ -339,10 +339,10 @@ enum hr_status grammar_mask_apply(struct grammar_seq *s, float *logits, int voca
     bool any = false;
     for (int w = 0; w < c->words && !any; w++)
         any = s->bits[w] != 0;
-    if (!any && !(accepting && n_stop > 0))
-        return hr_err(err, errlen, HR_ERR_INVALID,
-                      accepting ? "grammar: the output is complete but the request has no stop token to end it"
-                                : "grammar: no token of the vocabulary can continue the output");
+    if (!any && accepting && n_stop == 0)
+        return hr_err(err, errlen, HR_ERR_NOT_FOUND, "grammar: the output is complete");
+    if (!any && !accepting)
+        return hr_err(err, errlen, HR_ERR_INVALID, "grammar: no token of the vocabulary can continue the output");
     for (int i = 0; i < n_stop; i++)
         if (stop_ids[i] >= 0 && stop_ids[i] < c->v->n_vocab) {
             if (accepting)

@@ -91,8 +91,10 @@ enum hr_status grammar_seq_init(struct grammar_seq *s, struct grammar_compiled *
 void grammar_seq_free(struct grammar_seq *s); /* no-op on a zeroed one */
 
 /* Sets every logit the grammar forbids to -inf in logits [vocab]. The stop tokens
- * stop_ids [n_stop] are allowed exactly where the grammar may end. HR_ERR_INVALID when no
- * token at all is allowed (err says why); the logits are then unchanged. */
+ * stop_ids [n_stop] are allowed exactly where the grammar may end. When no token at all is
+ * allowed (the logits are then unchanged): HR_ERR_NOT_FOUND when the output is complete and
+ * there is no stop token to end it (the caller ends it), HR_ERR_INVALID otherwise (err says
+ * why: the state is a dead end for this vocabulary). */
 enum hr_status grammar_mask_apply(struct grammar_seq *s, float *logits, int vocab, const int32_t *stop_ids,
                                   int n_stop, char *err, size_t errlen);
 
