@@ -1,5 +1,6 @@
 /* The GBNF parser: recursive descent straight into the grammar builder. */
 #include "grammar/gbnf.h"
+#include "grammar/gbuf.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -488,7 +489,7 @@ static void parse_sequence(struct gbnf *p, int r, int alt, bool nested)
             if (p->i + 3 <= p->n && strncmp(p->s + p->i, "::=", 3) == 0) {
                 p->i = s0;
                 if (nested)
-                    gbnf_fail(p, "a rule definition inside parentheses");
+                    gbnf_fail(p, "a '(' is not closed before the rule '%.*s'", (int)(save - s0), p->s + s0);
                 return;
             }
             p->i = save;
@@ -577,4 +578,50 @@ enum hr_status gbnf_parse(const char *text, size_t len, struct grammar *g, char 
         st = grammar_builder_finish(&p.b, "root", g, err, errlen);
     grammar_builder_free(&p.b);
     return st;
+}
+
+enum hr_status gbnf_prefix_rules(const char *text, const char *prefix, const char *keep, char **out, char *err,
+                                 size_t errlen)
+{
+    *out = NULL;
+    struct gbuf o = {0};
+    size_t n = strlen(text), kl = strlen(keep);
+    for (size_t i = 0; i < n;) {
+        char c = text[i];
+        if (c == '"' || c == '[' || c == '{') {
+            char close = c == '"' ? '"' : c == '[' ? ']' : '}';
+            size_t j = i + 1;
+            while (j < n && text[j] != close) {
+                if (text[j] == '\\' && j + 1 < n)
+                    j++;
+                j++;
+            }
+            j = j < n ? j + 1 : n;
+            gbuf_add(&o, text + i, j - i);
+            i = j;
+        } else if (c == '#') {
+            size_t j = i;
+            while (j < n && text[j] != '\n')
+                j++;
+            gbuf_add(&o, text + i, j - i);
+            i = j;
+        } else if (is_name_char((unsigned char)c)) {
+            size_t j = i;
+            while (j < n && is_name_char((unsigned char)text[j]))
+                j++;
+            if (!(j - i >= kl && memcmp(text + i, keep, kl) == 0))
+                gbuf_str(&o, prefix);
+            gbuf_add(&o, text + i, j - i);
+            i = j;
+        } else {
+            gbuf_add(&o, &text[i], 1);
+            i++;
+        }
+    }
+    if (o.oom) {
+        gbuf_free(&o);
+        return hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
+    }
+    *out = o.s ? o.s : strdup("");
+    return *out ? HR_OK : hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
 }

@@ -18,6 +18,12 @@
 
 #define GBNF_MAX_REPEAT 10000 /* the largest m or n of {m,n} */
 
+/* Copies GBNF text with every rule name prefixed, except names that begin with keep (so
+ * several grammars can share one file); literals, classes, repetitions and comments are left
+ * as they are. The result is malloc'd. */
+enum hr_status gbnf_prefix_rules(const char *text, const char *prefix, const char *keep, char **out, char *err,
+                                 size_t errlen);
+
 enum hr_status gbnf_parse(const char *text, size_t len, struct grammar *g, char *err, size_t errlen);
 
 #endif

@@ -820,6 +820,16 @@ out:
 
 enum hr_status json_schema_to_gbnf(const json_t *schema, char **gbnf, char *err, size_t errlen)
 {
+    return json_schema_to_gbnf_ex(schema, true, gbnf, err, errlen);
+}
+
+const char *json_schema_prims_gbnf(void)
+{
+    return JSON_PRIMS;
+}
+
+enum hr_status json_schema_to_gbnf_ex(const json_t *schema, bool with_prims, char **gbnf, char *err, size_t errlen)
+{
     *gbnf = NULL;
     struct jsc *c = calloc(1, sizeof *c);
     if (!c)
@@ -831,7 +841,8 @@ enum hr_status json_schema_to_gbnf(const json_t *schema, char **gbnf, char *err,
     gen(c, schema, "#", &root);
     if (c->st == HR_OK) {
         gbuf_fmt(&c->out, "root ::= %s\n", root.s ? root.s : "\"\"");
-        gbuf_str(&c->out, JSON_PRIMS);
+        if (with_prims)
+            gbuf_str(&c->out, JSON_PRIMS);
         if (c->out.oom || root.oom)
             c->st = hr_err(err, errlen, HR_ERR_NOMEM, "json schema: out of memory");
     }

@@ -17,6 +17,7 @@
 #define HEARTH_GRAMMAR_JSON_SCHEMA_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "base/status.h"
@@ -26,6 +27,11 @@
 
 /* GBNF text (malloc'd, the caller frees) for documents valid against schema. */
 enum hr_status json_schema_to_gbnf(const json_t *schema, char **gbnf, char *err, size_t errlen);
+
+/* with_prims false: without the shared json-* rules (json_schema_prims_gbnf), for grammars
+ * that combine several schemas (tool calls). Every other rule name is r<N>, s<N>-<N>, d<N>. */
+enum hr_status json_schema_to_gbnf_ex(const json_t *schema, bool with_prims, char **gbnf, char *err, size_t errlen);
+const char *json_schema_prims_gbnf(void);
 
 /* The same from schema text (parsed here; a JSON error names line and column). */
 enum hr_status json_schema_text_to_gbnf(const char *text, size_t len, char **gbnf, char *err, size_t errlen);
