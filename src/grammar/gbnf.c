@@ -221,7 +221,7 @@ static void parse_class(struct gbnf *p, int r, int alt)
     struct range *rs = NULL;
     int n = 0, cap = 0;
     while (gbnf_ok(p) && peek(p) != ']') {
-        if (peek(p) < 0) {
+        if (peek(p) < 0 || peek(p) == '\n') {
             gbnf_fail(p, "unterminated character class");
             break;
         }

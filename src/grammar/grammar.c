@@ -306,18 +306,22 @@ static bool rule_inlinable(const struct grammar_builder *b, int x)
     const struct grammar_brule *xr = &b->rules[x];
     if (xr->n_alts == 0)
         return false;
-    bool terminal = true;
+    bool terminal = true, tail_only = true;
     for (int a = 0; a < xr->n_alts; a++) {
         if (xr->alts[a].n > INLINE_MAX_ELEMS)
             return false;
         for (int i = 0; i < xr->alts[a].n; i++)
             if (xr->alts[a].e[i].kind == GRAMMAR_ELEM_RULE) {
                 terminal = false;
+                tail_only = tail_only && i == xr->alts[a].n - 1;
                 if (xr->alts[a].e[i].arg == x)
                     return false;
             }
     }
-    return terminal ? xr->n_alts <= 16 : xr->n_alts == 1;
+    /* One alternative with a reference only at its end: inlining keeps that reference a tail
+     * call (a reference moved into the middle of a longer alternative would lose the single
+     * return position the mask precomputation uses). */
+    return terminal ? xr->n_alts <= 16 : xr->n_alts == 1 && tail_only;
 }
 
 /* One pass over every rule; returns whether something was inlined. */

@@ -113,8 +113,11 @@ void grammar_compiled_unref(struct grammar_compiled *c)
 {
     if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
         return;
-    for (int i = 0; c->pos && i < c->g.n_elems; i++)
-        pos_free(&c->pos[i]);
+    for (int i = 0; c->pos && i < c->g.n_elems; i++) {
+        for (int k = 0; k < c->pos[i].n; k++)
+            pos_free(&c->pos[i].m[k]);
+        free(c->pos[i].m);
+    }
     free(c->pos);
     for (int i = 0; c->walk && i <= c->v->max_len; i++)
         matcher_set_free(&c->walk[i]);
@@ -129,6 +132,99 @@ void grammar_compiled_unref(struct grammar_compiled *c)
     pthread_mutex_destroy(&c->mu);
     grammar_free(&c->g);
     free(c);
+}
+
+static bool ret_add(struct grammar_ret *r, int32_t v)
+{
+    if (r->n < 0)
+        return false;
+    for (int i = 0; i < r->n; i++)
+        if (r->v[i] == v)
+            return false;
+    if (r->n == GRAMMAR_RET_MAXSET)
+        r->n = -1;
+    else
+        r->v[r->n++] = v;
+    return true;
+}
+
+struct grammar_ret *grammar_return_contexts(const struct grammar *g, int32_t **rule_of_out)
+{
+    int nr = g->n_rules;
+    struct grammar_ret *ret = calloc((size_t)nr + 1, sizeof *ret);
+    int32_t *rule_of = malloc(((size_t)g->n_elems + 1) * sizeof *rule_of);
+    if (!ret || !rule_of) {
+        free(ret);
+        free(rule_of);
+        return NULL;
+    }
+    for (int e = 0; e < g->n_elems; e++)
+        rule_of[e] = -1;
+    for (int r = 0; r < nr; r++)
+        for (int a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++)
+            for (int e = g->alt_start[a]; g->elems[e].kind != GRAMMAR_ELEM_END; e++)
+                rule_of[e] = r;
+    /* A fixpoint of growing sets: a reference followed by more of its alternative returns
+     * there; one in tail position returns wherever its own rule does. */
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int q = 0; q < g->n_elems; q++) {
+            if (g->elems[q].kind != GRAMMAR_ELEM_RULE)
+                continue;
+            struct grammar_ret *r = &ret[g->elems[q].arg];
+            if (q == GRAMMAR_ROOT_ELEM) {
+                changed |= ret_add(r, GRAMMAR_RET_BOTTOM);
+            } else if (g->elems[q + 1].kind != GRAMMAR_ELEM_END) {
+                changed |= ret_add(r, q + 1);
+            } else if (rule_of[q] >= 0) {
+                const struct grammar_ret *up = &ret[rule_of[q]];
+                if (up->n < 0) {
+                    if (r->n >= 0) {
+                        r->n = -1;
+                        changed = true;
+                    }
+                } else {
+                    for (int i = 0; i < up->n; i++)
+                        changed |= ret_add(r, up->v[i]);
+                }
+            }
+        }
+    }
+    *rule_of_out = rule_of;
+    return ret;
+}
+
+/* The precomputation of one (position, context) pair into pm. */
+static enum hr_status pos_precompute(struct grammar_compiled *c, const int32_t *stk, int n, int32_t *acc,
+                                     int32_t *unc, struct matcher_set *start, struct grammar_pos_mask *pm,
+                                     char *err, size_t errlen)
+{
+    const struct grammar_vocab *v = c->v;
+    matcher_set_clear(start);
+    matcher_push_stack(&c->g, stk, n, start);
+    struct walk_sink sink = {.acc = acc, .unc = unc, .v = v};
+    walk(c, start, NULL, v->n_tok, true, &sink);
+    pm->n_accept = sink.n_acc;
+    if ((int64_t)sink.n_acc * 32 > (int64_t)c->words * 64) {
+        if (!(pm->accept_bits = calloc((size_t)c->words, sizeof *pm->accept_bits)))
+            return hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
+        for (int k = 0; k < sink.n_acc; k++)
+            bit_set(pm->accept_bits, acc[k]);
+        c->bytes += (size_t)c->words * 8;
+    } else if (sink.n_acc > 0) {
+        if (!(pm->accept = malloc((size_t)sink.n_acc * sizeof *pm->accept)))
+            return hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
+        memcpy(pm->accept, acc, (size_t)sink.n_acc * sizeof *acc);
+        c->bytes += (size_t)sink.n_acc * 4;
+    }
+    pm->n_unc = sink.n_unc;
+    if (sink.n_unc > 0) {
+        if (!(pm->unc = malloc((size_t)sink.n_unc * sizeof *pm->unc)))
+            return hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
+        memcpy(pm->unc, unc, (size_t)sink.n_unc * sizeof *unc);
+        c->bytes += (size_t)sink.n_unc * 4;
+    }
+    return HR_OK;
 }
 
 enum hr_status grammar_compile(struct grammar *g, const struct grammar_vocab *v, struct grammar_compiled **out,
@@ -158,6 +254,8 @@ enum hr_status grammar_compile(struct grammar *g, const struct grammar_vocab *v,
     int32_t *acc = malloc(((size_t)v->n_tok + 1) * sizeof *acc);
     int32_t *unc = malloc(((size_t)v->n_tok + 1) * sizeof *unc);
     struct matcher_set start = {0};
+    struct grammar_ret *ret = NULL;
+    int32_t *rule_of = NULL;
     if (!c->pos || !c->walk || !c->exposed || !c->slot_state || !c->slot_hash || !c->slot_used || !c->slot_bits ||
         !acc || !unc) {
         st = hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
@@ -174,45 +272,56 @@ enum hr_status grammar_compile(struct grammar *g, const struct grammar_vocab *v,
     c->bytes = sizeof *c + (size_t)c->g.n_elems * (sizeof *c->pos + sizeof *c->g.elems) +
                (size_t)depth * GRAMMAR_MASK_WALK_INTS * 4 +
                (size_t)GRAMMAR_MASK_CACHE_SLOTS * ((size_t)c->words * 8 + GRAMMAR_MASK_STATE_INTS * 4);
-    for (int p = 0; p < c->g.n_elems; p++) {
+    if (!(ret = grammar_return_contexts(&c->g, &rule_of))) {
+        st = hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
+        goto out;
+    }
+    for (int p = 0; p < c->g.n_elems && st == HR_OK; p++) {
         if (c->g.elems[p].kind != GRAMMAR_ELEM_BYTES)
             continue;
-        matcher_set_clear(&start);
-        int32_t stk[2] = {GRAMMAR_SENTINEL_ELEM, p};
-        matcher_push_stack(&c->g, stk, 2, &start);
-        struct walk_sink sink = {.acc = acc, .unc = unc, .v = v};
-        walk(c, &start, NULL, v->n_tok, true, &sink);
-        struct grammar_pos_mask *pm = &c->pos[p];
-        pm->n_accept = sink.n_acc;
-        if ((int64_t)sink.n_acc * 32 > (int64_t)c->words * 64) {
-            if (!(pm->accept_bits = calloc((size_t)c->words, sizeof *pm->accept_bits))) {
-                st = hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
-                goto out;
-            }
-            for (int k = 0; k < sink.n_acc; k++)
-                bit_set(pm->accept_bits, acc[k]);
-            c->bytes += (size_t)c->words * 8;
-        } else if (sink.n_acc > 0) {
-            if (!(pm->accept = malloc((size_t)sink.n_acc * sizeof *pm->accept))) {
-                st = hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
-                goto out;
-            }
-            memcpy(pm->accept, acc, (size_t)sink.n_acc * sizeof *acc);
-            c->bytes += (size_t)sink.n_acc * 4;
+        /* One entry per position the stack may hold directly below p (the return positions of
+         * p's rule), each with the context under it as far as it is fixed; unknown: a sentinel. */
+        const struct grammar_ret *rs = &ret[rule_of[p]];
+        int n_ent = rs->n > 0 ? rs->n : 1;
+        struct grammar_pos *gp = &c->pos[p];
+        if (!(gp->m = calloc((size_t)n_ent, sizeof *gp->m))) {
+            st = hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
+            break;
         }
-        pm->n_unc = sink.n_unc;
-        if (sink.n_unc > 0) {
-            if (!(pm->unc = malloc((size_t)sink.n_unc * sizeof *pm->unc))) {
-                st = hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
-                goto out;
+        gp->n = n_ent;
+        for (int k = 0; k < n_ent && st == HR_OK; k++) {
+            int32_t stk[GRAMMAR_MASK_CONTEXT + 3], ctx[GRAMMAR_MASK_CONTEXT + 1];
+            int n = 0, nc = 0;
+            bool bottom = false;
+            int32_t first = rs->n > 0 ? rs->v[k] : GRAMMAR_RET_MANY;
+            gp->m[k].ctx = first;
+            if (first == GRAMMAR_RET_BOTTOM)
+                bottom = true;
+            else if (first >= 0) {
+                ctx[nc++] = first;
+                for (int r = rule_of[first]; nc < GRAMMAR_MASK_CONTEXT && ret[r].n == 1;) {
+                    int32_t q = ret[r].v[0];
+                    if (q == GRAMMAR_RET_BOTTOM) {
+                        bottom = true;
+                        break;
+                    }
+                    ctx[nc++] = q;
+                    r = rule_of[q];
+                }
             }
-            memcpy(pm->unc, unc, (size_t)sink.n_unc * sizeof *unc);
-            c->bytes += (size_t)sink.n_unc * 4;
+            if (!bottom)
+                stk[n++] = GRAMMAR_SENTINEL_ELEM;
+            for (int i = nc - 1; i >= 0; i--)
+                stk[n++] = ctx[i];
+            stk[n++] = p;
+            st = pos_precompute(c, stk, n, acc, unc, &start, &gp->m[k], err, errlen);
         }
     }
 out:
     free(acc);
     free(unc);
+    free(ret);
+    free(rule_of);
     matcher_set_free(&start);
     if (st != HR_OK) {
         grammar_compiled_unref(c);
@@ -235,7 +344,24 @@ static void mask_compute(struct grammar_compiled *c, const struct matcher_set *s
         if (depth == 0)
             continue;
         const int32_t *e = matcher_stack_elems(state, off);
-        const struct grammar_pos_mask *pm = &c->pos[e[depth - 1]];
+        const struct grammar_pos *gp = &c->pos[e[depth - 1]];
+        int32_t below = depth >= 2 ? e[depth - 2] : GRAMMAR_RET_BOTTOM;
+        const struct grammar_pos_mask *pm = NULL;
+        for (int k = 0; k < gp->n && !pm; k++)
+            if (gp->m[k].ctx == GRAMMAR_RET_MANY || gp->m[k].ctx == below)
+                pm = &gp->m[k];
+        if (!pm) {
+            /* Not a context the analysis foresaw (it always should): every token from the stack. */
+            matcher_set_clear(&one);
+            memcpy(onebuf + 2, e, (size_t)depth * sizeof *e);
+            onebuf[0] = depth;
+            onebuf[1] = 0;
+            one.len = depth + 2;
+            one.n = 1;
+            struct walk_sink all = {.bits = bits, .v = c->v};
+            walk(c, &one, NULL, c->v->n_tok, false, &all);
+            continue;
+        }
         if (pm->accept_bits) {
             for (int w = 0; w < c->words; w++)
                 bits[w] |= pm->accept_bits[w];

@@ -3,10 +3,14 @@
  *
  * Precomputation (grammar_compile, off the engine thread): for every byte-class position
  * p of the grammar, the matcher walks the sorted vocabulary from the stack
- * [SENTINEL, p], that is, p with nothing known below its rule. Each token is then
+ * [SENTINEL, c1..ck, p], once for each position ck a stack can hold directly below p (the
+ * return positions of p's rule, up to GRAMMAR_RET_MAXSET of them), with the positions under
+ * ck as far as the grammar fixes them (rules entered from one place only); with more, or
+ * none known, just [SENTINEL, p]; where the context reaches the bottom, no sentinel: the
+ * exact stack. Each token is then
  *   accepted  - it is consumed inside p's rule: allowed whatever the real stack is;
  *   rejected  - it fails inside the rule: never allowed at p;
- *   uncertain - it runs past the rule's end with bytes left: it depends on the stack.
+ *   uncertain - it runs past the known context with bytes left: it depends on the stack.
  * At run time the mask of a state is the union over its stacks of the accepted set of
  * the stack's top, plus those of its uncertain tokens the matcher accepts from the full
  * stack (walked in byte order, sharing prefixes). Masks of recent states are kept in a
@@ -34,13 +38,36 @@
 #define GRAMMAR_MASK_CACHE_SLOTS 32   /* masks of recent states kept per grammar */
 #define GRAMMAR_MASK_STATE_INTS 512   /* a state larger than this is not cached */
 #define GRAMMAR_MASK_WALK_INTS 2048   /* capacity of each per-depth set of a walk */
+#define GRAMMAR_MASK_CONTEXT 8        /* return positions below p fixed by the grammar, at most */
+
+#define GRAMMAR_RET_MAXSET 4          /* return positions of a rule told apart, at most */
+#define GRAMMAR_RET_MANY (-1)
+#define GRAMMAR_RET_BOTTOM (-3)
+
+/* The positions a rule returns to: what a stack holds directly below the rule's positions
+ * (GRAMMAR_RET_BOTTOM: nothing, the root's). */
+struct grammar_ret {
+    int n;                              /* -1: more than GRAMMAR_RET_MAXSET (unknown) */
+    int32_t v[GRAMMAR_RET_MAXSET];
+};
+
+/* Every rule's return positions ([n_rules], malloc'd); *rule_of gets the rule of each element
+ * (malloc'd). NULL when out of memory. */
+struct grammar_ret *grammar_return_contexts(const struct grammar *g, int32_t **rule_of);
 
 struct grammar_pos_mask {
+    int32_t ctx;            /* the position below p this entry is for (GRAMMAR_RET_MANY: any) */
     int32_t n_accept;
     uint64_t *accept_bits;  /* [words] by token id, when dense (else NULL) */
     int32_t *accept;        /* [n_accept] token ids, when sparse */
     int32_t n_unc;
     int32_t *unc;           /* [n_unc] sorted ranks (grammar_vocab order) of the uncertain tokens */
+};
+
+/* A position's entries, one per return position of its rule. */
+struct grammar_pos {
+    int n;
+    struct grammar_pos_mask *m; /* [n] */
 };
 
 struct grammar_mask_stats {
@@ -52,7 +79,7 @@ struct grammar_compiled {
     struct grammar g;
     const struct grammar_vocab *v;  /* borrowed: must outlive the compiled grammar */
     int words;                      /* (n_vocab + 63) / 64 */
-    struct grammar_pos_mask *pos;   /* [g.n_elems]; filled for BYTES elements */
+    struct grammar_pos *pos;        /* [g.n_elems]; filled for BYTES elements */
     size_t bytes;                   /* memory held, for the cache's budget */
     pthread_mutex_t mu;             /* guards everything below */
     struct matcher_set *walk;       /* [v->max_len + 1] per-depth sets */

@@ -195,6 +195,16 @@ static void range_same_len(struct gbuf *e, const char *a, const char *b, int n)
         gbuf_fmt(e, "[%c-%c]", a[0], b[0]);
         return;
     }
+    /* a = d000.., b = e999..: [d-e] then any digits (keeps the alternatives linear in n). */
+    bool all_zero = true, all_nine = true;
+    for (int k = 1; k < n; k++) {
+        all_zero = all_zero && a[k] == '0';
+        all_nine = all_nine && b[k] == '9';
+    }
+    if (all_zero && all_nine) {
+        gbuf_fmt(e, "[%c-%c] [0-9]{%d}", a[0], b[0], n - 1);
+        return;
+    }
     if (a[0] == b[0]) {
         gbuf_fmt(e, "\"%c\" (", a[0]);
         range_same_len(e, a + 1, b + 1, n - 1);
@@ -346,7 +356,7 @@ static void gen_string(struct jsc *c, const json_t *s, const char *path, struct 
             gbuf_str(e, "\"\\\"\" [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12} "
                         "\"\\\"\"");
         else if (strcmp(f, "email") == 0)
-            gbuf_str(e, "\"\\\"\" [a-z0-9_+-]{1,24} (\".\" [a-z0-9_+-]{1,16}){0,2} \"@\" ([a-z0-9] [a-z0-9-]{0,16} "
+            gbuf_str(e, "\"\\\"\" [a-z0-9_+-]{1,24} (\".\" [a-z0-9_+-]{1,16}){0,2} \"@\" ([a-z0-9] ([a-z0-9-]{0,14} [a-z0-9])? "
                         "\".\"){1,3} [a-z]{2,8} \"\\\"\"");
         else
             jsc_fail(c, "unsupported string format '%s' at %s (supported: date, time, date-time, uuid, email)", f,
@@ -492,7 +502,9 @@ static void gen_object(struct jsc *c, const json_t *s, const char *path, struct 
             if (strcmp(json_string_value(json_array_get(req, k)), key) == 0)
                 required = true;
         char sub[512];
-        path_push(sub, sizeof sub, path, key);
+        char pk[300];
+        snprintf(pk, sizeof pk, "properties/%.256s", key);
+        path_push(sub, sizeof sub, path, pk);
         kv.len = 0;
         if (kv.s)
             kv.s[0] = 0;
