@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "grammar/gbnf.h"
+#include "grammar/json_schema.h"
+#include "grammar/regex.h"
 #include "grammar/grammar_mask.h"
 #include "test.h"
 
@@ -239,10 +241,12 @@ static void json_vocab(struct grammar_vocab *v)
                           "}]", "},", "],", "0", "1", "2", "9", "12", "-", ".", "e", "E", "+", "true", "false",
                           "null", "tr", "ue", "fa", "lse", "nu", "ll", "a", "b", "ab", "name", "\\", "\\n", "\\u",
                           "00e9", "\\\"", "\xC3", "\xA9", "\xC3\xA9", "\n", "\x01", "x", " \"", "\": ", ", ",
-                          "\"a\"", "1.5", "-0", "3e", "{}", "[]", "\"\"", "}}", "]]", "nulls", "true,"};
+                          "\"a\"", "1.5", "-0", "3e", "{}", "[]", "\"\"", "}}", "]]", "nulls", "true,",
+                          "@", "c", "y", ".0", "ab@", "a.", "@x", "\"v\":", "\"k\":[", "v", "k", "\"b\\\"c\"",
+                          "-3", "-1", "\"c\":[\"", "ab\"", "z@a.bc", "@a", "1,", "2]", "\"]", "c@", "bc"};
     int n = (int)(sizeof toks / sizeof toks[0]);
-    const char *all[130] = {0};
-    size_t lens[130] = {0};
+    const char *all[160] = {0};
+    size_t lens[160] = {0};
     memcpy(all, toks, sizeof toks);
     for (int i = 0; i < n; i++)
         lens[i] = strlen(toks[i]);
@@ -268,10 +272,15 @@ static bool direct_allowed(const struct grammar *g, const struct matcher_set *st
     return ok;
 }
 
-static void test_json_masks_and_sentences(void)
+/* Masks against the plain matcher at every step of random walks through the masks; complete
+ * sentences must parse as JSON when json is set. */
+static void check_walks(const char *gbnf, bool json, int rounds, int min_complete)
 {
     struct grammar g;
-    CHECK_OK(gbnf_parse(json_gbnf, strlen(json_gbnf), &g, err, sizeof err), err);
+    enum hr_status pst = gbnf_parse(gbnf, strlen(gbnf), &g, err, sizeof err);
+    CHECK_MSG(pst == HR_OK, "%s", err);
+    if (pst != HR_OK)
+        return;
     struct grammar_vocab v;
     json_vocab(&v);
     struct grammar_compiled *c;
@@ -279,12 +288,12 @@ static void test_json_masks_and_sentences(void)
     struct grammar_seq s;
     int32_t eos = v.n_vocab - 1;
     int bad = 0, complete = 0;
-    for (int round = 0; round < 200; round++) {
+    for (int round = 0; round < rounds; round++) {
         CHECK_OK(grammar_seq_init(&s, c, -1, err, sizeof err), err);
         char out[4096];
         size_t len = 0;
         for (int step = 0; step < 200; step++) {
-            float logits[128];
+            float logits[160];
             for (int t = 0; t < v.n_vocab; t++)
                 logits[t] = 0.0f;
             enum hr_status st = grammar_mask_apply(&s, logits, v.n_vocab, &eos, 1, err, sizeof err);
@@ -301,7 +310,7 @@ static void test_json_masks_and_sentences(void)
             CHECK((logits[eos] == 0.0f) == matcher_accepting(&s.cur));
             CHECK(logits[v.n_vocab - 2] != 0.0f); /* a token without bytes never */
             /* Draw: after 20 steps prefer closing tokens so sentences end. */
-            int cand[128], nc = 0;
+            int cand[160], nc = 0;
             for (int t = 0; t < v.n_vocab; t++)
                 if (logits[t] == 0.0f)
                     cand[nc++] = t;
@@ -321,10 +330,12 @@ static void test_json_masks_and_sentences(void)
             }
             if (pick == eos) {
                 out[len] = 0;
-                json_error_t je;
-                json_t *j = json_loadb(out, len, JSON_DECODE_ANY, &je);
-                CHECK_MSG(j != NULL, "'%s' is not JSON: %s", out, je.text);
-                json_decref(j);
+                if (json) {
+                    json_error_t je;
+                    json_t *j = json_loadb(out, len, JSON_DECODE_ANY, &je);
+                    CHECK_MSG(j != NULL, "'%s' is not JSON: %s", out, je.text);
+                    json_decref(j);
+                }
                 complete++;
                 break;
             }
@@ -336,10 +347,46 @@ static void test_json_masks_and_sentences(void)
         grammar_seq_free(&s);
     }
     CHECK(bad == 0);
-    CHECK_MSG(complete > 150, "%d sentences complete", complete);
+    CHECK_MSG(complete >= min_complete, "%d sentences complete", complete);
     CHECK(c->stats.cache_hits > 0);
     grammar_compiled_unref(c);
     grammar_vocab_free(&v);
+}
+
+static void test_json_masks_and_sentences(void)
+{
+    check_walks(json_gbnf, true, 200, 150);
+}
+
+/* Schema grammars: bounded strings (chains), shared and recursive rules, several return
+ * positions per rule: the per-context precomputation against the plain matcher. */
+static void test_schema_masks(void)
+{
+    const char *schemas[] = {
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":3},"
+        "\"b\":{\"type\":\"string\",\"maxLength\":3},\"c\":{\"type\":\"array\",\"items\":{\"type\":"
+        "\"string\",\"minLength\":1,\"maxLength\":2},\"maxItems\":3}},\"required\":[\"a\"]}",
+        "{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\",\"minimum\":0,"
+        "\"maximum\":12},\"k\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},\"maxItems\":2}},"
+        "\"required\":[\"v\"]}},\"$ref\":\"#/$defs/n\"}",
+        "{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"string\",\"format\":\"email\"},{\"type\":\"null\"},"
+        "{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\\\"c\"]}}]}",
+        "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\",\"maximum\":-3}}",
+    };
+    for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
+        char *g = NULL;
+        CHECK_OK(json_schema_text_to_gbnf(schemas[i], strlen(schemas[i]), &g, err, sizeof err), err);
+        if (g)
+            check_walks(g, true, 60, 20);
+        free(g);
+    }
+    /* A regex with bounded repetitions inside a group repeated a bounded number of times. */
+    char *g = NULL;
+    const char *re = "([a-c]{1,3}(\\.[0-2]{1,2}){0,2}@){1,2}[xy]";
+    CHECK_OK(regex_grammar(re, strlen(re), &g, err, sizeof err), err);
+    if (g)
+        check_walks(g, false, 60, 20);
+    free(g);
 }
 
 int main(void)
@@ -350,5 +397,6 @@ int main(void)
     TEST_RUN(test_finite_utf8);
     TEST_RUN(test_finite_nested_rules);
     TEST_RUN(test_json_masks_and_sentences);
+    TEST_RUN(test_schema_masks);
     TEST_END();
 }
