@@ -94,7 +94,7 @@ static enum hr_status parse_response_format(const json_t *rf, struct structured_
                     paramlen, err, errlen);
     }
     char msg[HR_ERRLEN];
-    snprintf(msg, sizeof msg, "'response_format' type '%.40s' is not supported (text, json_object, json_schema)", t);
+    snprintf(msg, sizeof msg, "'response_format.type' '%.40s' is not supported (text, json_object, json_schema)", t);
     return structured_fail(param, paramlen, "response_format.type", err, errlen, msg);
 }
 
@@ -205,8 +205,11 @@ static enum hr_status parse_tool_choice(const json_t *root, const json_t *tools,
     /* OpenAI's default for parallel_tool_calls is true; a named tool is called once. */
     bool parallel = name ? false : par ? json_is_true(par) : true;
     enum hr_status st = structured_tool_grammar(tools, name, parallel, &g, terr, sizeof terr);
-    if (st != HR_OK)
-        return structured_fail(param, paramlen, "tool_choice", err, errlen, terr);
+    if (st != HR_OK) {
+        char msg[HR_ERRLEN];
+        snprintf(msg, sizeof msg, "'tool_choice': %.400s", terr);
+        return structured_fail(param, paramlen, "tool_choice", err, errlen, msg);
+    }
     out->kind = HEARTH_GRAMMAR_GBNF;
     out->text = g;
     out->forced_tools = true;
