@@ -389,6 +389,58 @@ static void test_schema_masks(void)
     free(g);
 }
 
+/* The constraint of a reasoning model starts after its </think> token: nothing is masked
+ * before, and the grammar then runs from its start. */
+static void test_after_think(void)
+{
+    const char *text = "root ::= \"ab\"";
+    struct grammar g;
+    CHECK_OK(gbnf_parse(text, strlen(text), &g, err, sizeof err), err);
+    struct grammar_vocab v;
+    make_vocab(&v, "abt", 0);
+    struct grammar_compiled *c;
+    CHECK_OK(grammar_compile(&g, &v, &c, err, sizeof err), err);
+    int32_t think = v.ids[v.n_tok - 1], eos = v.n_vocab - 1; /* "tt" plays </think> */
+    struct grammar_seq s;
+    CHECK_OK(grammar_seq_init(&s, c, think, err, sizeof err), err);
+    float logits[64];
+    for (int round = 0; round < 2; round++) {
+        for (int t = 0; t < v.n_vocab; t++)
+            logits[t] = 1.0f;
+        CHECK_OK(grammar_mask_apply(&s, logits, v.n_vocab, &eos, 1, err, sizeof err), err);
+        bool all = true;
+        for (int t = 0; t < v.n_vocab; t++)
+            all = all && logits[t] == 1.0f;
+        CHECK(all); /* before </think>: unconstrained */
+        CHECK(grammar_seq_accepting(&s));
+        CHECK_OK(grammar_seq_advance(&s, v.ids[0], false, err, sizeof err), err); /* any text while thinking */
+    }
+    CHECK_OK(grammar_seq_advance(&s, think, false, err, sizeof err), err);
+    for (int t = 0; t < v.n_vocab; t++)
+        logits[t] = 1.0f;
+    CHECK_OK(grammar_mask_apply(&s, logits, v.n_vocab, &eos, 1, err, sizeof err), err);
+    int allowed = 0;
+    for (int t = 0; t < v.n_vocab; t++)
+        allowed += logits[t] == 1.0f;
+    int32_t ab = -1;
+    for (int k = 0; k < v.n_tok; k++)
+        if (v.len[k] == 2 && !memcmp(grammar_vocab_bytes(&v, k), "ab", 2))
+            ab = v.ids[k];
+    CHECK(allowed == 2 && logits[ab] == 1.0f && logits[eos] != 1.0f); /* "a" and "ab" */
+    CHECK(!grammar_seq_accepting(&s));
+    CHECK_OK(grammar_seq_advance(&s, ab, false, err, sizeof err), err);
+    CHECK(grammar_seq_accepting(&s));
+    for (int t = 0; t < v.n_vocab; t++)
+        logits[t] = 1.0f;
+    CHECK_OK(grammar_mask_apply(&s, logits, v.n_vocab, &eos, 1, err, sizeof err), err);
+    CHECK(logits[eos] == 1.0f && logits[ab] != 1.0f);
+    CHECK(grammar_mask_apply(&s, logits, v.n_vocab, NULL, 0, err, sizeof err) == HR_ERR_NOT_FOUND);
+    CHECK(grammar_seq_advance(&s, ab, false, err, sizeof err) == HR_ERR_INVALID && strstr(err, "not allowed"));
+    grammar_seq_free(&s);
+    grammar_compiled_unref(c);
+    grammar_vocab_free(&v);
+}
+
 int main(void)
 {
     TEST_RUN(test_finite_alternatives);
@@ -398,5 +450,6 @@ int main(void)
     TEST_RUN(test_finite_nested_rules);
     TEST_RUN(test_json_masks_and_sentences);
     TEST_RUN(test_schema_masks);
+    TEST_RUN(test_after_think);
     TEST_END();
 }
