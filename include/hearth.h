@@ -114,6 +114,16 @@ struct hearth_logit_bias {
 
 #define HEARTH_MAX_TOKENS_AUTO (-1)
 
+/* Structured output: what the text of a request's output must match. */
+enum hearth_grammar_kind {
+    HEARTH_GRAMMAR_NONE = 0,
+    HEARTH_GRAMMAR_GBNF,        /* a GBNF grammar (llama.cpp's format), start rule "root" */
+    HEARTH_GRAMMAR_JSON_SCHEMA, /* a JSON Schema (text) */
+    HEARTH_GRAMMAR_JSON_OBJECT, /* any JSON object (JSON mode); the text is ignored */
+    HEARTH_GRAMMAR_REGEX,       /* a regular expression the whole output matches */
+    HEARTH_GRAMMAR_CHOICE,      /* a JSON array of strings: the output is one of them */
+};
+
 struct hearth_request_params {
     /* The prompt: text (tokenized with the model's tokenizer), or token ids. */
     const char *prompt;         /* NUL-terminated UTF-8, or NULL */
@@ -158,6 +168,13 @@ struct hearth_request_params {
     size_t max_queued_bytes;    /* events queued and not yet taken by the caller, in bytes, at most:
                                    past it the request is cancelled (a consumer that stopped
                                    reading); 0: no bound */
+
+    /* Constrained decoding: tokens the grammar forbids get probability zero before sampling
+     * (so logprobs are those of the masked distribution), and a stop token is allowed only
+     * where the output is complete. Compiled (or found in a cache) inside hearth_submit. */
+    enum hearth_grammar_kind grammar_kind;
+    const char *grammar;        /* the source text for grammar_kind (NUL-terminated) */
+    bool grammar_after_think;   /* the constraint starts after the model's </think> token */
 };
 
 void hearth_request_params_default(struct hearth_request_params *p);

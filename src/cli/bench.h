@@ -7,5 +7,6 @@ int bench_prefix(int argc, char **argv);
 int bench_throughput(int argc, char **argv);
 int bench_forward(int argc, char **argv);
 int bench_kernels(int argc, char **argv);
+int bench_grammar(int argc, char **argv);
 
 #endif

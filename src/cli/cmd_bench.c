@@ -16,6 +16,7 @@ static const struct bench_command bench_commands[] = {
     {"throughput", bench_throughput, "offline throughput and inter-token latency at 1, 8 and 32 concurrent"},
     {"forward", bench_forward, "forward pass: prefill and decode tokens/s against the machine's ceilings"},
     {"kernels", bench_kernels, "GEMM GFLOP/s for a model's real shapes against the machine's ceilings"},
+    {"grammar", bench_grammar, "structured outputs: token-mask time per token, end-to-end slowdown (--model)"},
 };
 
 static void bench_usage(void)

@@ -154,12 +154,12 @@ static int eval_prompt(struct qwen3 *q, struct kv_store *kv, struct eval_route_c
         return -1;
     }
     q->route_trace = NULL;
-    const float *host = NULL;
-    if (q->be->ops->to_host(q->be, logits, (size_t)T * V * sizeof(float), (const void **)&host, err, sizeof err) !=
-        HR_OK) {
+    void *hp = NULL;
+    if (q->be->ops->to_host(q->be, logits, (size_t)T * V * sizeof(float), &hp, err, sizeof err) != HR_OK) {
         fprintf(stderr, "hearth eval: prompt p%d: %s\n", pi, err);
         return -1;
     }
+    const float *host = hp;
     int n_flip = 0;
     if (rc && (n_flip = eval_mark_flips(q, rc, b, logits + (int64_t)T * V, T)) < 0) {
         fprintf(stderr, "hearth eval: prompt p%d: the f32-KV control run failed\n", pi);
@@ -201,11 +201,11 @@ static int eval_prompt(struct qwen3 *q, struct kv_store *kv, struct eval_route_c
         if (batch_add_row(b, 0, &greedy[s], 1, T + s, table, n_table, BATCH_LOGITS_LAST, err, sizeof err) != HR_OK ||
             batch_build(b, kv->n_blocks, err, sizeof err) != HR_OK ||
             qwen3_forward(q, b, kv, dec, err, sizeof err) != HR_OK ||
-            q->be->ops->to_host(q->be, dec, (size_t)V * sizeof(float), (const void **)&cur, err, sizeof err) !=
-                HR_OK) {
+            q->be->ops->to_host(q->be, dec, (size_t)V * sizeof(float), &hp, err, sizeof err) != HR_OK) {
             fprintf(stderr, "hearth eval: prompt p%d decode step %d: %s\n", pi, s, err);
             return -1;
         }
+        cur = hp;
     }
     int ok = maxd <= tol && bad_step < 0 && n_flip <= EVAL_MAX_FLIPPED_FRAC * T;
     printf("p%d: %3d tokens  max|diff| %.3e (at %d, bound %.0e)  greedy %d/%d agree", pi, T, maxd, at, tol, agree,

@@ -124,12 +124,11 @@ static void generate_take(struct generate_out *o, const struct hearth_event *ev)
     o->text[ev->index] = nt;
 }
 
-int cli_generate(int argc, char **argv)
+static int generate_run(int argc, char **argv, struct request_opts *rop)
 {
     struct hearth_engine_params ep;
-    struct request_opts ro;
+#define ro (*rop)
     engine_opts_default(&ep);
-    request_opts_default(&ro);
     static int32_t ids[GENERATE_MAX_IDS];
     for (int i = 1; i < argc; i++) {
         int r = request_opts_parse_with_engine(&ep, &ro, argc, argv, &i);
@@ -240,5 +239,15 @@ done:
     free(out.lp);
     free(out.lp_buf);
     free(out.lp_len);
+    return rc;
+#undef ro
+}
+
+int cli_generate(int argc, char **argv)
+{
+    struct request_opts ro;
+    request_opts_default(&ro);
+    int rc = generate_run(argc, argv, &ro);
+    request_opts_free(&ro);
     return rc;
 }

@@ -4,6 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <stdlib.h>
+
+#include "base/fileio.h"
+#include "base/status.h"
 #include "cli/args.h"
 #include "cli/engine_opts.h"
 
@@ -12,7 +16,40 @@ const char request_opts_help[] =
     "  -n N  --max-tokens N  --temperature T  --top-p P  --top-k K  --min-p P  --seed S\n"
     "  --repetition-penalty R  --presence-penalty P  --frequency-penalty F\n"
     "  --stop TEXT (repeatable)  --stop-token-id ID (repeatable)  --ignore-eos  --logprobs N\n"
-    "  --cache-salt S\n";
+    "  --cache-salt S\n"
+    "structured output (one of):\n"
+    "  --json-object  --json-schema JSON  --json-schema-file PATH  --grammar GBNF  --grammar-file PATH\n"
+    "  --regex RE  --choice '[\"a\",\"b\"]'  (with --after-think: the constraint starts after </think>)\n";
+
+void request_opts_free(struct request_opts *o)
+{
+    free(o->grammar_buf);
+    o->grammar_buf = NULL;
+}
+
+/* One structured-output option: kind and text (or a file to read it from). */
+static int request_opts_grammar(struct request_opts *o, enum hearth_grammar_kind kind, const char *v, bool file)
+{
+    if (!v)
+        return -1;
+    if (o->p.grammar_kind != HEARTH_GRAMMAR_NONE) {
+        fprintf(stderr, "hearth: give one structured-output option (--json-object, --json-schema, --grammar, "
+                        "--regex, --choice)\n");
+        return -1;
+    }
+    o->p.grammar_kind = kind;
+    o->p.grammar = v;
+    if (file) {
+        char err[HR_ERRLEN];
+        size_t len;
+        if (fileio_read_all(v, 1 << 20, &o->grammar_buf, &len, err, sizeof err) != HR_OK) {
+            fprintf(stderr, "hearth: %s\n", err);
+            return -1;
+        }
+        o->p.grammar = o->grammar_buf;
+    }
+    return 1;
+}
 
 void request_opts_default(struct request_opts *o)
 {
@@ -119,6 +156,24 @@ int request_opts_parse(struct request_opts *o, int argc, char **argv, int *i)
     }
     if (!strcmp(a, "--ignore-eos")) {
         p->ignore_eos = true;
+        return 1;
+    }
+    if (!strcmp(a, "--json-object"))
+        return request_opts_grammar(o, HEARTH_GRAMMAR_JSON_OBJECT, "", false);
+    if (args_is(a, "--json-schema"))
+        return request_opts_grammar(o, HEARTH_GRAMMAR_JSON_SCHEMA, args_value(argc, argv, i), false);
+    if (args_is(a, "--json-schema-file"))
+        return request_opts_grammar(o, HEARTH_GRAMMAR_JSON_SCHEMA, args_value(argc, argv, i), true);
+    if (args_is(a, "--grammar"))
+        return request_opts_grammar(o, HEARTH_GRAMMAR_GBNF, args_value(argc, argv, i), false);
+    if (args_is(a, "--grammar-file"))
+        return request_opts_grammar(o, HEARTH_GRAMMAR_GBNF, args_value(argc, argv, i), true);
+    if (args_is(a, "--regex"))
+        return request_opts_grammar(o, HEARTH_GRAMMAR_REGEX, args_value(argc, argv, i), false);
+    if (args_is(a, "--choice"))
+        return request_opts_grammar(o, HEARTH_GRAMMAR_CHOICE, args_value(argc, argv, i), false);
+    if (!strcmp(a, "--after-think")) {
+        p->grammar_after_think = true;
         return 1;
     }
     if (args_is(a, "--cache-salt"))

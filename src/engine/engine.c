@@ -143,6 +143,20 @@ static bool engine_is_stop_id(const struct group *g, int32_t tok)
     return false;
 }
 
+/* Masks a constrained sequence's logits row; on failure the sequence has ended (a grammar that
+ * is complete with no stop token to end it ends with "stop", any other dead end with an error). */
+static enum hr_status engine_grammar_mask(struct hearth_engine *e, struct seq *s, float *logits, char *err,
+                                          size_t errlen)
+{
+    struct group *g = s->g;
+    enum hr_status st = grammar_mask_apply(s->gram, logits, e->m.cfg.vocab_size, g->stop_ids, g->n_stop_ids, err, errlen);
+    if (st == HR_ERR_NOT_FOUND)
+        engine_finish_seq(e, s, HEARTH_FINISH_STOP, NULL);
+    else if (st != HR_OK)
+        engine_finish_seq(e, s, HEARTH_FINISH_ERROR, err);
+    return st;
+}
+
 /* Appends a sampled token to s and emits it; ends s when a stop condition holds. */
 static void engine_accept(struct hearth_engine *e, struct seq *s, const struct sampler_result *r)
 {
@@ -182,12 +196,21 @@ static void engine_accept(struct hearth_engine *e, struct seq *s, const struct s
     }
 }
 
-static void engine_sample(struct hearth_engine *e, struct seq *s, const float *logits)
+static void engine_sample(struct hearth_engine *e, struct seq *s, float *logits)
 {
     struct group *g = s->g;
     struct sampler_result r;
+    char gerr[HR_ERRLEN];
+    /* The row is this step's scratch: a constrained sequence masks it in place (siblings
+     * sampling one row at the fork share the start state, so the mask is the same). */
+    if (s->gram && engine_grammar_mask(e, s, logits, gerr, sizeof gerr) != HR_OK)
+        return;
     sampler_sample(&g->sp, logits, e->m.cfg.vocab_size, s->tokens, g->n_prompt, s->n_generated,
                    (uint64_t)(g->index_base + s->index), (uint64_t)s->n_generated, &e->ss, &r);
+    if (s->gram && grammar_seq_advance(s->gram, r.token, engine_is_stop_id(g, r.token), gerr, sizeof gerr) != HR_OK) {
+        engine_finish_seq(e, s, HEARTH_FINISH_ERROR, gerr);
+        return;
+    }
     engine_accept(e, s, &r);
 }
 
@@ -461,7 +484,7 @@ static enum hr_status engine_logits(struct hearth_engine *e, const struct sched_
         piece = e->hook_logit_rows;
     for (int c0 = 0; c0 < b->n_logits; c0 += piece) {
         int cn = b->n_logits - c0 < piece ? b->n_logits - c0 : piece;
-        const float *logits;
+        float *logits;
         enum hr_status st = qwen3_logits_host(&e->fwd, b, c0, cn, &logits, err, errlen);
         if (st != HR_OK)
             return st;
@@ -480,7 +503,7 @@ static enum hr_status engine_logits(struct hearth_engine *e, const struct sched_
             if (!pr->sample || hi != br->logit_offset + nl)
                 continue;
             /* The row's last logits (rows with every token's logits end with them). */
-            const float *lg = logits + (int64_t)(hi - 1 - c0) * V;
+            float *lg = logits + (int64_t)(hi - 1 - c0) * V;
             if (e->logits_hook)
                 e->logits_hook(e->logits_hook_ctx, i, lg, V);
             struct group *g = s->g;
@@ -751,6 +774,8 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
         st = batch_init(&e->batch, p->block_size, p->max_num_seqs, p->max_batched_tokens, err, errlen);
     if (st == HR_OK)
         st = sampler_scratch_init(&e->ss, e->m.cfg.vocab_size, err, errlen);
+    if (st == HR_OK)
+        grammar_cache_init(&e->gcache, e->has_tk ? &e->tk : NULL, e->m.cfg.vocab_size, 0, 0);
     if (st == HR_OK && start_thread) {
         if (pthread_create(&e->thread, NULL, engine_thread, e) != 0)
             st = hr_err(err, errlen, HR_ERR_NOMEM, "engine: cannot start the engine thread");
@@ -801,6 +826,7 @@ void hearth_engine_free(struct hearth_engine *e)
     if (e->pc_on)
         prefix_cache_free(&e->pc);
     sampler_scratch_free(&e->ss);
+    grammar_cache_free(&e->gcache);
     batch_free(&e->batch);
     qwen3_free(&e->fwd);
     block_pool_free(&e->pool);

@@ -12,6 +12,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "grammar/grammar_cache.h"
 #include "kernels/backend.h"
 #include "kv/batch.h"
 #include "kv/block_pool.h"
@@ -42,6 +43,7 @@ struct hearth_engine {
     struct qwen3 fwd;
     struct batch batch;
     struct sampler_scratch ss;
+    struct grammar_cache gcache; /* compiled grammars of constrained requests (any thread) */
     struct prefix_cache pc;
     bool pc_on;
     struct sched sched;        /* the waiting and running lists, over pool and pc */

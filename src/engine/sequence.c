@@ -53,7 +53,10 @@ void group_free(struct group *g)
             detok_free(&s->detok);
             stop_matcher_free(&s->stop);
         }
+        grammar_seq_free(s->gram);
+        free(s->gram);
     }
+    grammar_compiled_unref(g->grammar);
     free(g->seqs);
     free(g->stop_ids);
     free(g->bias);

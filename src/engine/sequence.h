@@ -16,6 +16,7 @@
 #include "cache/prefix_cache.h"
 #include "engine/sampler.h"
 #include "engine/stop.h"
+#include "grammar/grammar_mask.h"
 #include "tokenizer/tokenizer.h"
 
 enum group_state {
@@ -43,6 +44,7 @@ struct seq {
     bool has_text;
     int published;             /* full blocks inserted into the prefix cache */
     struct prefix_lease lease; /* during admission only */
+    struct grammar_seq *gram;  /* the output's grammar state, or NULL (unconstrained) */
 };
 
 struct group {
@@ -62,6 +64,7 @@ struct group {
     int n_stop_ids;
     struct sampler_params sp;
     struct sampler_logit_bias *bias; /* [n_bias], owned (sp points here) */
+    struct grammar_compiled *grammar; /* one reference, or NULL */
     char *salt;                /* cache_salt: the prefix-cache namespace ("" for none) */
     int64_t arrival;           /* submission order */
     int64_t arrival_step;      /* the step at which it was queued */

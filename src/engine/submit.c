@@ -63,6 +63,20 @@ static enum hr_status submit_prompt(struct hearth_engine *e, const struct hearth
     return HR_OK;
 }
 
+/* The request's grammar, compiled here on the caller's thread (or found in the cache). */
+static enum hr_status submit_grammar(struct hearth_engine *e, const struct hearth_request_params *p, struct group *g,
+                                     char *err, size_t errlen)
+{
+    if (p->grammar_kind < HEARTH_GRAMMAR_GBNF || p->grammar_kind > HEARTH_GRAMMAR_CHOICE)
+        return hr_err(err, errlen, HR_ERR_INVALID, "grammar: unknown kind %d", (int)p->grammar_kind);
+    if (!e->has_tk)
+        return hr_err(err, errlen, HR_ERR_INVALID, "grammar: this model has no tokenizer.json to match text with");
+    const char *text = p->grammar ? p->grammar : "";
+    if (p->grammar_kind != HEARTH_GRAMMAR_JSON_OBJECT && !p->grammar)
+        return hr_err(err, errlen, HR_ERR_INVALID, "grammar: no source text");
+    return grammar_cache_get(&e->gcache, p->grammar_kind, text, strlen(text), &g->grammar, err, errlen);
+}
+
 static enum hr_status submit_build(struct hearth_engine *e, const struct hearth_request_params *p, struct group *g,
                                    const int32_t *prompt, int n_prompt, char *err, size_t errlen)
 {
@@ -143,6 +157,11 @@ static enum hr_status submit_build(struct hearth_engine *e, const struct hearth_
     for (int i = 0; i < p->n_stop_token_ids; i++)
         g->stop_ids[k++] = p->stop_token_ids[i];
 
+    if (p->grammar_kind != HEARTH_GRAMMAR_NONE) {
+        st = submit_grammar(e, p, g, err, errlen);
+        if (st != HR_OK)
+            return st;
+    }
     int max_table = (max_total + bs) / bs + 1;
     for (int i = 0; i < g->n; i++) {
         struct seq *s = &g->seqs[i];
@@ -156,6 +175,17 @@ static enum hr_status submit_build(struct hearth_engine *e, const struct hearth_
         if (!s->tokens || !s->table)
             return hr_err(err, errlen, HR_ERR_NOMEM, "request: out of memory");
         memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
+        if (g->grammar) {
+            int32_t wait = p->grammar_after_think && e->has_tk ? tokenizer_token_id(&e->tk, "</think>") : -1;
+            if (!(s->gram = calloc(1, sizeof *s->gram)))
+                return hr_err(err, errlen, HR_ERR_NOMEM, "request: out of memory");
+            st = grammar_seq_init(s->gram, g->grammar, wait, err, errlen);
+            if (st != HR_OK) {
+                free(s->gram);
+                s->gram = NULL;
+                return st;
+            }
+        }
         s->n_tokens = n_prompt;
         if (e->has_tk) {
             size_t lens[STOP_MAX_STRINGS];

@@ -68,8 +68,9 @@ struct backend_ops {
     /* Waits for the step's ops; the first failure since the last sync (then cleared). */
     enum hr_status (*sync)(struct backend *be, char *err, size_t errlen);
     /* Makes bytes of backend memory at src readable on the host: *host = src on the
-     * CPU; a device copies into its staging area (valid until the next call). */
-    enum hr_status (*to_host)(struct backend *be, const void *src, size_t bytes, const void **host, char *err,
+     * CPU; a device copies into its staging area.  The caller may read and write *host
+     * (a sampler masks logits in place) until the next call. */
+    enum hr_status (*to_host)(struct backend *be, const void *src, size_t bytes, void **host, char *err,
                               size_t errlen);
 
     /* out[n_tok, hidden] = the embedding rows of the batch's tokens, widened to f32. */

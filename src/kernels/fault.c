@@ -102,7 +102,7 @@ static enum hr_status fault_sync(struct backend *be, char *err, size_t errlen)
     return st;
 }
 
-static enum hr_status fault_to_host(struct backend *be, const void *src, size_t bytes, const void **host, char *err,
+static enum hr_status fault_to_host(struct backend *be, const void *src, size_t bytes, void **host, char *err,
                                     size_t errlen)
 {
     if (fault_hit(be))

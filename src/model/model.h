@@ -76,11 +76,11 @@ enum hr_status qwen3_logits(struct qwen3 *q, const struct batch *b, int first, i
  * qwen3_reserve_logits (start-up only) grows the arena so that at least `rows` rows
  * fit even after a forward of max_tok tokens; qwen3_scratch_logit_rows says how many
  * fit after the last forward (more when it had fewer tokens); qwen3_logits_host
- * computes n of them (1 <= n <= that) and makes them readable on the host: *host
- * [n, vocab], valid until the next call or forward. */
+ * computes n of them (1 <= n <= that) and brings them to the host: *host [n, vocab],
+ * the caller's to read and write until the next call or forward. */
 enum hr_status qwen3_reserve_logits(struct qwen3 *q, int rows, char *err, size_t errlen);
 int qwen3_scratch_logit_rows(const struct qwen3 *q);
-enum hr_status qwen3_logits_host(struct qwen3 *q, const struct batch *b, int first, int n, const float **host,
+enum hr_status qwen3_logits_host(struct qwen3 *q, const struct batch *b, int first, int n, float **host,
                                  char *err, size_t errlen);
 
 #endif

@@ -331,7 +331,7 @@ int qwen3_scratch_logit_rows(const struct qwen3 *q)
     return qwen3_room_rows(&q->m->cfg, q->scratch.cap, q->last_n_tok);
 }
 
-enum hr_status qwen3_logits_host(struct qwen3 *q, const struct batch *b, int first, int n, const float **host,
+enum hr_status qwen3_logits_host(struct qwen3 *q, const struct batch *b, int first, int n, float **host,
                                  char *err, size_t errlen)
 {
     const struct model_config *c = &q->m->cfg;
@@ -347,7 +347,7 @@ enum hr_status qwen3_logits_host(struct qwen3 *q, const struct batch *b, int fir
     enum hr_status st = qwen3_logits_via(q, b, first, n, lx, logits, err, errlen);
     if (st != HR_OK)
         return st;
-    const void *p = NULL;
+    void *p = NULL;
     st = q->be->ops->to_host(q->be, logits, bytes, &p, err, errlen);
     *host = p;
     return st;

@@ -77,6 +77,9 @@ static enum hr_status job_render_chat(struct job *j, char **text, size_t *len, b
         return st;
     }
     *opened = job_ends_with(*text, *len, "<think>\n") || job_ends_with(*text, *len, "<think>");
+    /* With the qwen3 reasoning parser and thinking on, the constraint starts after </think>. */
+    if (s->cfg.reasoning_qwen3 && j->rq.params.grammar_kind != HEARTH_GRAMMAR_NONE)
+        j->rq.params.grammar_after_think = !job_ends_with(*text, *len, "</think>\n\n");
     return HR_OK;
 }
 
@@ -309,6 +312,13 @@ enum hr_status job_start(struct job *j, struct server *s, struct openai_request 
         if (st != HR_OK) {
             j->subs[i].req = NULL;
             st = hr_err(err, errlen, st, "%s", serr);
+            if (q->params.grammar_kind != HEARTH_GRAMMAR_NONE && !strncmp(serr, "grammar", 7) && param && paramlen)
+                snprintf(param, paramlen, "%s", q->structured.param);
+            if (q->params.grammar_kind != HEARTH_GRAMMAR_NONE && !strncmp(serr, "json schema", 11) && param &&
+                paramlen)
+                snprintf(param, paramlen, "%s", q->structured.param);
+            if (q->params.grammar_kind != HEARTH_GRAMMAR_NONE && !strncmp(serr, "regex", 5) && param && paramlen)
+                snprintf(param, paramlen, "%s", q->structured.param);
         }
     }
     free(salt);

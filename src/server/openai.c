@@ -608,10 +608,8 @@ static enum hr_status openai_parse_tools(struct openai_request *rq, const struct
             rq->tools = v;
     }
     json_t *tc = openai_field(rq->root, "tool_choice");
-    if (tc && !(json_is_string(tc) && (!strcmp(json_string_value(tc), "auto") || !strcmp(json_string_value(tc), "none"))))
-        return openai_fail(eb, HR_ERR_UNSUPPORTED, "tool_choice", "'tool_choice' other than \"auto\" or \"none\" is "
-                           "not supported");
-    if (tc && !strcmp(json_string_value(tc), "none"))
+    /* "required" and a named function: structured_parse (the output is constrained). */
+    if (tc && json_is_string(tc) && !strcmp(json_string_value(tc), "none"))
         rq->tools = NULL; /* the model is told about no tool */
     return HR_OK;
 }
@@ -662,17 +660,19 @@ static enum hr_status openai_parse_chat(struct openai_request *rq, const struct 
     rq->add_generation_prompt = true;
     if ((st = openai_get_bool(rq->root, "add_generation_prompt", &rq->add_generation_prompt, eb)) != HR_OK)
         return st;
-    json_t *rf = openai_field(rq->root, "response_format");
-    if (rf) {
-        json_t *type = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-        if (!json_is_string(type))
-            return openai_fail(eb, HR_ERR_INVALID, "response_format", "'response_format' must be an object with a "
-                               "string 'type'");
-        if (strcmp(json_string_value(type), "text") != 0)
-            return openai_fail(eb, HR_ERR_UNSUPPORTED, "response_format",
-                               "'response_format' of type '%.40s' is not supported (only 'text')",
-                               json_string_value(type));
-    }
+    return HR_OK;
+}
+
+/* response_format, the guided_* / structured_outputs extras, grammar / json_schema, forced tool
+ * calls: one constraint for the engine (compiled at submission). */
+static enum hr_status openai_parse_structured(struct openai_request *rq, const struct openai_errbuf *eb)
+{
+    enum hr_status st = structured_parse(rq->root, rq->endpoint == OPENAI_ENDPOINT_CHAT, rq->tools, &rq->structured,
+                                         eb->param, eb->paramlen, eb->err, eb->errlen);
+    if (st != HR_OK)
+        return st;
+    rq->params.grammar_kind = rq->structured.kind;
+    rq->params.grammar = rq->structured.text;
     return HR_OK;
 }
 
@@ -706,6 +706,8 @@ enum hr_status openai_request_parse(struct openai_request *rq, enum openai_endpo
                          openai_type_name(rq->root));
     else if ((st = openai_parse_common(rq, lim, &eb)) == HR_OK)
         st = endpoint == OPENAI_ENDPOINT_CHAT ? openai_parse_chat(rq, &eb) : openai_parse_completions(rq, lim, &eb);
+    if (st == HR_OK)
+        st = openai_parse_structured(rq, &eb);
     if (st != HR_OK)
         openai_request_free(rq);
     return st;
@@ -723,6 +725,7 @@ void openai_request_free(struct openai_request *rq)
     free(rq->stop_token_ids);
     json_decref(rq->messages);
     json_decref(rq->root);
+    structured_free(&rq->structured);
     memset(rq, 0, sizeof *rq);
 }
 

@@ -16,6 +16,7 @@
 #include <hearth.h>
 
 #include "base/status.h"
+#include "server/structured.h"
 
 enum openai_endpoint {
     OPENAI_ENDPOINT_COMPLETIONS, /* POST /v1/completions */
@@ -74,6 +75,7 @@ struct openai_request {
     struct hearth_logit_bias *logit_bias; /* [n_logit_bias] */
     int32_t *stop_token_ids;         /* [n_stop_token_ids] */
     int top_logprobs_asked;          /* completions: "logprobs": N; chat: "top_logprobs" */
+    struct structured_spec structured; /* the output's constraint (params.grammar points into it) */
 };
 
 /* Parses and validates body[0..len) for endpoint.  On success rq owns what it holds

@@ -282,7 +282,7 @@ static void test_chat_bad_input(void)
     expect_bad(H, "{\"model\":\"qwen3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}",
                HR_ERR_INVALID, 400, "tools[0].function");
     expect_bad(H, "{\"model\":\"qwen3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-                  "\"tool_choice\":\"required\"}", HR_ERR_UNSUPPORTED, 400, "tool_choice");
+                  "\"tool_choice\":\"required\"}", HR_ERR_INVALID, 400, "tool_choice");
     expect_bad(H, "{\"model\":\"qwen3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}",
                HR_ERR_INVALID, 400, "max_tokens");
     expect_bad(H, "{\"model\":\"qwen3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
@@ -299,9 +299,81 @@ static void test_chat_bad_input(void)
                   "\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}}", HR_ERR_INVALID, 400,
                "chat_template_kwargs.enable_thinking");
     expect_bad(H, "{\"model\":\"qwen3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-                  "\"response_format\":{\"type\":\"json_object\"}}", HR_ERR_UNSUPPORTED, 400, "response_format");
+                  "\"response_format\":{\"type\":\"xml\"}}", HR_ERR_INVALID, 400, "response_format.type");
     expect_bad(H, "{\"model\":\"nope\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", HR_ERR_NOT_FOUND, 404,
                "model");
+}
+
+/* The structured-output fields: each becomes one (kind, text) constraint; two are refused. */
+static void test_structured_fields(void)
+{
+    static const struct {
+        enum openai_endpoint ep;
+        const char *extra;
+        enum hearth_grammar_kind kind;
+        const char *text; /* a substring of the constraint's text */
+    } ok[] = {
+        {OPENAI_ENDPOINT_CHAT, "\"response_format\":{\"type\":\"json_object\"}", HEARTH_GRAMMAR_JSON_OBJECT, ""},
+        {OPENAI_ENDPOINT_CHAT, "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\","
+                               "\"schema\":{\"type\":\"integer\"},\"strict\":true}}",
+         HEARTH_GRAMMAR_JSON_SCHEMA, "{\"type\":\"integer\"}"},
+        {OPENAI_ENDPOINT_CHAT, "\"response_format\":{\"type\":\"text\"}", HEARTH_GRAMMAR_NONE, NULL},
+        {OPENAI_ENDPOINT_COMPLETIONS, "\"guided_json\":{\"type\":\"null\"}", HEARTH_GRAMMAR_JSON_SCHEMA, "null"},
+        {OPENAI_ENDPOINT_COMPLETIONS, "\"guided_json\":\"{\\\"type\\\":1}\"", HEARTH_GRAMMAR_JSON_SCHEMA, "{\"type\":1}"},
+        {OPENAI_ENDPOINT_COMPLETIONS, "\"guided_regex\":\"a+\"", HEARTH_GRAMMAR_REGEX, "a+"},
+        {OPENAI_ENDPOINT_COMPLETIONS, "\"guided_choice\":[\"x\",\"y\"]", HEARTH_GRAMMAR_CHOICE, "[\"x\",\"y\"]"},
+        {OPENAI_ENDPOINT_COMPLETIONS, "\"guided_grammar\":\"root ::= \\\"a\\\"\"", HEARTH_GRAMMAR_GBNF, "root ::="},
+        {OPENAI_ENDPOINT_COMPLETIONS, "\"grammar\":\"root ::= [a]\"", HEARTH_GRAMMAR_GBNF, "[a]"},
+        {OPENAI_ENDPOINT_COMPLETIONS, "\"json_schema\":{\"enum\":[1]}", HEARTH_GRAMMAR_JSON_SCHEMA, "enum"},
+        {OPENAI_ENDPOINT_COMPLETIONS, "\"structured_outputs\":{\"regex\":\"b\"}", HEARTH_GRAMMAR_REGEX, "b"},
+        {OPENAI_ENDPOINT_COMPLETIONS, "\"structured_outputs\":{\"json_object\":true}", HEARTH_GRAMMAR_JSON_OBJECT, ""},
+        {OPENAI_ENDPOINT_CHAT, "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+                               "{\"type\":\"object\",\"properties\":{\"q\":{\"type\":\"boolean\"}}}}}],"
+                               "\"tool_choice\":\"required\"",
+         HEARTH_GRAMMAR_GBNF, "<tool_call>"},
+        {OPENAI_ENDPOINT_CHAT, "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+                               "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}",
+         HEARTH_GRAMMAR_GBNF, "\\\"name\\\": \\\"f\\\""},
+        {OPENAI_ENDPOINT_CHAT, "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"auto\"",
+         HEARTH_GRAMMAR_NONE, NULL},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char body[1024], p[128], err[HR_ERRLEN];
+        snprintf(body, sizeof body, "{\"model\":\"qwen3-tiny\",%s,%s}",
+                 ok[i].ep == OPENAI_ENDPOINT_CHAT ? "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
+                                                  : "\"prompt\":\"x\"",
+                 ok[i].extra);
+        struct openai_request rq;
+        enum hr_status st = parse(&rq, ok[i].ep, body, p, err);
+        CHECK_MSG(st == HR_OK, "%s: %s", body, err);
+        if (st != HR_OK)
+            continue;
+        CHECK_MSG(rq.params.grammar_kind == ok[i].kind, "%s: kind %d", body, (int)rq.params.grammar_kind);
+        if (ok[i].text)
+            CHECK_MSG(rq.params.grammar && strstr(rq.params.grammar, ok[i].text), "%s: '%s'", body,
+                      rq.params.grammar ? rq.params.grammar : "(null)");
+        openai_request_free(&rq);
+    }
+    const enum openai_endpoint C = OPENAI_ENDPOINT_COMPLETIONS, H = OPENAI_ENDPOINT_CHAT;
+    expect_bad(C, "{\"model\":\"qwen3-tiny\",\"prompt\":\"x\",\"guided_regex\":\"a\",\"guided_json\":{}}",
+               HR_ERR_INVALID, 400, "guided_regex");
+    expect_bad(C, "{\"model\":\"qwen3-tiny\",\"prompt\":\"x\",\"guided_regex\":5}", HR_ERR_INVALID, 400,
+               "guided_regex");
+    expect_bad(C, "{\"model\":\"qwen3-tiny\",\"prompt\":\"x\",\"guided_choice\":\"a\"}", HR_ERR_INVALID, 400,
+               "guided_choice");
+    expect_bad(C, "{\"model\":\"qwen3-tiny\",\"prompt\":\"x\",\"structured_outputs\":[]}", HR_ERR_INVALID, 400,
+               "structured_outputs");
+    expect_bad(H, "{\"model\":\"qwen3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                  "\"response_format\":{\"type\":\"json_schema\"}}", HR_ERR_INVALID, 400, "response_format.json_schema");
+    expect_bad(H, "{\"model\":\"qwen3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                  "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"not\":{}}}}],"
+                  "\"tool_choice\":\"required\"}", HR_ERR_INVALID, 400, "tool_choice");
+    expect_bad(H, "{\"model\":\"qwen3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                  "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\","
+                  "\"guided_regex\":\"a\"}", HR_ERR_INVALID, 400, "tool_choice");
+    expect_bad(H, "{\"model\":\"qwen3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                  "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\","
+                  "\"parallel_tool_calls\":\"yes\"}", HR_ERR_INVALID, 400, "parallel_tool_calls");
 }
 
 static void test_context_check(void)
@@ -1008,6 +1080,7 @@ int main(void)
     TEST_RUN(test_toolcall_parser);
     TEST_RUN(test_chat_tool_calls_response);
     TEST_RUN(test_sse_framing);
+    TEST_RUN(test_structured_fields);
     TEST_RUN(test_auth);
     TEST_RUN(test_metrics_text);
     TEST_RUN(test_fuzz_corpus_replay);

@@ -562,14 +562,14 @@ static enum hr_status cpu_sync(struct backend *be, char *err, size_t errlen)
     return HR_OK;
 }
 
-static enum hr_status cpu_to_host(struct backend *be, const void *src, size_t bytes, const void **host, char *err,
+static enum hr_status cpu_to_host(struct backend *be, const void *src, size_t bytes, void **host, char *err,
                                   size_t errlen)
 {
     (void)be;
     (void)bytes;
     (void)err;
     (void)errlen;
-    *host = src;
+    *host = (void *)src; /* the backend's own scratch: the caller may write it */
     return HR_OK;
 }
 

@@ -489,7 +489,7 @@ static enum hr_status cb_sync(struct backend *be, char *err, size_t errlen)
     return st;
 }
 
-static enum hr_status cb_to_host(struct backend *be, const void *src, size_t bytes, const void **host, char *err,
+static enum hr_status cb_to_host(struct backend *be, const void *src, size_t bytes, void **host, char *err,
                                  size_t errlen)
 {
     struct cuda_backend *c = cb_of(be);

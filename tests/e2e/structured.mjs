@@ -1,0 +1,202 @@
+// Structured outputs through `hearth serve`, checked by an independent validator: every
+// output of a corpus of JSON Schemas (tests/data/structured/schemas.json), over several
+// seeds and both endpoints, that ends with finish_reason "stop" must parse as JSON and
+// validate with ajv (pinned in tests/oracle/package.json, with ajv-formats); the other
+// constraint kinds (json_object, regex, choice, GBNF) are checked with JSON.parse and
+// JavaScript regular expressions; forced tool calls through the official `openai` client;
+// bad constraints get 400s naming what is wrong; and a constrained request's output is the
+// same, byte for byte, alone and batched, cold and warm.
+//
+// usage: node tests/e2e/structured.mjs URL MODEL SCHEMAS_JSON
+// Prints "ok NAME" / "FAIL NAME: why" and ends with "RESULT passed=N failed=N".
+import { createRequire } from "node:module";
+import { readFileSync } from "node:fs";
+
+const require = createRequire(new URL("../oracle/package.json", import.meta.url));
+const { default: OpenAI } = await import(require.resolve("openai"));
+const Ajv = require("ajv/dist/2020").default;
+const addFormats = require("ajv-formats").default;
+
+const [url, model, schemasPath] = process.argv.slice(2);
+const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0, timeout: 120000 });
+const corpus = JSON.parse(readFileSync(schemasPath, "utf8"));
+
+let passed = 0, failed = 0;
+function check(name, cond, why = "") {
+  if (cond) { passed++; console.log(`ok   ${name}`); }
+  else { failed++; console.log(`FAIL ${name}${why ? ": " + why : ""}`); }
+}
+async function step(name, fn) {
+  try { await fn(); } catch (e) { failed++; console.log(`FAIL ${name}: threw ${e?.stack || e}`); }
+}
+async function post(path, body) {
+  const r = await fetch(`${url}/v1/${path}`, { method: "POST", headers: { "content-type": "application/json" },
+                                              body: JSON.stringify(body) });
+  return { status: r.status, body: await r.json() };
+}
+const ajv = new Ajv({ strict: false, allErrors: true });
+addFormats(ajv);
+const messages = [{ role: "user", content: "Answer in JSON." }];
+
+// ---- the corpus: 3 samples each, seeds differ per schema; chat and completions alternate
+await step("corpus", async () => {
+  let stops = 0, total = 0, bad = 0;
+  const work = corpus.map((entry, i) => async () => {
+    const validate = ajv.compile(entry.schema);
+    const chat = i % 2 === 0;
+    const common = { model, n: 3, max_tokens: 120, temperature: 1, seed: 1000 + i };
+    const r = chat
+      ? await post("chat/completions", { ...common, messages,
+          response_format: { type: "json_schema", json_schema: { name: entry.name, schema: entry.schema, strict: true } } })
+      : await post("completions", { ...common, prompt: "JSON:", ...(i % 4 === 1 ? { guided_json: entry.schema }
+                                                                        : { structured_outputs: { json: entry.schema } }) });
+    if (r.status !== 200) { bad++; console.log(`  ${entry.name}: HTTP ${r.status} ${JSON.stringify(r.body)}`); return; }
+    for (const c of r.body.choices) {
+      total++;
+      const text = chat ? c.message.content : c.text;
+      if (c.finish_reason !== "stop") continue;
+      stops++;
+      let v;
+      try { v = JSON.parse(text); } catch (e) { bad++; console.log(`  ${entry.name}: not JSON: ${JSON.stringify(text)}`); continue; }
+      if (!validate(v)) { bad++; console.log(`  ${entry.name}: ${JSON.stringify(text)} invalid: ${ajv.errorsText(validate.errors)}`); }
+    }
+  });
+  for (let k = 0; k < work.length; k += 4) await Promise.all(work.slice(k, k + 4).map((f) => f()));
+  console.log(`  corpus: ${corpus.length} schemas, ${total} outputs, ${stops} complete`);
+  check(`corpus: every complete output of ${corpus.length} schemas validates (ajv)`, bad === 0 && corpus.length >= 40);
+  check("corpus: most outputs complete within max_tokens", stops >= total * 0.6, `${stops} of ${total}`);
+});
+
+// ---- other kinds
+await step("json_object", async () => {
+  const r = await post("chat/completions", { model, messages, n: 4, max_tokens: 80, seed: 7, response_format: { type: "json_object" } });
+  let ok = r.status === 200, complete = 0;
+  for (const c of r.body.choices ?? []) {
+    if (c.finish_reason !== "stop") continue;
+    complete++;
+    try { const v = JSON.parse(c.message.content); ok &&= typeof v === "object" && v !== null && !Array.isArray(v); }
+    catch { ok = false; }
+  }
+  check("json_object: complete outputs are JSON objects", ok && complete > 0, JSON.stringify(r.body).slice(0, 300));
+});
+await step("regex", async () => {
+  const re = "[A-Z][a-z]{1,6} [0-9]{2,3}(-[xy])?";
+  const r = await post("completions", { model, prompt: "id:", n: 4, max_tokens: 30, seed: 3, guided_regex: re });
+  const all = new RegExp(`^(?:${re})$`, "u");
+  check("guided_regex: outputs match the whole regex",
+        r.status === 200 && r.body.choices.every((c) => c.finish_reason !== "stop" || all.test(c.text)) &&
+        r.body.choices.some((c) => c.finish_reason === "stop"), JSON.stringify(r.body).slice(0, 300));
+});
+await step("choice", async () => {
+  const choices = ["positive", "negative", "neutral ☺"];
+  const r = await post("chat/completions", { model, messages, n: 4, max_tokens: 10, seed: 5, guided_choice: choices });
+  check("guided_choice: every output is one of the choices",
+        r.status === 200 && r.body.choices.every((c) => c.finish_reason === "stop" && choices.includes(c.message.content)),
+        JSON.stringify(r.body).slice(0, 300));
+});
+await step("grammar", async () => {
+  const g = 'root ::= "(" item ("," item){0,3} ")"\nitem ::= [a-c]+ | num\nnum ::= [1-9] [0-9]?\n';
+  const r = await post("completions", { model, prompt: "list:", n: 4, max_tokens: 40, seed: 9, grammar: g });
+  const all = /^\((?:[a-c]+|[1-9][0-9]?)(?:,(?:[a-c]+|[1-9][0-9]?)){0,3}\)$/;
+  check("grammar (GBNF): outputs are sentences of the grammar",
+        r.status === 200 && r.body.choices.every((c) => c.finish_reason !== "stop" || all.test(c.text)) &&
+        r.body.choices.some((c) => c.finish_reason === "stop"), JSON.stringify(r.body).slice(0, 300));
+  const r2 = await post("completions", { model, prompt: "x", max_tokens: 20, seed: 9, guided_grammar: 'root ::= "yes" | "no"' });
+  check("guided_grammar: the same engine", r2.status === 200 && ["yes", "no"].includes(r2.body.choices[0].text));
+});
+
+// ---- the real client: response_format json_schema, tool_choice required / named
+await step("openai client", async () => {
+  const entry = corpus.find((e) => e.name === "person");
+  const r = await client.chat.completions.create({ model, messages, max_tokens: 120, seed: 11, n: 2,
+    response_format: { type: "json_schema", json_schema: { name: "person", schema: entry.schema, strict: true } } });
+  const validate = ajv.compile(entry.schema);
+  check("openai: response_format json_schema validates",
+        r.choices.every((c) => c.finish_reason !== "stop" || validate(JSON.parse(c.message.content))) &&
+        r.choices.some((c) => c.finish_reason === "stop"), JSON.stringify(r.choices));
+  const weather = corpus.find((e) => e.name === "weather_tool_args").schema;
+  const tools = [
+    { type: "function", function: { name: "get_weather", description: "weather", parameters: weather } },
+    { type: "function", function: { name: "get_time", parameters: { type: "object", properties: { tz: { enum: ["UTC", "CET"] } }, required: ["tz"] } } },
+  ];
+  const argv = { get_weather: ajv.compile(weather), get_time: ajv.compile(tools[1].function.parameters) };
+  const t = await client.chat.completions.create({ model, messages: [{ role: "user", content: "weather in Paris?" }],
+    tools, tool_choice: "required", max_tokens: 200, seed: 12, n: 3 });
+  let ok = true, calls = 0;
+  for (const c of t.choices) {
+    if (c.finish_reason !== "tool_calls") continue;
+    for (const tc of c.message.tool_calls) { calls++; ok &&= tc.function.name in argv && argv[tc.function.name](JSON.parse(tc.function.arguments)); }
+  }
+  check("openai: tool_choice required gives tool calls whose arguments validate", ok && calls > 0, JSON.stringify(t.choices).slice(0, 500));
+  const nm = await client.chat.completions.create({ model, messages: [{ role: "user", content: "time?" }], tools,
+    tool_choice: { type: "function", function: { name: "get_time" } }, max_tokens: 60, seed: 13, n: 2 });
+  check("openai: a named tool_choice calls that tool once",
+        nm.choices.every((c) => c.finish_reason !== "tool_calls" ||
+          (c.message.tool_calls.length === 1 && c.message.tool_calls[0].function.name === "get_time" &&
+           argv.get_time(JSON.parse(c.message.tool_calls[0].function.arguments)))) &&
+        nm.choices.some((c) => c.finish_reason === "tool_calls"), JSON.stringify(nm.choices).slice(0, 500));
+  const one = await client.chat.completions.create({ model, messages, tools, tool_choice: "required",
+    parallel_tool_calls: false, max_tokens: 200, seed: 14, n: 2 });
+  check("openai: parallel_tool_calls false gives one call",
+        one.choices.every((c) => c.finish_reason !== "tool_calls" || c.message.tool_calls.length === 1));
+});
+
+// ---- bad input: 400 with a clear message, the server keeps serving
+await step("errors", async () => {
+  const bad = async (name, body, path, pattern, param) => {
+    const r = await post(path, { model, max_tokens: 5, ...(path === "completions" ? { prompt: "x" } : { messages }), ...body });
+    const m = r.body?.error?.message ?? "";
+    check(`400: ${name}`, r.status === 400 && pattern.test(m) && (!param || r.body.error.param === param), `${r.status} ${JSON.stringify(r.body)}`);
+  };
+  await bad("invalid schema JSON", { guided_json: "{\"type\": " }, "completions", /not valid JSON.*line 1/, "guided_json");
+  await bad("unsupported keyword named", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object", patternProperties: { a: {} } } } } },
+            "chat/completions", /unsupported keyword 'patternProperties' at #/, "response_format.json_schema.schema");
+  await bad("unsupported nested keyword with its path", { guided_json: { type: "object", properties: { a: { type: "string", contentEncoding: "base64" } } } },
+            "completions", /'contentEncoding' at #\/properties\/a/);
+  await bad("unsupported format named", { guided_json: { type: "string", format: "hostname" } }, "completions", /format 'hostname'/);
+  await bad("GBNF syntax error with line and column", { grammar: 'root ::= "a" item\nitem ::= [a-z\n' }, "completions", /line 2, column \d+/, "grammar");
+  await bad("GBNF undefined rule", { grammar: "root ::= thing" }, "completions", /'thing' is used but never defined/);
+  await bad("GBNF left recursion", { grammar: 'root ::= root "a" | "b"' }, "completions", /left recursion/);
+  await bad("a grammar that accepts nothing", { grammar: 'root ::= "a" root' }, "completions", /accepts nothing/);
+  await bad("a schema that accepts nothing", { guided_json: { type: "integer", minimum: 5, maximum: 2 } }, "completions", /no integer/);
+  await bad("bad regex", { guided_regex: "(ab" }, "completions", /missing '\)'/, "guided_regex");
+  await bad("regex lookahead refused by name", { guided_regex: "a(?=b)" }, "completions", /lookaround/);
+  await bad("choice not strings", { guided_choice: ["a", 3] }, "completions", /not a string/);
+  await bad("two constraints", { guided_regex: "a", guided_choice: ["a"] }, "completions", /both constrain/);
+  await bad("unknown response_format type", { response_format: { type: "xml" } }, "chat/completions", /'xml' is not supported/);
+  await bad("tool_choice naming a missing tool", { tools: [{ type: "function", function: { name: "f" } }], tool_choice: { type: "function", function: { name: "g" } } },
+            "chat/completions", /'g', which is not in 'tools'/);
+  await bad("tool_choice required without tools", { tool_choice: "required" }, "chat/completions", /no 'tools'/);
+  const huge = { type: "object", properties: {} };
+  for (let k = 0; k < 12000; k++) huge.properties[`property_number_${k}`] = { type: "integer" };
+  await bad("a huge schema (limits)", { guided_json: huge }, "completions", /at most/);
+  const h = await fetch(`${url}/health`);
+  check("the server still serves after bad constraints", h.status === 200);
+});
+
+// ---- exactness: alone vs batched, cold vs warm, streamed vs not
+await step("exactness", async () => {
+  const entry = corpus.find((e) => e.name === "invoice");
+  const body = { model, messages: [{ role: "system", content: "You write invoices as JSON. ".repeat(6) }, ...messages],
+                 max_tokens: 60, temperature: 1, seed: 77, logprobs: true, top_logprobs: 3,
+                 response_format: { type: "json_schema", json_schema: { name: "invoice", schema: entry.schema } } };
+  const key = (r) => JSON.stringify(r.body.choices.map((c) => [c.message.content, c.logprobs]));
+  const cold = await post("chat/completions", body);
+  const others = corpus.slice(0, 5).map((e, i) => post("completions", { model, prompt: `other ${i}`, max_tokens: 60, seed: i, guided_json: e.schema }));
+  const [batched] = await Promise.all([post("chat/completions", body), ...others]);
+  const warm = await post("chat/completions", body);
+  check("exact: the request completes", cold.status === 200 && cold.body.choices[0].message.content.length > 0);
+  check("exact: alone == batched (content and logprobs, byte for byte)", key(cold) === key(batched));
+  check("exact: cold == warm (prefix cache hit)", key(cold) === key(warm) && warm.body.usage.prompt_tokens_details.cached_tokens > 0,
+        `cached ${warm.body.usage?.prompt_tokens_details?.cached_tokens}`);
+  const lp = cold.body.choices[0].logprobs.content;
+  check("exact: logprobs are of the masked distribution (top alternatives all allowed, sum <= 1)",
+        lp.every((t) => t.top_logprobs.reduce((s, a) => s + Math.exp(a.logprob), 0) <= 1.0001));
+  const s = await client.chat.completions.create({ ...body, stream: true, logprobs: false, top_logprobs: undefined });
+  let text = "";
+  for await (const ch of s) text += ch.choices[0]?.delta?.content ?? "";
+  check("exact: streamed == not streamed", text === cold.body.choices[0].message.content, JSON.stringify(text));
+});
+
+console.log(`RESULT passed=${passed} failed=${failed}`);
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Structured outputs end to end: `hearth serve` on a random-weight tiny Qwen3 checkpoint with
+# the real Qwen3 tokenizer, on 127.0.0.1 and a free port; tests/e2e/structured.mjs checks the
+# schema corpus with ajv, the other constraint kinds, forced tool calls through the openai
+# client, the 400s, and exactness (alone/batched, cold/warm, streamed). Then `hearth generate`
+# with the same constraint flags. The server is always killed at the end.
+# Ends with "RESULT passed=N failed=N".
+set -u
+cd "$(dirname "$0")/../.."
+bin=${HEARTH_BIN:-${BUILD:-build}/hearth}
+passed=0; failed=0
+ok() { passed=$((passed + 1)); echo "ok   $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL $1"; }
+finish() { echo "RESULT passed=$passed failed=$failed"; exit $([ "$failed" -eq 0 ] && echo 0 || echo 1); }
+
+tmp=$(mktemp -d)
+pid=""
+cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+if [ ! -x "$bin" ]; then fail "no binary at $bin"; finish; fi
+if [ ! -s tests/.cache/qwen3/tokenizer.json ] || [ ! -d tests/oracle/node_modules/ajv-formats ]; then
+  [ -d tests/oracle/node_modules/ajv-formats ] || rm -f tests/oracle/node_modules/.installed
+  bash scripts/testdata.sh >/dev/null 2>&1 || { fail "test data (run scripts/testdata.sh)"; finish; }
+fi
+if ! "$bin" mkmodel --shape tiny --tokenizer tests/.cache/qwen3 --out "$tmp/model" >"$tmp/mkmodel.log" 2>&1; then
+  fail "mkmodel"; cat "$tmp/mkmodel.log"; finish
+fi
+
+"$bin" serve --model "$tmp/model" --served-model-name tiny --host 127.0.0.1 --port 0 --threads 2 \
+  --kv-cache-mib 128 --tool-call-parser qwen3 >"$tmp/serve.out" 2>"$tmp/serve.err" &
+pid=$!
+port=""
+for _ in $(seq 1 300); do
+  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/serve.out")
+  [ -n "$port" ] && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.1
+done
+if [ -z "$port" ]; then fail "server did not start"; cat "$tmp/serve.err"; finish; fi
+for _ in $(seq 1 600); do
+  [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")" = 200 ] && break
+  sleep 0.1
+done
+
+if timeout 900 node tests/e2e/structured.mjs "http://127.0.0.1:$port" tiny tests/data/structured/schemas.json \
+     >"$tmp/client.log" 2>&1; then :; fi
+cat "$tmp/client.log" | grep -v '^RESULT'
+line=$(grep -E '^RESULT passed=[0-9]+ failed=[0-9]+$' "$tmp/client.log" | tail -n1)
+if [ -n "$line" ]; then
+  passed=$((passed + $(sed -E 's/.*passed=([0-9]+).*/\1/' <<<"$line")))
+  failed=$((failed + $(sed -E 's/.*failed=([0-9]+).*/\1/' <<<"$line")))
+else
+  fail "structured.mjs printed no RESULT"; tail -n 30 "$tmp/client.log"
+fi
+if kill -0 "$pid" 2>/dev/null; then ok "the server is still up"; else fail "the server died"; tail -n 30 "$tmp/serve.err"; fi
+kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rc=$?; pid=""
+if [ "$rc" = 0 ]; then ok "server exits 0 on SIGTERM"; else fail "server exit status $rc"; tail -n 30 "$tmp/serve.err"; fi
+
+# ---- hearth generate with the constraint flags
+gen() { "$bin" generate --model "$tmp/model" --prompt "x" --threads 2 --kv-cache-mib 32 --seed 5 "$@" 2>"$tmp/gen.err"; }
+out=$(gen --max-tokens 30 --regex '[a-f]{2,5}-[0-9]{2}')
+if [[ "$out" =~ ^[a-f]{2,5}-[0-9]{2}$ ]] && grep -q '^\[stop\]' "$tmp/gen.err"; then ok "generate --regex"; else fail "generate --regex: '$out'"; cat "$tmp/gen.err"; fi
+out=$(gen --max-tokens 10 --choice '["alpha","beta"]')
+if [ "$out" = alpha ] || [ "$out" = beta ]; then ok "generate --choice"; else fail "generate --choice: '$out'"; fi
+printf 'root ::= "<" [0-9]{1,3} ">"\n' >"$tmp/g.gbnf"
+out=$(gen --max-tokens 10 --grammar-file "$tmp/g.gbnf")
+if [[ "$out" =~ ^\<[0-9]{1,3}\>$ ]]; then ok "generate --grammar-file"; else fail "generate --grammar-file: '$out'"; fi
+out=$(gen --max-tokens 60 --json-schema '{"type":"object","properties":{"n":{"type":"integer","minimum":0,"maximum":9}},"required":["n"]}')
+if [[ "$out" =~ ^\{\"n\":[0-9]\}$ ]]; then ok "generate --json-schema"; else fail "generate --json-schema: '$out'"; fi
+if ! gen --max-tokens 5 --grammar 'root ::= (' >/dev/null && grep -q 'line 1, column' "$tmp/gen.err"; then
+  ok "generate: a grammar error exits 1 with line and column"
+else fail "generate: grammar error"; cat "$tmp/gen.err"; fi
+finish

@@ -1,0 +1,309 @@
+/* The grammar front ends: GBNF (syntax errors with line and column, undefined rules, left
+ * recursion, empty languages, limits), JSON Schema (the language of each keyword, checked by
+ * running the matcher over strings the test lists or enumerates; unsupported keywords named
+ * with their path), regex (translation and refusals), and the grammar cache. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "grammar/gbnf.h"
+#include "grammar/grammar_cache.h"
+#include "grammar/json_schema.h"
+#include "grammar/matcher.h"
+#include "grammar/regex.h"
+#include "test.h"
+
+static char err[HR_ERRLEN];
+
+/* Whether the grammar accepts s exactly. */
+static bool accepts(const struct grammar *g, const char *s, size_t n)
+{
+    struct matcher_set a, b;
+    matcher_set_init(&a, MATCHER_SET_INTS, err, sizeof err);
+    matcher_set_init(&b, MATCHER_SET_INTS, err, sizeof err);
+    matcher_start(g, &a);
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; i++) {
+        ok = matcher_advance(g, &a, (uint8_t)s[i], &b);
+        struct matcher_set t = a;
+        a = b;
+        b = t;
+    }
+    ok = ok && matcher_accepting(&a);
+    matcher_set_free(&a);
+    matcher_set_free(&b);
+    return ok;
+}
+
+static bool schema_grammar(const char *schema, struct grammar *g)
+{
+    char *text = NULL;
+    enum hr_status st = json_schema_text_to_gbnf(schema, strlen(schema), &text, err, sizeof err);
+    if (st == HR_OK)
+        st = gbnf_parse(text, strlen(text), g, err, sizeof err);
+    free(text);
+    CHECK_MSG(st == HR_OK, "%s: %s", schema, err);
+    return st == HR_OK;
+}
+
+static void gbnf_fails(const char *text, const char *want)
+{
+    struct grammar g;
+    enum hr_status st = gbnf_parse(text, strlen(text), &g, err, sizeof err);
+    CHECK_MSG(st == HR_ERR_INVALID && strstr(err, want), "'%s': %s (want '%s')", text, err, want);
+    if (st == HR_OK)
+        grammar_free(&g);
+}
+
+static void test_gbnf_errors(void)
+{
+    gbnf_fails("root ::= \"a\"\nitem ::= [a-z\n", "line 2, column 14: unterminated character class");
+    gbnf_fails("root ::= \"a\n", "line 1, column 12: unterminated string literal");
+    gbnf_fails("root ::= \"a\" )\n", "line 1, column 14: unexpected ')'");
+    gbnf_fails("root ::= x\n\n  # c\nx ::= (\"a\" | \"b\"\ny ::= \"c\"\n", "line 5, column 1: a '(' is not closed");
+    gbnf_fails("root = \"a\"", "line 1, column 6: expected '::='");
+    gbnf_fails("root ::= \"\\q\"", "unknown escape");
+    gbnf_fails("root ::= [z-a]", "backwards");
+    gbnf_fails("root ::= \"a\"{3,1}", "below the minimum");
+    gbnf_fails("root ::= \"a\"{20000}", "above 10000");
+    gbnf_fails("root ::= *", "nothing before it to repeat");
+    gbnf_fails("root ::= a\n", "rule 'a' is used but never defined");
+    gbnf_fails("root ::= \"a\"\nroot ::= \"b\"\n", "line 2, column 1: rule 'root' is defined twice");
+    gbnf_fails("start ::= \"a\"", "no rule named 'root'");
+    gbnf_fails("root ::= a \"x\"\na ::= b | \"y\"\nb ::= \"\" root\n", "left recursion");
+    gbnf_fails("root ::= \"a\" root", "accepts nothing");
+    gbnf_fails("root ::= [^\\x00-\\U0010FFFF]", "accepts nothing");
+    gbnf_fails("root ::= \"\xC3\"", "invalid UTF-8");
+    char nul[] = "root ::= \"a\"\0";
+    struct grammar g;
+    CHECK(gbnf_parse(nul, sizeof nul - 1, &g, err, sizeof err) == HR_ERR_INVALID && strstr(err, "NUL"));
+}
+
+static void test_gbnf_language(void)
+{
+    const char *text = "root ::= (item \",\")* item? # trailing comment\n"
+                       "item ::= [a-c] [0-9]{1,2} | \"é\" | \"\\u00e8\" | .\n";
+    struct grammar g;
+    CHECK_OK(gbnf_parse(text, strlen(text), &g, err, sizeof err), err);
+    CHECK(accepts(&g, "", 0));
+    CHECK(accepts(&g, "a1,b22,c3", 9));
+    CHECK(accepts(&g, "a1,", 3));
+    CHECK(!accepts(&g, "a123", 4));
+    CHECK(accepts(&g, "\xC3\xA9,\xC3\xA8", 5));
+    CHECK(accepts(&g, "\xE2\x82\xAC", 3)); /* . takes one character, of any length */
+    CHECK(!accepts(&g, "\xE2\x82", 2));
+    CHECK(!accepts(&g, "\xED\xA0\x80", 3)); /* no surrogates */
+    grammar_free(&g);
+}
+
+static void test_schema_integers(void)
+{
+    static const struct {
+        const char *schema;
+        long lo, hi;
+    } cases[] = {
+        {"{\"type\":\"integer\",\"minimum\":-12,\"maximum\":305}", -12, 305},
+        {"{\"type\":\"integer\",\"minimum\":7,\"maximum\":7}", 7, 7},
+        {"{\"type\":\"integer\",\"exclusiveMinimum\":-3,\"exclusiveMaximum\":100}", -2, 99},
+        {"{\"type\":\"integer\",\"minimum\":95}", 95, 1L << 40},
+        {"{\"type\":\"integer\",\"maximum\":-31}", -(1L << 40), -31},
+        {"{\"type\":\"integer\",\"minimum\":1.5,\"maximum\":20.5}", 2, 20},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        struct grammar g;
+        if (!schema_grammar(cases[k].schema, &g))
+            continue;
+        int bad = 0;
+        for (long x = -1100; x <= 1100; x++) {
+            char s[32];
+            int n = snprintf(s, sizeof s, "%ld", x);
+            bool want = x >= cases[k].lo && x <= cases[k].hi;
+            if (accepts(&g, s, (size_t)n) != want && bad++ < 3)
+                fprintf(stderr, "  %s: %ld\n", cases[k].schema, x);
+        }
+        CHECK(bad == 0);
+        CHECK(!accepts(&g, "007", 3) && !accepts(&g, "-0", 2) && !accepts(&g, "1.0", 3));
+        grammar_free(&g);
+    }
+}
+
+static void test_schema_strings_and_values(void)
+{
+    struct grammar g;
+    if (schema_grammar("{\"type\":\"string\",\"minLength\":1,\"maxLength\":3}", &g)) {
+        CHECK(!accepts(&g, "\"\"", 2));
+        CHECK(accepts(&g, "\"a\"", 3) && accepts(&g, "\"abc\"", 5) && !accepts(&g, "\"abcd\"", 6));
+        CHECK(accepts(&g, "\"\xC3\xA9\xC3\xA9\xC3\xA9\"", 8));    /* characters, not bytes */
+        CHECK(accepts(&g, "\"\\n\\u00e9\\\"\"", 12));               /* an escape is one character */
+        CHECK(!accepts(&g, "\"\n\"", 3) && !accepts(&g, "\"\\x\"", 4)); /* no raw controls, no bad escapes */
+        grammar_free(&g);
+    }
+    if (schema_grammar("{\"enum\":[\"a\\\"b\",1,null,{\"k\":[true]}]}", &g)) {
+        CHECK(accepts(&g, "\"a\\\"b\"", 6) && accepts(&g, "1", 1) && accepts(&g, "null", 4));
+        CHECK(accepts(&g, "{\"k\":[true]}", 12) && !accepts(&g, "\"ab\"", 4) && !accepts(&g, "2", 1));
+        grammar_free(&g);
+    }
+    if (schema_grammar("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"},\"b\":{\"type\":\"null\"},"
+                       "\"c\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9}},\"required\":[\"b\"]}",
+                       &g)) {
+        const char *yes[] = {"{\"b\":null}", "{\"a\":true,\"b\":null}", "{\"b\":null,\"c\":3}",
+                             "{\"a\":false,\"b\":null,\"c\":0}"};
+        const char *no[] = {"{}", "{\"a\":true}", "{\"b\":null,\"a\":true}", "{\"b\":null,\"d\":1}",
+                            "{\"b\":null,}", "{ \"b\":null}", "{\"a\":true,,\"b\":null}"};
+        for (size_t i = 0; i < 4; i++)
+            CHECK_MSG(accepts(&g, yes[i], strlen(yes[i])), "%s", yes[i]);
+        for (size_t i = 0; i < 7; i++)
+            CHECK_MSG(!accepts(&g, no[i], strlen(no[i])), "%s", no[i]);
+        grammar_free(&g);
+    }
+    if (schema_grammar("{\"type\":\"array\",\"prefixItems\":[{\"const\":1},{\"const\":2}],\"items\":{\"const\":0},"
+                       "\"minItems\":1,\"maxItems\":4}",
+                       &g)) {
+        const char *yes[] = {"[1]", "[1,2]", "[1,2,0]", "[1,2,0,0]"};
+        const char *no[] = {"[]", "[2]", "[1,0]", "[1,2,0,0,0]", "[1,2,3]"};
+        for (size_t i = 0; i < 4; i++)
+            CHECK_MSG(accepts(&g, yes[i], strlen(yes[i])), "%s", yes[i]);
+        for (size_t i = 0; i < 5; i++)
+            CHECK_MSG(!accepts(&g, no[i], strlen(no[i])), "%s", no[i]);
+        grammar_free(&g);
+    }
+    if (schema_grammar("{\"type\":\"string\",\"format\":\"date\"}", &g)) {
+        CHECK(accepts(&g, "\"2024-02-28\"", 12) && accepts(&g, "\"1999-12-31\"", 12));
+        CHECK(!accepts(&g, "\"2024-13-01\"", 12) && !accepts(&g, "\"2024-04-31\"", 12) &&
+              !accepts(&g, "\"2024-02-30\"", 12));
+        grammar_free(&g);
+    }
+    if (schema_grammar("{\"$defs\":{\"l\":{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"array\",\"prefixItems\":"
+                       "[{\"const\":1},{\"$ref\":\"#/$defs/l\"}],\"items\":false,\"minItems\":2}]}},\"$ref\":\"#/$defs/l\"}",
+                       &g)) {
+        CHECK(accepts(&g, "null", 4) && accepts(&g, "[1,null]", 8) && accepts(&g, "[1,[1,[1,null]]]", 16));
+        CHECK(!accepts(&g, "[1]", 3) && !accepts(&g, "[1,[1]]", 7));
+        grammar_free(&g);
+    }
+    if (schema_grammar("{\"type\":\"string\",\"pattern\":\"^a\\\"?[0-9]+$\"}", &g)) {
+        CHECK(accepts(&g, "\"a\\\"12\"", 7) && accepts(&g, "\"a0\"", 4) && !accepts(&g, "\"a\"12\"", 6));
+        grammar_free(&g);
+    }
+}
+
+static void schema_fails(const char *schema, const char *want)
+{
+    char *text = NULL;
+    enum hr_status st = json_schema_text_to_gbnf(schema, strlen(schema), &text, err, sizeof err);
+    CHECK_MSG(st == HR_ERR_INVALID && strstr(err, want), "%s: %s (want '%s')", schema, err, want);
+    free(text);
+}
+
+static void test_schema_errors(void)
+{
+    schema_fails("{\"type\": ", "not valid JSON");
+    schema_fails("{\"type\":\"object\",\"minProperties\":1}", "unsupported keyword 'minProperties' at #");
+    schema_fails("{\"properties\":{\"a\":{\"items\":{\"uniqueItems\":true}}}}",
+                 "unsupported keyword 'uniqueItems' at #/properties/a/items");
+    schema_fails("{\"not\":{}}", "unsupported keyword 'not'");
+    schema_fails("{\"type\":\"string\",\"format\":\"ipv4\"}", "unsupported string format 'ipv4'");
+    schema_fails("{\"type\":\"number\",\"minimum\":0}", "'minimum' at # on type number");
+    schema_fails("{\"type\":\"integer\",\"minimum\":3,\"maximum\":2}", "no integer");
+    schema_fails("{\"$ref\":\"#/$defs/missing\"}", "names nothing");
+    schema_fails("{\"$ref\":\"http://example.com/s.json\"}", "only references into this schema");
+    schema_fails("{\"type\":\"object\",\"required\":[\"x\"]}", "'x' is not in 'properties'");
+    schema_fails("{\"type\":\"array\",\"minItems\":3,\"maxItems\":1}", "no array satisfies");
+    schema_fails("{\"type\":\"string\",\"maxLength\":100000}", "at most 512");
+    schema_fails("{\"type\":\"wat\"}", "unknown type 'wat'");
+    schema_fails("false", "nothing is valid");
+    schema_fails("{\"allOf\":[{\"type\":\"string\"},{\"maxLength\":2}]}", "allOf of object schemas");
+    schema_fails("{\"type\":\"string\",\"pattern\":\"(a\"}", "'pattern' at #: regex error");
+    char deep[4096] = {0};
+    size_t n = 0;
+    for (int i = 0; i < 100; i++)
+        n += (size_t)snprintf(deep + n, sizeof deep - n, "{\"items\":");
+    n += (size_t)snprintf(deep + n, sizeof deep - n, "{}");
+    for (int i = 0; i < 100; i++)
+        deep[n++] = '}';
+    schema_fails(deep, "nested deeper than");
+}
+
+static void regex_fails(const char *re, const char *want)
+{
+    char *g = NULL;
+    enum hr_status st = regex_grammar(re, strlen(re), &g, err, sizeof err);
+    CHECK_MSG(st == HR_ERR_INVALID && strstr(err, want), "%s: %s (want '%s')", re, err, want);
+    free(g);
+}
+
+static void test_regex(void)
+{
+    char *text = NULL;
+    const char *re = "^(?:ab|c\\d{2,3})+[^\\sx]?\\.\\u00e9$";
+    CHECK_OK(regex_grammar(re, strlen(re), &text, err, sizeof err), err);
+    struct grammar g;
+    if (text && gbnf_parse(text, strlen(text), &g, err, sizeof err) == HR_OK) {
+        CHECK(accepts(&g, "ab.\xC3\xA9", 5) && accepts(&g, "c12abz.\xC3\xA9", 9) && accepts(&g, "c123.\xC3\xA9", 7));
+        CHECK(!accepts(&g, "c1.\xC3\xA9", 5) && !accepts(&g, "abx.\xC3\xA9", 6) && !accepts(&g, "ab .\xC3\xA9", 6));
+        CHECK(!accepts(&g, "ab\xC2\xA0.\xC3\xA9", 7)); /* \s holds U+00A0 */
+        grammar_free(&g);
+    }
+    free(text);
+    regex_fails("(ab", "missing ')'");
+    regex_fails("ab)", "unmatched ')'");
+    regex_fails("(a)\\1", "backreferences");
+    regex_fails("a(?!b)", "lookaround");
+    regex_fails("\\bword", "word boundaries");
+    regex_fails("\\p{L}", "Unicode property");
+    regex_fails("a**", "a quantifier after a quantifier");
+    regex_fails("a{2,1}", "out of order");
+    regex_fails("x^y", "'^' is supported only at the start");
+    regex_fails("[b-a]", "out of order");
+}
+
+static void test_cache(void)
+{
+    /* A vocabulary of single bytes, through the cache with no tokenizer: built by hand. */
+    struct grammar_cache c;
+    grammar_cache_init(&c, NULL, 300, 2, 0);
+    struct grammar_compiled *a = NULL;
+    CHECK(grammar_cache_get(&c, HEARTH_GRAMMAR_REGEX, "a+", 2, &a, err, sizeof err) == HR_ERR_INVALID &&
+          strstr(err, "no tokenizer"));
+    grammar_cache_free(&c);
+    grammar_cache_init(&c, NULL, 256, 2, 0);
+    const char *bytes[256];
+    size_t lens[256];
+    char pool[256];
+    for (int i = 0; i < 256; i++) {
+        pool[i] = (char)i;
+        bytes[i] = &pool[i];
+        lens[i] = 1;
+    }
+    CHECK_OK(grammar_vocab_init(&c.vocab, 256, bytes, lens, NULL, err, sizeof err), err);
+    c.vocab_ready = true;
+    struct grammar_compiled *b = NULL, *x = NULL, *y = NULL;
+    CHECK_OK(grammar_cache_get(&c, HEARTH_GRAMMAR_REGEX, "a+", 2, &a, err, sizeof err), err);
+    CHECK_OK(grammar_cache_get(&c, HEARTH_GRAMMAR_REGEX, "a+", 2, &b, err, sizeof err), err);
+    CHECK(a == b && c.hits == 1 && c.misses == 1);
+    CHECK_OK(grammar_cache_get(&c, HEARTH_GRAMMAR_GBNF, "root ::= \"a\"", 12, &x, err, sizeof err), err);
+    CHECK_OK(grammar_cache_get(&c, HEARTH_GRAMMAR_CHOICE, "[\"q\",\"r\"]", 9, &y, err, sizeof err), err);
+    CHECK(c.n == 2); /* the least recently used went, its holders keep it */
+    CHECK(atomic_load(&a->refs) == 2);
+    CHECK(grammar_cache_get(&c, HEARTH_GRAMMAR_GBNF, "root ::= (", 10, &x, err, sizeof err) == HR_ERR_INVALID);
+    CHECK(grammar_cache_get(&c, HEARTH_GRAMMAR_CHOICE, "[1]", 3, &x, err, sizeof err) == HR_ERR_INVALID &&
+          strstr(err, "not a string"));
+    grammar_compiled_unref(a);
+    grammar_compiled_unref(b);
+    grammar_cache_get(&c, HEARTH_GRAMMAR_GBNF, "root ::= \"a\"", 12, &x, err, sizeof err);
+    grammar_compiled_unref(x);
+    grammar_compiled_unref(x);
+    grammar_compiled_unref(y);
+    grammar_cache_free(&c);
+}
+
+int main(void)
+{
+    TEST_RUN(test_gbnf_errors);
+    TEST_RUN(test_gbnf_language);
+    TEST_RUN(test_schema_integers);
+    TEST_RUN(test_schema_strings_and_values);
+    TEST_RUN(test_schema_errors);
+    TEST_RUN(test_regex);
+    TEST_RUN(test_cache);
+    TEST_END();
+}
