@@ -173,6 +173,7 @@ static void api_generate(struct server *s, const struct api_call *call, enum ope
         api_error(out, 500, j->fail_msg, NULL, NULL);
     else
         api_json(out, 200, job_body(j));
+    job_access_usage(j, &out->usage);
     job_free(j);
     free(j);
 }

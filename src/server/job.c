@@ -312,6 +312,7 @@ static void job_event(struct job *j, int sub, const struct hearth_event *ev)
         double now = job_now();
         if (!j->seen_token) {
             j->seen_token = true;
+            j->t_first_token = now;
             metrics_observe_ttft(&j->srv->metrics, now - j->t_start);
         } else if (j->t_last[choice] > 0) {
             metrics_observe_itl(&j->srv->metrics, now - j->t_last[choice]);
@@ -421,6 +422,26 @@ bool job_abandoned(const struct job *j)
 json_t *job_body(struct job *j)
 {
     return response_body(&j->resp);
+}
+
+void job_access_usage(const struct job *j, struct access_log_usage *out)
+{
+    if (!out)
+        return;
+    memset(out, 0, sizeof *out);
+    out->set = true;
+    out->t_first_token = j->t_first_token;
+    if (j->finished) {
+        out->prompt_tokens = j->resp.prompt_tokens;
+        out->cached_tokens = j->resp.cached_tokens;
+        out->generated_tokens = j->resp.completion_tokens;
+        return;
+    }
+    out->cached_tokens = -1;
+    for (int i = 0; j->subs && i < j->n_subs; i++)
+        out->prompt_tokens += j->subs[i].prompt_tokens;
+    for (int c = 0; j->resp.choices && c < j->n_subs * j->n_per_sub; c++)
+        out->generated_tokens += j->resp.choices[c].n_tokens;
 }
 
 void job_free(struct job *j)

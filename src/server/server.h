@@ -39,6 +39,7 @@ struct server_config {
     int shutdown_grace_ms;           /* on stop, in-flight requests get this long before they are cancelled */
     int connection_limit;            /* concurrent connections at most */
     int idle_timeout_s;              /* an idle keep-alive connection is closed after this long */
+    const char *instance_name;       /* --instance-name: a label on every /metrics sample; NULL: none */
 };
 
 void server_config_default(struct server_config *c);
