@@ -225,4 +225,9 @@ bash deploy/cluster.sh stop --dir "$run" --grace 20 >/dev/null 2>&1
 # (a zombie is dead: whoever adopted it may reap it later)
 alive=0; for p in $hpid $rpids; do [ -n "$(ps -o stat= -p "$p" | grep -v Z)" ] && alive=$((alive + 1)); done
 check "cluster.sh stop ends HAProxy and the replicas" [ "$alive" = 0 -a ! -e "$run/haproxy.pid" ]
+if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error:' "$run"/r*.log; then
+  fail "sanitizer report from a replica"; grep -h -E -A 30 'AddressSanitizer|LeakSanitizer|runtime error:' "$run"/r*.log | head -60
+else
+  ok "no sanitizer report from the replicas"
+fi
 finish
