@@ -88,7 +88,7 @@ start_replica() {
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
-  [ -n "$got" ] || { cat "$dir/r$i.log" >&2; die "replica r$i did not start (see $dir/r$i.log)"; }
+  [ -n "$got" ] || { tail -n 20 "$dir/r$i.log" >&2; die "replica r$i did not start (see $dir/r$i.log; \`$0 stop --dir $dir\` ends the others)"; }
   echo "$got" >"$dir/r$i.port"
   echo "$got"
 }
@@ -106,6 +106,9 @@ wait_ready() { # every replica healthy and up in HAProxy, within $wait_s seconds
   for i in $(seq 1 "$n"); do
     until [ "$(health "$(cat "$dir/r$i.port")")" = 200 ] && haproxy_up "$i"; do
       [ $SECONDS -lt $deadline ] || die "replica r$i not ready after ${wait_s}s (see $dir/r$i.log)"
+      alive "$(cat "$dir/r$i.pid")" hearth ||
+        { tail -n 5 "$dir/r$i.log" >&2; die "replica r$i exited (see $dir/r$i.log)"; }
+      alive "$(cat "$dir/haproxy.pid")" haproxy || { tail -n 5 "$dir/haproxy.log" >&2; die "haproxy exited"; }
       sleep 0.2
     done
   done
