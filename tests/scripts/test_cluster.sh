@@ -43,6 +43,12 @@ fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 model=tiny
 
+# ---- the new flags refuse bad values, naming the flag
+bad_flag() { "$bin" serve --model "$tmp/model" --port 0 "$@" >/dev/null 2>"$tmp/flag.err"; [ $? = 2 ] && grep -q -- "$1" "$tmp/flag.err"; }
+check "bad --log-format: exit 2 naming it" bad_flag --log-format xml
+check "bad --instance-name: exit 2 naming it" bad_flag --instance-name 'r 1'
+check "cluster.sh: a bad --balance is refused" bash -c '! bash deploy/cluster.sh start --model x --balance random 2>/dev/null'
+
 # ---- start: 3 replicas (any free ports) and the proxy
 pport=$(free_port); sport=$(free_port)
 export HEARTH_BIN=$bin
