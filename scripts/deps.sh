@@ -3,7 +3,7 @@
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 pkgs=(build-essential clang libclang-rt-14-dev libjansson-dev libonig-dev libmicrohttpd-dev libedit-dev
-      libxxhash-dev nodejs npm curl ca-certificates python3)
+      libxxhash-dev nodejs npm curl ca-certificates python3 haproxy)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

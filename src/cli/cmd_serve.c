@@ -58,6 +58,8 @@ static void serve_usage(void)
             "  --allowed-headers LIST        CORS: request headers a preflight allows (default *: any)\n"
             "  --allow-credentials           CORS: allow cookies and Authorization (the origin is echoed)\n"
             "  --log-level debug|info|warn|error\n"
+            "  --log-format text|json        json: every log line (access lines too) is one JSON object\n"
+            "  --instance-name NAME          label every /metrics sample instance_name=\"NAME\" (replicas)\n"
             "\n%s",
             engine_opts_help);
 }
@@ -183,6 +185,21 @@ static bool serve_option(int argc, char **argv, int *i, struct server_config *c,
             return false;
         }
         log_set_level((enum log_level)k);
+    } else if (args_is(a, "--log-format")) {
+        SERVE_VALUE();
+        if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0) {
+            fprintf(stderr, "hearth serve: --log-format must be text or json, got '%s'\n", v);
+            return false;
+        }
+        log_set_format(strcmp(v, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
+    } else if (args_is(a, "--instance-name")) {
+        SERVE_VALUE();
+        if (!metrics_instance_valid(v)) {
+            fprintf(stderr, "hearth serve: --instance-name must be 1..%d characters of [A-Za-z0-9._:-], got '%s'\n",
+                    METRICS_INSTANCE_MAX, v);
+            return false;
+        }
+        c->instance_name = v;
     } else {
         fprintf(stderr, "hearth serve: unknown option '%s' (see hearth serve --help)\n", a);
         return false;

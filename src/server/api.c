@@ -209,6 +209,7 @@ void api_generate(struct server *s, const struct api_call *call, enum openai_end
             out->content_type = "application/json";
         }
     }
+    job_access_usage(j, &out->usage);
     job_free(j);
     free(j);
 }

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "server/access_log.h"
 #include "server/job.h"
 #include "server/metrics.h"
 #include "server/server.h"
@@ -57,6 +58,7 @@ struct api_reply {
     struct job *stream;          /* SSE reply: http sends stream->out until stream->finished */
     int retry_after;             /* seconds for a Retry-After header (0: none) */
     const char *allow;           /* Allow header of a 405 */
+    struct access_log_usage usage; /* a generation's tokens, for the access log (not set: none) */
 };
 
 void api_handle(struct server *s, const struct api_call *call, struct api_reply *out);

@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/log.h"
+#include "server/access_log.h"
 #include "server/api.h"
 #include "server/gate.h"
 #include "server/peer.h"
@@ -35,6 +37,7 @@ struct http_conn {
     int key_index;
     int status;                 /* what was queued (for the request counter) */
     bool preflight;             /* CORS preflight: OPTIONS with Access-Control-Request-Method */
+    struct access_log_request log;
 };
 
 /* The watch entry of a connection (its socket context). */
@@ -62,6 +65,7 @@ struct http_stream {
     struct job *job;
     int client_fd;
     double last_probe;          /* when a half-closed client was last sent a comment */
+    struct access_log_usage *usage; /* the request's access-log record (outlives every read) */
 };
 
 static ssize_t http_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -69,6 +73,7 @@ static ssize_t http_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     (void)pos;
     struct http_stream *hs = cls;
     struct job *j = hs->job;
+    job_access_usage(j, hs->usage);
     for (;;) {
         if (j->out.len > 0) {
             size_t n = j->out.len < max ? j->out.len : max;
@@ -132,6 +137,7 @@ static enum MHD_Result http_queue(struct MHD_Connection *c, struct http_conn *hc
         hs->srv = s;
         hs->job = r->stream;
         hs->client_fd = ci ? ci->connect_fd : -1;
+        hs->usage = &hc->log.usage;
         r->stream = NULL;
         resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, http_stream_read, hs,
                                                  http_stream_free);
@@ -159,6 +165,8 @@ static enum MHD_Result http_queue(struct MHD_Connection *c, struct http_conn *hc
         MHD_add_response_header(resp, "Allow", r->allow);
     http_cors(c, s, resp, hc->preflight);
     hc->status = r->status;
+    if (r->usage.set)
+        hc->log.usage = r->usage;
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     api_reply_free(r);
@@ -176,6 +184,14 @@ static enum MHD_Result http_queue_error(struct MHD_Connection *c, struct http_co
 
 /* ---------------------------------------------------------------- requests */
 
+static enum MHD_Result http_forwarded_for(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    if (key && !strcasecmp(key, "X-Forwarded-For"))
+        access_log_add_forwarded(cls, value);
+    return MHD_YES;
+}
+
 static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                    const char *version, const char *upload_data, size_t *upload_data_size,
                                    void **con_cls)
@@ -190,6 +206,9 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
             return MHD_NO;
         *con_cls = hc;
         hc->key_index = -1;
+        const union MHD_ConnectionInfo *peer = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        access_log_begin(&hc->log, method, url, peer ? peer->client_addr : NULL);
+        MHD_get_connection_values(c, MHD_HEADER_KIND, http_forwarded_for, &hc->log);
         hc->route = api_route_find(url, method, &hc->allow);
         hc->preflight = !strcmp(method, "OPTIONS") &&
                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method");
@@ -267,7 +286,6 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
 
 static void http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)toe;
     struct http *h = cls;
     watch_idle(h->watch, http_watch_conn(c));
     struct http_conn *hc = *con_cls;
@@ -275,6 +293,7 @@ static void http_completed(void *cls, struct MHD_Connection *c, void **con_cls, 
         return;
     if (hc->status)
         metrics_count_request(&h->srv->metrics, hc->route ? hc->route->ep : METRICS_ENDPOINT_OTHER, hc->status);
+    access_log_end(&hc->log, hc->status, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     strbuf_free(&hc->body);
     free(hc);
     *con_cls = NULL;

@@ -382,6 +382,7 @@ static void job_event(struct job *j, int sub, const struct hearth_event *ev)
         double now = job_now();
         if (!j->seen_token) {
             j->seen_token = true;
+            j->t_first_token = now;
             metrics_observe_ttft(&j->srv->metrics, now - j->t_start);
         } else if (j->t_last[choice] > 0) {
             metrics_observe_itl(&j->srv->metrics, now - j->t_last[choice]);
@@ -505,6 +506,26 @@ json_t *job_body(struct job *j)
 enum hr_status job_body_text(struct job *j, char **out, size_t *len, char *err, size_t errlen)
 {
     return response_body_text(&j->resp, out, len, err, errlen);
+}
+
+void job_access_usage(const struct job *j, struct access_log_usage *out)
+{
+    if (!out)
+        return;
+    memset(out, 0, sizeof *out);
+    out->set = true;
+    out->t_first_token = j->t_first_token;
+    if (j->finished) {
+        out->prompt_tokens = j->resp.prompt_tokens;
+        out->cached_tokens = j->resp.cached_tokens;
+        out->generated_tokens = j->resp.completion_tokens;
+        return;
+    }
+    out->cached_tokens = -1;
+    for (int i = 0; j->subs && i < j->n_subs; i++)
+        out->prompt_tokens += j->subs[i].prompt_tokens;
+    for (int c = 0; j->resp.choices && c < j->n_subs * j->n_per_sub; c++)
+        out->generated_tokens += j->resp.choices[c].n_tokens;
 }
 
 void job_free(struct job *j)

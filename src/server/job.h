@@ -10,6 +10,7 @@
 
 #include <hearth.h>
 
+#include "server/access_log.h"
 #include "server/openai.h"
 #include "server/response.h"
 #include "server/server.h"
@@ -37,6 +38,7 @@ struct job {
     char fail_msg[HR_ERRLEN];
     double t_start;             /* monotonic seconds at submission */
     bool seen_token;
+    double t_first_token;       /* monotonic seconds of the first token (0: none yet) */
     double *t_last;             /* [n_choices] time of each choice's last token (ITL) */
     bool counted;               /* counted in srv->active_jobs */
     uint64_t seed;              /* the seed the engine reports (first prompt's) */
@@ -62,6 +64,10 @@ bool job_abandoned(const struct job *j);
 json_t *job_body(struct job *j);
 /* The same as JSON text (*out malloc'd), about the body's size in memory. */
 enum hr_status job_body_text(struct job *j, char **out, size_t *len, char *err, size_t errlen);
+
+/* The tokens so far, for the access log: the engine's counts once finished, before
+ * that the prompt's length and the tokens that came (cached unknown). */
+void job_access_usage(const struct job *j, struct access_log_usage *out);
 void job_free(struct job *j);
 
 /* Monotonic seconds. */

@@ -1,6 +1,7 @@
 /* Prometheus text exposition (see metrics.h). */
 #include "server/metrics.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const double metrics_ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
@@ -37,6 +38,29 @@ enum hr_status metrics_init(struct metrics *m, char *err, size_t errlen)
                             metrics_e2e_bounds, METRICS_N(metrics_e2e_bounds));
 #undef METRICS_N
     return HR_OK;
+}
+
+bool metrics_instance_valid(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n < 1 || n > METRICS_INSTANCE_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+              c == ':' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+void metrics_set_instance(struct metrics *m, const char *name)
+{
+    m->label[0] = m->label_pre[0] = 0;
+    if (!name || !metrics_instance_valid(name))
+        return;
+    snprintf(m->label, sizeof m->label, "{%s=\"%s\"}", METRICS_INSTANCE_LABEL, name);
+    snprintf(m->label_pre, sizeof m->label_pre, "%s=\"%s\",", METRICS_INSTANCE_LABEL, name);
 }
 
 void metrics_free(struct metrics *m)
@@ -81,46 +105,46 @@ void metrics_observe_ttft(struct metrics *m, double seconds) { metrics_observe(m
 void metrics_observe_itl(struct metrics *m, double seconds) { metrics_observe(m, &m->itl, seconds); }
 void metrics_observe_e2e(struct metrics *m, double seconds) { metrics_observe(m, &m->e2e, seconds); }
 
-static void metrics_render_histogram(const struct metrics_histogram *h, struct strbuf *out)
+static void metrics_render_histogram(const struct metrics *m, const struct metrics_histogram *h, struct strbuf *out)
 {
     strbuf_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", h->name, h->help, h->name);
     int64_t cum = 0;
     for (int b = 0; b < h->n_bounds; b++) {
         cum += h->counts[b];
-        strbuf_printf(out, "%s_bucket{le=\"%g\"} %lld\n", h->name, h->bounds[b], (long long)cum);
+        strbuf_printf(out, "%s_bucket{%sle=\"%g\"} %lld\n", h->name, m->label_pre, h->bounds[b], (long long)cum);
     }
     cum += h->counts[h->n_bounds];
-    strbuf_printf(out, "%s_bucket{le=\"+Inf\"} %lld\n%s_sum %.9g\n%s_count %lld\n", h->name, (long long)cum, h->name,
-                  h->sum, h->name, (long long)h->count);
+    strbuf_printf(out, "%s_bucket{%sle=\"+Inf\"} %lld\n%s_sum%s %.9g\n%s_count%s %lld\n", h->name, m->label_pre,
+                  (long long)cum, h->name, m->label, h->sum, h->name, m->label, (long long)h->count);
 }
 
 enum hr_status metrics_render(struct metrics *m, const struct hearth_stats *stats, bool ready, struct strbuf *out)
 {
-    strbuf_printf(out, "# HELP %s 1 when the model is loaded and serving\n# TYPE %s gauge\n%s %d\n", METRICS_READY,
-                  METRICS_READY, METRICS_READY, ready ? 1 : 0);
+    strbuf_printf(out, "# HELP %s 1 when the model is loaded and serving\n# TYPE %s gauge\n%s%s %d\n", METRICS_READY,
+                  METRICS_READY, METRICS_READY, m->label, ready ? 1 : 0);
     pthread_mutex_lock(&m->lock);
     strbuf_printf(out, "# HELP %s HTTP requests by endpoint and status\n# TYPE %s counter\n", METRICS_REQUESTS_TOTAL,
                   METRICS_REQUESTS_TOTAL);
     for (int e = 0; e < METRICS_ENDPOINT_COUNT; e++)
         for (int c = 100; c < 600; c++)
             if (m->requests[e][c])
-                strbuf_printf(out, "%s{endpoint=\"%s\",code=\"%d\"} %lld\n", METRICS_REQUESTS_TOTAL,
+                strbuf_printf(out, "%s{%sendpoint=\"%s\",code=\"%d\"} %lld\n", METRICS_REQUESTS_TOTAL, m->label_pre,
                               metrics_endpoint_names[e], c, (long long)m->requests[e][c]);
-    strbuf_printf(out, "# HELP %s streams whose client went away before the end\n# TYPE %s counter\n%s %lld\n",
-                  METRICS_DISCONNECTS_TOTAL, METRICS_DISCONNECTS_TOTAL, METRICS_DISCONNECTS_TOTAL,
+    strbuf_printf(out, "# HELP %s streams whose client went away before the end\n# TYPE %s counter\n%s%s %lld\n",
+                  METRICS_DISCONNECTS_TOTAL, METRICS_DISCONNECTS_TOTAL, METRICS_DISCONNECTS_TOTAL, m->label,
                   (long long)m->disconnects);
     strbuf_printf(out,
                   "# HELP %s streams cancelled because their client stopped reading (--max-unsent-bytes)\n"
-                  "# TYPE %s counter\n%s %lld\n",
-                  METRICS_STALLED_TOTAL, METRICS_STALLED_TOTAL, METRICS_STALLED_TOTAL,
+                  "# TYPE %s counter\n%s%s %lld\n",
+                  METRICS_STALLED_TOTAL, METRICS_STALLED_TOTAL, METRICS_STALLED_TOTAL, m->label,
                   (long long)(stats ? stats->requests_stalled : 0));
-    metrics_render_histogram(&m->ttft, out);
-    metrics_render_histogram(&m->itl, out);
-    metrics_render_histogram(&m->e2e, out);
+    metrics_render_histogram(m, &m->ttft, out);
+    metrics_render_histogram(m, &m->itl, out);
+    metrics_render_histogram(m, &m->e2e, out);
     pthread_mutex_unlock(&m->lock);
     if (stats) {
 #define METRICS_EMIT(name, type, help, field) \
-    strbuf_printf(out, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", name, help, name, type, name, \
+    strbuf_printf(out, "# HELP %s %s\n# TYPE %s %s\n%s%s %lld\n", name, help, name, type, name, m->label, \
                   (long long)stats->field);
         METRICS_ENGINE_LIST(METRICS_EMIT)
 #undef METRICS_EMIT

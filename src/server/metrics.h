@@ -14,6 +14,10 @@
 
 #include "server/strbuf.h"
 
+/* ---- the label every sample carries when the server has an --instance-name ---- */
+#define METRICS_INSTANCE_LABEL "instance_name"
+#define METRICS_INSTANCE_MAX 64 /* bytes of [A-Za-z0-9._:-] */
+
 /* ---- names of the server's own metrics ---- */
 #define METRICS_REQUESTS_TOTAL "hearth_http_requests_total"        /* counter {endpoint, code} */
 #define METRICS_DISCONNECTS_TOTAL "hearth_client_disconnects_total" /* counter */
@@ -83,10 +87,16 @@ struct metrics {
     int64_t requests[METRICS_ENDPOINT_COUNT][600]; /* [endpoint][http status] */
     int64_t disconnects;
     struct metrics_histogram ttft, itl, e2e;
+    char label[METRICS_INSTANCE_MAX + 24];   /* {instance_name="NAME"}, or "" */
+    char label_pre[METRICS_INSTANCE_MAX + 24]; /* instance_name="NAME", (before other labels), or "" */
 };
 
 enum hr_status metrics_init(struct metrics *m, char *err, size_t errlen);
 void metrics_free(struct metrics *m);
+/* Whether name is a valid --instance-name (1..METRICS_INSTANCE_MAX bytes of [A-Za-z0-9._:-]). */
+bool metrics_instance_valid(const char *name);
+/* Labels every sample with instance_name="name" (a valid name; NULL: none). */
+void metrics_set_instance(struct metrics *m, const char *name);
 
 void metrics_count_request(struct metrics *m, enum metrics_endpoint ep, int http_status);
 void metrics_count_disconnect(struct metrics *m);

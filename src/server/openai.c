@@ -336,6 +336,11 @@ static enum hr_status openai_parse_common(struct openai_request *rq, const struc
     const char *user = NULL;
     if ((st = openai_get_string(rq->root, "user", false, 0, &user, eb)) != HR_OK)
         return st;
+    /* a load balancer's routing hint (deploy/haproxy.cfg hashes it): validated, then unused; the cache's
+     * namespace is cache_salt's */
+    const char *routing_key = NULL;
+    if ((st = openai_get_string(rq->root, "prompt_cache_key", false, 1024, &routing_key, eb)) != HR_OK)
+        return st;
     if ((st = openai_parse_stop(rq, lim, eb)) != HR_OK)
         return st;
     return openai_parse_logit_bias(rq, lim, eb);

@@ -121,6 +121,9 @@ enum hr_status server_start(struct server **out, const struct server_config *cfg
         cfg->idle_timeout_s < 1 || cfg->max_response_bytes < 1 || cfg->max_unsent_bytes < 1 ||
         cfg->head_timeout_s < 1 || cfg->max_conns_per_client < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "server limits must be positive");
+    if (cfg->instance_name && !metrics_instance_valid(cfg->instance_name))
+        return hr_err(err, errlen, HR_ERR_INVALID, "--instance-name must be 1..%d characters of [A-Za-z0-9._:-]",
+                      METRICS_INSTANCE_MAX);
     struct server *s = calloc(1, sizeof *s);
     if (!s)
         return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
@@ -148,6 +151,8 @@ enum hr_status server_start(struct server **out, const struct server_config *cfg
     atomic_init(&s->state, SERVER_STATE_LOADING);
     pthread_rwlock_init(&s->model_lock, NULL);
     enum hr_status st = metrics_init(&s->metrics, err, errlen);
+    if (st == HR_OK)
+        metrics_set_instance(&s->metrics, cfg->instance_name);
     if (st == HR_OK)
         st = auth_init(&s->auth, cfg->api_keys, cfg->n_api_keys, cfg->admin_api_keys, cfg->n_admin_api_keys,
                        cfg->salt_per_key, err, errlen);

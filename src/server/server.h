@@ -50,6 +50,7 @@ struct server_config {
     const char *allowed_methods;     /* NULL: "*" */
     const char *allowed_headers;     /* NULL: "*" */
     bool allow_credentials;
+    const char *instance_name;       /* --instance-name: a label on every /metrics sample; NULL: none */
 };
 
 void server_config_default(struct server_config *c);
