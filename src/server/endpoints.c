@@ -8,8 +8,9 @@
 
 json_t *endpoints_model_object(struct server *s)
 {
+    /* root is the served name: clients see no server paths */
     json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", s->model_name, "object", "model", "created",
-                          (json_int_t)s->started, "owned_by", "hearth", "root", s->model_dir);
+                          (json_int_t)s->started, "owned_by", "hearth", "root", s->model_name);
     if (m && server_engine(s)) {
         pthread_rwlock_rdlock(&s->model_lock);
         json_object_set_new(m, "max_model_len", json_integer(s->info.max_model_len));
