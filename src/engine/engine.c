@@ -523,11 +523,18 @@ static enum hr_status engine_logits(struct hearth_engine *e, const struct sched_
 static void engine_fail_rows(struct hearth_engine *e, const struct sched_plan *plan, const char *err)
 {
     log_error("step failed: %s", err);
+    /* A group may have several rows (n > 1): collect each once before any is freed. */
+    struct group *groups[plan->n_rows];
+    int n = 0;
     for (int i = 0; i < plan->n_rows; i++) {
         struct group *g = plan->rows[i].s->g;
-        if (g->state == GROUP_STATE_RUNNING)
-            engine_end_group(e, g, &e->sched.running, HEARTH_FINISH_ERROR, err);
+        if (g->state == GROUP_STATE_RUNNING && !g->failing) {
+            g->failing = true;
+            groups[n++] = g;
+        }
     }
+    for (int i = 0; i < n; i++)
+        engine_end_group(e, groups[i], &e->sched.running, HEARTH_FINISH_ERROR, err);
 }
 
 bool engine_step(struct hearth_engine *e)

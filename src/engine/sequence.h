@@ -69,6 +69,7 @@ struct group {
     int64_t arrival;           /* submission order */
     int64_t arrival_step;      /* the step at which it was queued */
     bool admitted_once;        /* cached_tokens is fixed at the first admission */
+    bool failing;              /* its step failed: it is being ended */
     int64_t admitted;          /* admission order: the most recent is preempted first */
     int cached_tokens;
     int completion_tokens;
