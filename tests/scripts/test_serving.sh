@@ -199,4 +199,9 @@ sleep 3; kill -INT "$cpid" 2>/dev/null
 wait "$cpid"; crc=$?
 check "chat: Ctrl-C stops each answer, the conversation goes on" [ "$crc" = 0 ] && \
   [ "$(grep -c '\[stopped\]' "$tmp/chat2.err")" = 2 ] && [ "$(grep -c 'prompt tokens' "$tmp/chat2.err")" = 2 ]
+python3 tests/e2e/chat_pty.py "$bin" "$tmp/model" >"$tmp/pty.log" 2>&1
+pp=$(sed -n 's/^RESULT passed=\([0-9]*\) failed=\([0-9]*\)$/\1/p' "$tmp/pty.log")
+pf=$(sed -n 's/^RESULT passed=\([0-9]*\) failed=\([0-9]*\)$/\2/p' "$tmp/pty.log")
+if [ "${pf:-1}" = 0 ] && [ "${pp:-0}" = 4 ]; then passed=$((passed + 4)); echo "ok   chat on a terminal: 4 checks"
+else fail "chat on a terminal (tests/e2e/chat_pty.py)"; cat "$tmp/pty.log"; fi
 finish
