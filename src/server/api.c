@@ -38,8 +38,8 @@ const struct api_route_info *api_route_find(const char *path, const char *method
     *allow = NULL;
     for (int i = 0; i < API_N_ROUTES; i++) {
         size_t k = strlen(api_routes[i].path);
-        if (api_routes[i].path[k - 1] == '/' ? strncmp(path, api_routes[i].path, k) != 0 || !path[k]
-                                 : strcmp(path, api_routes[i].path) != 0)
+        bool prefix = api_routes[i].path[k - 1] == '/';
+        if (prefix ? strncmp(path, api_routes[i].path, k) != 0 || !path[k] : strcmp(path, api_routes[i].path) != 0)
             continue;
         /* HEAD is GET without the body (MHD drops it) */
         if (!strcmp(method, api_routes[i].method) ||

@@ -235,7 +235,7 @@ queue_req() { # queue_req I MAX_TOKENS
   curl -s -m 60 -o "$tmp/q$1.body" -D "$tmp/q$1.h" -w '%{http_code}' "${auth[@]}" "${json[@]}" \
     -d '{"model":"tiny","prompt":"queue","max_tokens":'"$2"',"ignore_eos":true}' "$offb/v1/completions" >"$tmp/q$1.code"
 }
-queue_req 1 3000 &
+queue_req 1 1000 &
 for w in $(seq 1 200); do
   req GET "$offb/v1/stats" "${auth[@]}"
   [ "$(jget running)" = 1 ] && break

@@ -76,13 +76,13 @@ jget() { # PATH: a field of the JSON in $tmp/body
 header() { grep -i "^$1:" "$tmp/headers" | head -n1 | sed 's/^[^:]*: *//' | tr -d '\r'; }
 
 # ---- the pool and max_model_len
-start_server small --port 0 --kv-cache-mib 1 --kv-dtype f32 --reasoning-parser qwen3
+start_server small --port 0 --kv-cache-mib 1 --kv-dtype f32 --reasoning-parser qwen3 --log-level debug
 base="http://127.0.0.1:$port_small"
 check "start-up: max_model_len lowered to the pool, said once" \
   grep -q "max_model_len 1024 (the model's context 4096 is more than the KV pool's 1024 tokens" "$tmp/small.err"
 check "start-up summary: device, kernel, threads, pool, max_model_len, max_num_seqs" \
   grep -Eq "serve: device cpu, kernel cpu-[a-z0-9]+, 2 threads; KV pool 1024 tokens \(64 blocks of 16, f32\); max_model_len 1024; max_num_seqs 64" "$tmp/small.err"
-check "no libmicrohttpd complaint about the logger option" bash -c "! grep -q 'EXTERNAL_LOGGER' '$tmp/small.err'"
+check "no libmicrohttpd complaint about the logger option (at debug level)" bash -c "! grep -q 'EXTERNAL_LOGGER' '$tmp/small.err'"
 req GET "$base/v1/models"
 check "/v1/models: max_model_len is the pool's" [ "$(jget data.0.max_model_len)" = 1024 ]
 ids1023=$(node -e 'console.log(Array(1023).fill(100).join(","))')
@@ -199,4 +199,9 @@ sleep 3; kill -INT "$cpid" 2>/dev/null
 wait "$cpid"; crc=$?
 check "chat: Ctrl-C stops each answer, the conversation goes on" [ "$crc" = 0 ] && \
   [ "$(grep -c '\[stopped\]' "$tmp/chat2.err")" = 2 ] && [ "$(grep -c 'prompt tokens' "$tmp/chat2.err")" = 2 ]
+python3 tests/e2e/chat_pty.py "$bin" "$tmp/model" >"$tmp/pty.log" 2>&1
+pp=$(sed -n 's/^RESULT passed=\([0-9]*\) failed=\([0-9]*\)$/\1/p' "$tmp/pty.log")
+pf=$(sed -n 's/^RESULT passed=\([0-9]*\) failed=\([0-9]*\)$/\2/p' "$tmp/pty.log")
+if [ "${pf:-1}" = 0 ] && [ "${pp:-0}" = 4 ]; then passed=$((passed + 4)); echo "ok   chat on a terminal: 4 checks"
+else fail "chat on a terminal (tests/e2e/chat_pty.py)"; cat "$tmp/pty.log"; fi
 finish
