@@ -286,12 +286,17 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
     }
 }
 
+int n_tiles_of(int n, enum cuda_epi epi);
+
+/* 128-row tiles where the n tiles alone fill the SMs (no K split: lm_head, the 8B
+ * gate/up); 64-row tiles under a split, where more, smaller blocks stream the weights
+ * faster (bench/notes/cuda.md). */
 int tile_of(int n, int k, enum cuda_epi epi)
 {
-    (void)n;
     (void)k;
-    (void)epi;
-    return g_tile_forced >= 0 ? g_tile_forced : TILE_64x64;
+    if (g_tile_forced >= 0)
+        return g_tile_forced;
+    return n_tiles_of(n, epi) >= g_sm_count ? TILE_128x64 : TILE_64x64;
 }
 
 int tile_bm(int t)
