@@ -575,13 +575,25 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
             g_tile_forced = -1; /* wgmma is Hopper's alone */
 #endif
         if (g_tile_forced < 0 && strcmp(t, tile_names[TILE_WGMMA]) != 0)
-            return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_TILE=%s: not one of 64x64, 128x64, wgmma128x64", t);
+            return hr_err(err, errlen, HR_ERR_INVALID,
+                          "HEARTH_CUDA_GEMM_TILE=%s: not one of 64x64, 128x64, wgmma128x64", t);
     }
-#if defined(CUK_HOPPER)
-    wg_set_smem();
-#endif
+    int dev = 0, optin = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (optin < cfg64x64::SMEM || optin < cfg128x64::SMEM)
+        return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
+                      "cuda gemm (%s): the tiles need %d bytes of shared memory a block, the device gives %d",
+                      CUK_STR(CUK_VARIANT), cfg128x64::SMEM > cfg64x64::SMEM ? cfg128x64::SMEM : cfg64x64::SMEM, optin);
     set_smem<cfg64x64>();
     set_smem<cfg128x64>();
+#if defined(CUK_HOPPER)
+    if (optin < wg::SMEM)
+        return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
+                      "cuda gemm (%s): the wgmma tile needs %d bytes of shared memory a block, the device gives %d",
+                      CUK_STR(CUK_VARIANT), wg::SMEM, optin);
+    wg_set_smem();
+#endif
     return launch_status("gemm prepare", err, errlen);
 }
 
