@@ -35,7 +35,7 @@ CU_OBJS     := $(CUDA_BUILD)/dev.o $(CU_VARIANT:src/kernels/cuda/%.cu=$(CUDA_BUI
                $(CU_VARIANT:src/kernels/cuda/%.cu=$(CUDA_BUILD)/sm80/%.o)
 CFLAGS_BASE += -DHEARTH_CUDA=1
 LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
-GENCODE_sm90a = -gencode=arch=compute_90a,code=sm_90a
+GENCODE_sm90a = -gencode=arch=compute_90a,code=sm_90a -DCUK_HOPPER=1
 GENCODE_sm80  = -gencode=arch=compute_80,code=[sm_80,compute_80]
 endif
 

@@ -26,8 +26,8 @@ constexpr int BN = 128, THREADS = 256;
 
 /* Tile configurations (BM x BN x BK, STAGES); which one a shape uses is a function of
  * the shape alone (tile_of), or HEARTH_CUDA_GEMM_TILE for the whole process. */
-enum tile { TILE_64x64, TILE_128x64, TILE_COUNT };
-static const char *const tile_names[TILE_COUNT] = {"64x64", "128x64"};
+enum tile { TILE_64x64, TILE_128x64, TILE_WGMMA, TILE_COUNT };
+static const char *const tile_names[TILE_COUNT] = {"64x64", "128x64", "wgmma128x64"};
 
 template <int BM_, int BK_, int STAGES_> struct cfg {
     static constexpr int BM = BM_, BK = BK_, STAGES = STAGES_;
@@ -286,17 +286,247 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
     }
 }
 
+
+#if defined(CUK_HOPPER)
+/* ------------------------------------------------------------------ wgmma (sm90a) */
+
+/* 128 x 128 tiles, BK 64, two warpgroups (64 rows each, m64n128k16 wgmma from shared
+ * memory); cp.async fills 128-byte-swizzled rows (chunk c of row r at c ^ (r % 8)), the
+ * layout the wgmma descriptors name.  Each accumulator element still sees the k16
+ * steps of its range in ascending order, so the K split and the combine are those of
+ * the mma.sync kernels. */
+namespace wg {
+constexpr int BM = 128, BK = 64, STAGES = 4;
+constexpr int TILE_BYTES = 128 * BK * 2; /* A or B, one stage: 16 KB */
+constexpr int PIPE = STAGES * 2 * TILE_BYTES;
+constexpr int EPI_LD = BN + 1;
+constexpr int SMEM = PIPE + 1024; /* + alignment to 1024 (the swizzle's period) */
+static_assert(BM * EPI_LD * 4 <= PIPE, "SwiGLU staging fits");
+}
+
+__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
+{
+    uint64_t d = 0;
+    d |= (uint64_t)((saddr & 0x3FFFF) >> 4);
+    d |= (uint64_t)1 << 16;            /* leading byte offset (unused with this swizzle) */
+    d |= (uint64_t)(1024 >> 4) << 32;  /* stride: 8 rows of 128 bytes */
+    d |= (uint64_t)1 << 62;            /* 128-byte swizzle */
+    return d;
+}
+
+__device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db)
+{
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n"
+                 "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(1));
+}
+
+template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kernel(params p)
+{
+    using namespace wg;
+    extern __shared__ __align__(128) uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint8_t *sa = smem, *sb = smem + STAGES * TILE_BYTES;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wgi = warp >> 2, wr = warp & 3;
+    const int nt = blockIdx.x, mt = blockIdx.y, s = blockIdx.z;
+    const int m0 = mt * BM;
+    const int kt_per = p.k / BK / p.split, kt0 = s * kt_per;
+    constexpr bool swiglu = EPI == CUDA_EPI_SWIGLU_BF16;
+
+    /* 4 chunks of A and 4 of B a thread: row = idx / 8, chunk = idx % 8 */
+    const uint16_t *a_src[4], *b_src[4];
+    bool a_ok[4], b_ok[4];
+    int dst[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int idx = tid + i * THREADS, r = idx >> 3, c = idx & 7;
+        dst[i] = r * 128 + ((c ^ (r & 7)) << 4);
+        a_ok[i] = m0 + r < p.m;
+        a_src[i] = p.x + (size_t)(a_ok[i] ? m0 + r : 0) * p.k + c * 8;
+        const uint16_t *base = p.w;
+        int n_at;
+        if (swiglu) {
+            n_at = nt * (BN / 2) + (r & (BN / 2 - 1));
+            base = r < BN / 2 ? p.w : p.w_up;
+        } else {
+            n_at = nt * BN + r;
+        }
+        b_ok[i] = n_at < p.n;
+        b_src[i] = base + (size_t)(b_ok[i] ? n_at : 0) * p.k + c * 8;
+    }
+    auto load = [&](int stage, int kt) {
+        size_t ko = (size_t)kt * BK;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            cp16(sa + stage * TILE_BYTES + dst[i], a_src[i] + ko, a_ok[i]);
+            cp16(sb + stage * TILE_BYTES + dst[i], b_src[i] + ko, b_ok[i]);
+        }
+    };
+
+    float d[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        d[i] = 0.0f;
+    const bool active = m0 + wgi * 64 < p.m; /* warpgroup-uniform */
+    const uint32_t sa_addr = (uint32_t)__cvta_generic_to_shared(sa), sb_addr = (uint32_t)__cvta_generic_to_shared(sb);
+
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; st++) {
+        if (st < kt_per)
+            load(st, kt0 + st);
+        cp_commit();
+    }
+    for (int kt = 0; kt < kt_per; kt++) {
+        cp_wait<STAGES - 2>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        int nk = kt + STAGES - 1;
+        if (nk < kt_per)
+            load(nk % STAGES, kt0 + nk);
+        cp_commit();
+        if (!active)
+            continue;
+        int stg = kt % STAGES;
+        uint32_t a0 = sa_addr + stg * TILE_BYTES + wgi * 64 * 128, b0 = sb_addr + stg * TILE_BYTES;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++)
+            wg_mma(d, wg_desc(a0 + kk * 32), wg_desc(b0 + kk * 32));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    }
+    cp_wait<0>();
+
+    /* element (i, r) of d: row wgi*64 + wr*16 + lane/4 + 8*(r/2), column 8i + 2*(lane%4) + r%2 */
+    const int pw = p.n_tiles * BN;
+    if (p.split > 1) {
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int row = m0 + wgi * 64 + wr * 16 + (lane >> 2) + (r >> 1) * 8;
+                int col = nt * BN + i * 8 + (lane & 3) * 2 + (r & 1);
+                if (row < p.m)
+                    __stcg(p.part + ((size_t)s * p.m + row) * pw + col, d[4 * i + r]);
+            }
+        __threadfence();
+        __syncthreads();
+        __shared__ int last;
+        if (tid == 0) {
+            int t = atomicAdd(p.tickets + (size_t)mt * p.n_tiles + nt, 1);
+            last = t == p.split - 1;
+            if (last)
+                p.tickets[(size_t)mt * p.n_tiles + nt] = 0;
+        }
+        __syncthreads();
+        if (!last)
+            return;
+        __threadfence();
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int row = m0 + wgi * 64 + wr * 16 + (lane >> 2) + (r >> 1) * 8;
+                int col = nt * BN + i * 8 + (lane & 3) * 2 + (r & 1);
+                if (row >= p.m)
+                    continue;
+                float v = __ldcg(p.part + (size_t)row * pw + col);
+                for (int q = 1; q < p.split; q++)
+                    v = __fadd_rn(v, __ldcg(p.part + ((size_t)q * p.m + row) * pw + col));
+                d[4 * i + r] = v;
+            }
+    }
+    if constexpr (EPI == CUDA_EPI_SWIGLU_BF16) {
+        __syncthreads();
+        float *tile = (float *)smem;
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int lr = wgi * 64 + wr * 16 + (lane >> 2) + (r >> 1) * 8;
+                int lc = i * 8 + (lane & 3) * 2 + (r & 1);
+                tile[lr * EPI_LD + lc] = d[4 * i + r];
+            }
+        __syncthreads();
+        uint16_t *y = (uint16_t *)p.y;
+        for (int e = tid; e < BM * (BN / 2); e += THREADS) {
+            int lr = e / (BN / 2), lc = e % (BN / 2);
+            int row = m0 + lr, col = nt * (BN / 2) + lc;
+            if (row >= p.m || col >= p.n)
+                continue;
+            float g = tile[lr * EPI_LD + lc], u = tile[lr * EPI_LD + BN / 2 + lc];
+            float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+            y[(size_t)row * p.n + col] = f32_to_bf16(__fmul_rn(silu, u));
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int row = m0 + wgi * 64 + wr * 16 + (lane >> 2) + h * 8;
+                int col = nt * BN + i * 8 + (lane & 3) * 2;
+                if (row >= p.m || col >= p.n)
+                    continue;
+                float v0 = d[4 * i + 2 * h], v1 = d[4 * i + 2 * h + 1];
+                size_t at = (size_t)row * p.n + col;
+                if constexpr (EPI == CUDA_EPI_STORE_F32) {
+                    *(float2 *)((float *)p.y + at) = make_float2(v0, v1);
+                } else if constexpr (EPI == CUDA_EPI_ADD_F32) {
+                    float2 o = *(float2 *)((float *)p.y + at);
+                    *(float2 *)((float *)p.y + at) = make_float2(__fadd_rn(o.x, v0), __fadd_rn(o.y, v1));
+                } else {
+                    uint32_t pk = (uint32_t)f32_to_bf16(v0) | ((uint32_t)f32_to_bf16(v1) << 16);
+                    *(uint32_t *)((uint16_t *)p.y + at) = pk;
+                }
+            }
+    }
+}
+
+void wg_set_smem()
+{
+    cudaFuncSetAttribute(gemm_wgmma_kernel<CUDA_EPI_STORE_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::SMEM);
+    cudaFuncSetAttribute(gemm_wgmma_kernel<CUDA_EPI_ADD_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::SMEM);
+    cudaFuncSetAttribute(gemm_wgmma_kernel<CUDA_EPI_STORE_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::SMEM);
+    cudaFuncSetAttribute(gemm_wgmma_kernel<CUDA_EPI_SWIGLU_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::SMEM);
+}
+
+void wg_launch(const params &p, enum cuda_epi epi, cudaStream_t st)
+{
+    dim3 grid(p.n_tiles, (p.m + wg::BM - 1) / wg::BM, p.split);
+    switch (epi) {
+    case CUDA_EPI_STORE_F32: gemm_wgmma_kernel<CUDA_EPI_STORE_F32><<<grid, THREADS, wg::SMEM, st>>>(p); break;
+    case CUDA_EPI_ADD_F32: gemm_wgmma_kernel<CUDA_EPI_ADD_F32><<<grid, THREADS, wg::SMEM, st>>>(p); break;
+    case CUDA_EPI_STORE_BF16: gemm_wgmma_kernel<CUDA_EPI_STORE_BF16><<<grid, THREADS, wg::SMEM, st>>>(p); break;
+    case CUDA_EPI_SWIGLU_BF16: gemm_wgmma_kernel<CUDA_EPI_SWIGLU_BF16><<<grid, THREADS, wg::SMEM, st>>>(p); break;
+    }
+}
+#endif /* CUK_HOPPER */
+
+int n_tiles_of(int n, enum cuda_epi epi);
+
+/* 128-row tiles where the n tiles alone fill the SMs (no K split: lm_head, the 8B
+ * gate/up), by wgmma on Hopper; 64-row mma.sync tiles under a split, where more,
+ * smaller blocks stream the weights faster (bench/notes/cuda.md). */
 int tile_of(int n, int k, enum cuda_epi epi)
 {
-    (void)n;
     (void)k;
-    (void)epi;
-    return g_tile_forced >= 0 ? g_tile_forced : TILE_64x64;
+    if (g_tile_forced >= 0)
+        return g_tile_forced;
+#if defined(CUK_HOPPER)
+    return n_tiles_of(n, epi) >= g_sm_count ? TILE_WGMMA : TILE_64x64;
+#else
+    return n_tiles_of(n, epi) >= g_sm_count ? TILE_128x64 : TILE_64x64;
+#endif
 }
 
 int tile_bm(int t)
 {
-    return t == TILE_128x64 ? 128 : 64;
+    return t == TILE_128x64 || t == TILE_WGMMA ? 128 : 64;
 }
 int tile_bk(int t)
 {
@@ -340,11 +570,30 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
         for (int i = 0; i < TILE_COUNT; i++)
             if (strcmp(t, tile_names[i]) == 0)
                 g_tile_forced = i;
-        if (g_tile_forced < 0)
-            return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_TILE=%s: not one of 64x64, 128x64", t);
+#if !defined(CUK_HOPPER)
+        if (g_tile_forced == TILE_WGMMA)
+            g_tile_forced = -1; /* wgmma is Hopper's alone */
+#endif
+        if (g_tile_forced < 0 && strcmp(t, tile_names[TILE_WGMMA]) != 0)
+            return hr_err(err, errlen, HR_ERR_INVALID,
+                          "HEARTH_CUDA_GEMM_TILE=%s: not one of 64x64, 128x64, wgmma128x64", t);
     }
+    int dev = 0, optin = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (optin < cfg64x64::SMEM || optin < cfg128x64::SMEM)
+        return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
+                      "cuda gemm (%s): the tiles need %d bytes of shared memory a block, the device gives %d",
+                      CUK_STR(CUK_VARIANT), cfg128x64::SMEM > cfg64x64::SMEM ? cfg128x64::SMEM : cfg64x64::SMEM, optin);
     set_smem<cfg64x64>();
     set_smem<cfg128x64>();
+#if defined(CUK_HOPPER)
+    if (optin < wg::SMEM)
+        return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
+                      "cuda gemm (%s): the wgmma tile needs %d bytes of shared memory a block, the device gives %d",
+                      CUK_STR(CUK_VARIANT), wg::SMEM, optin);
+    wg_set_smem();
+#endif
     return launch_status("gemm prepare", err, errlen);
 }
 
@@ -414,6 +663,10 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     cudaStream_t st = (cudaStream_t)stream;
     if (t == TILE_64x64)
         launch<cfg64x64>(p, g->epi, st);
+#if defined(CUK_HOPPER)
+    else if (t == TILE_WGMMA)
+        wg_launch(p, g->epi, st);
+#endif
     else
         launch<cfg128x64>(p, g->epi, st);
     return launch_status("gemm", err, errlen);
