@@ -238,10 +238,10 @@ fi
 # ---- 7. a client that stops reading: its stream is cancelled past --max-unsent-bytes
 #      (counted), and SIGTERM's grace bounds the whole stop even with it still connected
 if part stall; then
-  start_server stall "$tmp/model" --max-unsent-bytes 1048576 --shutdown-grace-ms 1000
+  start_server stall "$tmp/model" --max-unsent-bytes 65536 --shutdown-grace-ms 1000 --kv-cache-mib 256
   stb="http://127.0.0.1:$port_stall"
   python3 "$PWD/tests/e2e/stalled_client.py" "$port_stall" 60 \
-    '{"model":"tiny","prompt":"stall","n":4,"max_tokens":3000,"logprobs":20,"ignore_eos":true,"stream":true}' &
+    '{"model":"tiny","prompt":"stall","n":16,"max_tokens":4000,"ignore_eos":true,"stream":true}' &
   stall_pid=$!; pids+=("$stall_pid")
   stalled=0
   for _ in $(seq 1 200); do
