@@ -291,7 +291,7 @@ if part mmap; then
   check "no-mmap: the server is alive" kill -0 "$pid_nommap"
   # reload while a writer keeps changing the weights file in place: refused, old model serves
   cp "$tmp/model/model.safetensors" "$tmp/model_nommap/model.safetensors"
-  ( while :; do printf x >>"$tmp/model_nommap/model.safetensors"; done ) &
+  ( trap - EXIT; while :; do printf x >>"$tmp/model_nommap/model.safetensors"; done ) &
   writer=$!; pids+=("$writer")
   req POST "$nb/v1/reload"
   kill "$writer" 2>/dev/null; wait "$writer" 2>/dev/null
