@@ -4,6 +4,7 @@
 #   fuzz_config       config.json / generation_config.json parsing
 #   fuzz_openai       OpenAI request parsing and validation (/v1/completions, /v1/chat/completions)
 #   fuzz_template     the Jinja chat-template parser and renderer
+#   fuzz_grammar      GBNF / JSON Schema / regex / choice compilers, the matcher and its masks
 # With FUZZ_SECONDS=N (or `build.sh N`) also runs each for N seconds over its corpus;
 # new inputs go to build-fuzz/corpus-<target>/ (copy crashers into tests/fuzz/corpus/<target>/).
 set -euo pipefail
@@ -15,12 +16,16 @@ flags="-std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 base="src/base/status.c src/base/log.c src/base/fileio.c"
 $cc $flags -o "$out/fuzz_safetensors" tests/fuzz/fuzz_safetensors.c src/model/safetensors.c $base -ljansson
 $cc $flags -o "$out/fuzz_config" tests/fuzz/fuzz_config.c src/model/config.c $base -ljansson -lm
-$cc $flags -o "$out/fuzz_openai" tests/fuzz/fuzz_openai.c src/server/openai.c $base -ljansson -lm
+grammar="src/grammar/grammar.c src/grammar/gbnf.c src/grammar/json_schema.c src/grammar/regex.c"
+$cc $flags -o "$out/fuzz_openai" tests/fuzz/fuzz_openai.c src/server/openai.c src/server/structured.c $grammar $base -ljansson -lm
+$cc $flags -o "$out/fuzz_grammar" tests/fuzz/fuzz_grammar.c $grammar src/grammar/matcher.c src/grammar/vocab.c \
+  src/grammar/grammar_mask.c src/grammar/grammar_cache.c $(ls src/tokenizer/*.c | grep -v /template) $base \
+  -ljansson -lonig -lxxhash -lm -pthread
 $cc $flags -o "$out/fuzz_template" tests/fuzz/fuzz_template.c src/tokenizer/template*.c $base -ljansson -lm
-echo "built $out/fuzz_safetensors $out/fuzz_config $out/fuzz_openai $out/fuzz_template"
+echo "built $out/fuzz_safetensors $out/fuzz_config $out/fuzz_openai $out/fuzz_template $out/fuzz_grammar"
 secs=${1:-${FUZZ_SECONDS:-0}}
 if [ "$secs" -gt 0 ]; then
-  for t in safetensors config openai template; do
+  for t in safetensors config openai template grammar; do
     dict=tests/fuzz/json.dict
     [ $t = template ] && dict=tests/fuzz/template.dict
     mkdir -p "$out/corpus-$t"

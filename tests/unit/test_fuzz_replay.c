@@ -16,6 +16,9 @@
 #define LLVMFuzzerTestOneInput fuzz_config_entry
 #include "../fuzz/fuzz_config.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_grammar_entry
+#include "../fuzz/fuzz_grammar.c"
+#undef LLVMFuzzerTestOneInput
 
 static const char *corpus_dir(void)
 {
@@ -84,9 +87,17 @@ static void test_replay_config(void)
     printf("  %d config inputs\n", n);
 }
 
+static void test_replay_grammar(void)
+{
+    int n = replay("grammar", fuzz_grammar_run, fuzz_grammar_entry);
+    CHECK(n >= 10);
+    printf("  %d grammar inputs\n", n);
+}
+
 int main(void)
 {
     TEST_RUN(test_replay_safetensors);
     TEST_RUN(test_replay_config);
+    TEST_RUN(test_replay_grammar);
     TEST_END();
 }
