@@ -361,9 +361,12 @@ static bool inline_pass(struct grammar_builder *b)
                         b->oom = true;
                         na.n = 0;
                     } else {
-                        memcpy(na.e, old.e, (size_t)i * sizeof *na.e);
-                        memcpy(na.e + i, xa->e, (size_t)xa->n * sizeof *na.e);
-                        memcpy(na.e + i + xa->n, old.e + i + 1, (size_t)(old.n - i - 1) * sizeof *na.e);
+                        if (i > 0)
+                            memcpy(na.e, old.e, (size_t)i * sizeof *na.e);
+                        if (xa->n > 0)
+                            memcpy(na.e + i, xa->e, (size_t)xa->n * sizeof *na.e);
+                        if (old.n - i - 1 > 0)
+                            memcpy(na.e + i + xa->n, old.e + i + 1, (size_t)(old.n - i - 1) * sizeof *na.e);
                     }
                     rr->alts[a + k] = na;
                     b->n_elems += n + 1;
@@ -519,7 +522,8 @@ enum hr_status grammar_builder_finish(struct grammar_builder *b, const char *roo
         const struct grammar_brule *rr = &b->rules[r];
         for (int a = 0; a < rr->n_alts; a++) {
             g->alt_start[na++] = ne;
-            memcpy(g->elems + ne, rr->alts[a].e, (size_t)rr->alts[a].n * sizeof *g->elems);
+            if (rr->alts[a].n > 0)
+                memcpy(g->elems + ne, rr->alts[a].e, (size_t)rr->alts[a].n * sizeof *g->elems);
             ne += rr->alts[a].n;
             g->elems[ne++] = (struct grammar_elem){.kind = GRAMMAR_ELEM_END};
         }
@@ -531,7 +535,8 @@ enum hr_status grammar_builder_finish(struct grammar_builder *b, const char *roo
     g->rule_alt[nr] = na;
     g->n_alts = na;
     g->n_elems = ne;
-    memcpy(g->classes, b->classes, (size_t)b->n_classes * sizeof *g->classes);
+    if (b->n_classes > 0)
+        memcpy(g->classes, b->classes, (size_t)b->n_classes * sizeof *g->classes);
     g->n_classes = b->n_classes;
 out:
     free(prod);

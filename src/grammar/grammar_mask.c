@@ -28,11 +28,6 @@ static inline void bit_set(uint64_t *b, int32_t t)
     b[t >> 6] |= 1ull << (t & 63);
 }
 
-static inline bool bit_get(const uint64_t *b, int32_t t)
-{
-    return (b[t >> 6] >> (t & 63)) & 1;
-}
-
 static void sink_emit(struct walk_sink *k, int rank, enum walk_result r)
 {
     if (k->bits) {

@@ -6,6 +6,7 @@
 #   fuzz_template     the Jinja chat-template parser and renderer
 #   fuzz_http         one HTTP request as the server's glue sees it: the head (gate.c's
 #                     framing checks), the route, the body by Content-Length, the OpenAI parse
+#   fuzz_grammar      GBNF / JSON Schema / regex / choice compilers, the matcher and its masks
 # With FUZZ_SECONDS=N (or `build.sh N`) also runs each for N seconds over its corpus;
 # new inputs go to build-fuzz/corpus-<target>/ (copy crashers into tests/fuzz/corpus/<target>/).
 set -euo pipefail
@@ -17,13 +18,18 @@ flags="-std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 base="src/base/status.c src/base/log.c src/base/fileio.c"
 $cc $flags -o "$out/fuzz_safetensors" tests/fuzz/fuzz_safetensors.c src/model/safetensors.c $base -ljansson
 $cc $flags -o "$out/fuzz_config" tests/fuzz/fuzz_config.c src/model/config.c $base -ljansson -lm
-$cc $flags -o "$out/fuzz_openai" tests/fuzz/fuzz_openai.c src/server/openai.c $base -ljansson -lm
+grammar="src/grammar/grammar.c src/grammar/gbnf.c src/grammar/json_schema.c src/grammar/regex.c"
+$cc $flags -o "$out/fuzz_openai" tests/fuzz/fuzz_openai.c src/server/openai.c src/server/structured.c $grammar $base -ljansson -lm
+$cc $flags -o "$out/fuzz_grammar" tests/fuzz/fuzz_grammar.c $grammar src/grammar/matcher.c src/grammar/vocab.c \
+  src/grammar/grammar_mask.c src/grammar/grammar_cache.c $(ls src/tokenizer/*.c) $base \
+  -ljansson -lonig -lxxhash -lm -pthread
 $cc $flags -o "$out/fuzz_template" tests/fuzz/fuzz_template.c src/template/template*.c $base -ljansson -lm
-$cc $flags -o "$out/fuzz_http" tests/fuzz/fuzz_http.c src/server/gate.c src/server/openai.c $base -ljansson -lm -pthread
-echo "built $out/fuzz_safetensors $out/fuzz_config $out/fuzz_openai $out/fuzz_template $out/fuzz_http"
+$cc $flags -o "$out/fuzz_http" tests/fuzz/fuzz_http.c src/server/gate.c src/server/openai.c src/server/structured.c \
+  $grammar $base -ljansson -lm -pthread
+echo "built $out/fuzz_safetensors $out/fuzz_config $out/fuzz_openai $out/fuzz_template $out/fuzz_http $out/fuzz_grammar"
 secs=${1:-${FUZZ_SECONDS:-0}}
 if [ "$secs" -gt 0 ]; then
-  for t in safetensors config openai template http; do
+  for t in safetensors config openai template http grammar; do
     dict=tests/fuzz/json.dict
     [ $t = template ] && dict=tests/fuzz/template.dict
     [ $t = http ] && dict=tests/fuzz/http.dict

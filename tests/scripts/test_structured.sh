@@ -2,7 +2,9 @@
 # Structured outputs end to end: `hearth serve` on a random-weight tiny Qwen3 checkpoint with
 # the real Qwen3 tokenizer, on 127.0.0.1 and a free port; tests/e2e/structured.mjs checks the
 # schema corpus with ajv, the other constraint kinds, forced tool calls through the openai
-# client, the 400s, and exactness (alone/batched, cold/warm, streamed). Then `hearth generate`
+# client, the 400s, and exactness (alone/batched, cold/warm, streamed);
+# tests/e2e/structured_clients.mjs runs the AI SDK's generateObject and LangChain's
+# withStructuredOutput against it. Then `hearth generate`
 # with the same constraint flags. The server is always killed at the end.
 # Ends with "RESULT passed=N failed=N".
 set -u
@@ -19,8 +21,9 @@ cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; wait 2>/dev/null; rm -r
 trap cleanup EXIT
 
 if [ ! -x "$bin" ]; then fail "no binary at $bin"; finish; fi
-if [ ! -s tests/.cache/qwen3/tokenizer.json ] || [ ! -d tests/oracle/node_modules/ajv-formats ]; then
-  [ -d tests/oracle/node_modules/ajv-formats ] || rm -f tests/oracle/node_modules/.installed
+if [ ! -s tests/.cache/qwen3/tokenizer.json ] || [ ! -d tests/oracle/node_modules/ajv-formats ] ||
+   [ ! -d tests/oracle/node_modules/@langchain/openai ]; then
+  rm -f tests/oracle/node_modules/.installed
   bash scripts/testdata.sh >/dev/null 2>&1 || { fail "test data (run scripts/testdata.sh)"; finish; }
 fi
 if ! "$bin" mkmodel --shape tiny --tokenizer tests/.cache/qwen3 --out "$tmp/model" >"$tmp/mkmodel.log" 2>&1; then
@@ -52,6 +55,15 @@ if [ -n "$line" ]; then
   failed=$((failed + $(sed -E 's/.*failed=([0-9]+).*/\1/' <<<"$line")))
 else
   fail "structured.mjs printed no RESULT"; tail -n 30 "$tmp/client.log"
+fi
+if timeout 600 node tests/e2e/structured_clients.mjs "http://127.0.0.1:$port" tiny >"$tmp/clients.log" 2>&1; then :; fi
+cat "$tmp/clients.log" | grep -v '^RESULT'
+line=$(grep -E '^RESULT passed=[0-9]+ failed=[0-9]+$' "$tmp/clients.log" | tail -n1)
+if [ -n "$line" ]; then
+  passed=$((passed + $(sed -E 's/.*passed=([0-9]+).*/\1/' <<<"$line")))
+  failed=$((failed + $(sed -E 's/.*failed=([0-9]+).*/\1/' <<<"$line")))
+else
+  fail "structured_clients.mjs printed no RESULT"; tail -n 30 "$tmp/clients.log"
 fi
 if kill -0 "$pid" 2>/dev/null; then ok "the server is still up"; else fail "the server died"; tail -n 30 "$tmp/serve.err"; fi
 kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rc=$?; pid=""

@@ -19,6 +19,9 @@
 #define LLVMFuzzerTestOneInput fuzz_http_entry
 #include "../fuzz/fuzz_http.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_grammar_entry
+#include "../fuzz/fuzz_grammar.c"
+#undef LLVMFuzzerTestOneInput
 
 static const char *corpus_dir(void)
 {
@@ -94,10 +97,18 @@ static void test_replay_http(void)
     printf("  %d http inputs\n", n);
 }
 
+static void test_replay_grammar(void)
+{
+    int n = replay("grammar", fuzz_grammar_run, fuzz_grammar_entry);
+    CHECK(n >= 10);
+    printf("  %d grammar inputs\n", n);
+}
+
 int main(void)
 {
     TEST_RUN(test_replay_safetensors);
     TEST_RUN(test_replay_config);
     TEST_RUN(test_replay_http);
+    TEST_RUN(test_replay_grammar);
     TEST_END();
 }

@@ -363,14 +363,14 @@ static void test_json_masks_and_sentences(void)
 static void test_schema_masks(void)
 {
     const char *schemas[] = {
-        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":3},"
+        ("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":3},"
         "\"b\":{\"type\":\"string\",\"maxLength\":3},\"c\":{\"type\":\"array\",\"items\":{\"type\":"
-        "\"string\",\"minLength\":1,\"maxLength\":2},\"maxItems\":3}},\"required\":[\"a\"]}",
-        "{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\",\"minimum\":0,"
+        "\"string\",\"minLength\":1,\"maxLength\":2},\"maxItems\":3}},\"required\":[\"a\"]}"),
+        ("{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\",\"minimum\":0,"
         "\"maximum\":12},\"k\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},\"maxItems\":2}},"
-        "\"required\":[\"v\"]}},\"$ref\":\"#/$defs/n\"}",
-        "{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"string\",\"format\":\"email\"},{\"type\":\"null\"},"
-        "{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\\\"c\"]}}]}",
+        "\"required\":[\"v\"]}},\"$ref\":\"#/$defs/n\"}"),
+        ("{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"string\",\"format\":\"email\"},{\"type\":\"null\"},"
+        "{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\\\"c\"]}}]}"),
         "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\",\"maximum\":-3}}",
     };
     for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
