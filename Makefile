@@ -22,10 +22,23 @@ LDLIBS  = -ljansson -lonig -lmicrohttpd -lxxhash -ledit -lm -pthread
 # gets an error from cuda_dev_init, not a missing library at start-up.
 CUDA    ?= 1
 ifneq ($(CUDA),0)
-NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+ifeq ($(origin NVCC),undefined)
+NVCC    := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+endif
+endif
+# The toolkit's root is where nvcc itself runs from (nvcc -dryrun says so as _HERE_):
+# an nvcc on PATH may be a wrapper script elsewhere (/usr/local/bin/nvcc exec'ing the
+# real one), so neither its own path nor its realpath names the toolkit.
+ifneq ($(strip $(NVCC)),)
+ifeq ($(origin CUDA_HOME),undefined)
+CUDA_HOME   := $(realpath $(shell $(NVCC) -dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^\#\$$ _HERE_=//p' | head -n1)/..)
+endif
+ifeq ($(wildcard $(CUDA_HOME)/lib64/libcudart_static.a),)
+$(warning nvcc found ($(NVCC)) but no $(CUDA_HOME)/lib64/libcudart_static.a: building without CUDA (set CUDA_HOME, or CUDA=0 to silence))
+NVCC :=
+endif
 endif
 ifneq ($(strip $(NVCC)),)
-CUDA_HOME   := $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
 CUDA_BUILD  ?= build-cuda
 NVCC_FLAGS  = -std=c++17 -O3 -g -lineinfo --fmad=false -Iinclude -Isrc \
               -Xcompiler -fno-strict-aliasing,-ffp-contract=off,-Wall,-Wextra -Xptxas -warn-spills
