@@ -74,6 +74,12 @@ struct hearth_engine_params {
     const char *schedule;       /* "lpm" (default: longest cached prefix first) or "fcfs" */
     int max_wait_steps;         /* lpm: a group waiting longer than this goes first (default 32) */
     bool no_mmap;               /* read the weights into memory instead of mapping the files */
+    const char *load_format;    /* NULL/"auto"/"safetensors": the directory's files; "dummy": weights
+                                   generated from config.json alone (benchmarks of shapes whose
+                                   checkpoints are not at hand; vLLM's name) */
+    double gpu_memory_utilization; /* a device backend with kv_cache_bytes 0: the KV pool takes what
+                                   is left of this fraction of the card's memory once weights and
+                                   scratch are in (vLLM's meaning; 0: 0.9) */
 };
 
 void hearth_engine_params_default(struct hearth_engine_params *p);

@@ -14,11 +14,14 @@ static void mkmodel_usage(void)
 {
     fprintf(stderr,
             "usage: hearth mkmodel --shape SHAPE --out DIR [--dtype bf16|f32] [--seed N] [--tokenizer DIR]\n"
+            "                      [--config-only]\n"
             "SHAPE is one of: %s.\n"
             "Writes config.json, generation_config.json and model.safetensors (shards and an index\n"
             "above ~2 GB) with random weights (std 0.02; norms near 1), then loads them back.\n"
             "--tokenizer DIR copies tokenizer.json and tokenizer_config.json from DIR and sizes the\n"
             "vocabulary to cover them; bos/eos become <|endoftext|> / <|im_end|>.\n"
+            "--config-only writes the config files (and tokenizer) without weights: a directory for\n"
+            "--load-format dummy, which generates the weights where the model runs.\n"
             "Defaults: --dtype bf16 --seed 0.\n",
             mkmodel_shape_names());
 }
@@ -56,6 +59,8 @@ int cli_mkmodel(int argc, char **argv)
             if (!(v = args_value(argc, argv, &i)) || !args_int("--seed", v, 0, 0x7fffffffL, &n))
                 return 2;
             o.seed = (uint64_t)n;
+        } else if (!strcmp(a, "--config-only")) {
+            o.config_only = true;
         } else if (args_is(a, "--max-shard-bytes")) { /* for tests of the sharded layout */
             if (!(v = args_value(argc, argv, &i)) || !args_int("--max-shard-bytes", v, 1, 0x7fffffffffffL, &n))
                 return 2;
@@ -82,14 +87,19 @@ int cli_mkmodel(int argc, char **argv)
     struct model_config c;
     struct weights w;
     if (model_config_load(&c, o.out_dir, err, sizeof err) != HR_OK ||
-        weights_load(&w, &c, o.out_dir, err, sizeof err) != HR_OK) {
+        (o.config_only ? weights_load_dummy(&w, &c, 0, err, sizeof err)
+                       : weights_load(&w, &c, o.out_dir, err, sizeof err)) != HR_OK) {
         fprintf(stderr, "hearth mkmodel: the written checkpoint does not load: %s\n", err);
         return 1;
     }
-    printf("wrote %s: %s %s, %lld parameters, %lld weight bytes in %d file%s, vocab %d (%.1f s)\n", o.out_dir,
-           o.shape, o.dtype == SAFETENSORS_DTYPE_F32 ? "f32" : "bf16", (long long)w.n_params,
-           (long long)w.weight_bytes, w.st.n_files, w.st.n_files == 1 ? "" : "s", c.vocab_size,
-           (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+    if (o.config_only)
+        printf("wrote %s: %s config only (for --load-format dummy: %lld parameters, %lld weight bytes), vocab %d\n",
+               o.out_dir, o.shape, (long long)w.n_params, (long long)w.weight_bytes, c.vocab_size);
+    else
+        printf("wrote %s: %s %s, %lld parameters, %lld weight bytes in %d file%s, vocab %d (%.1f s)\n", o.out_dir,
+               o.shape, o.dtype == SAFETENSORS_DTYPE_F32 ? "f32" : "bf16", (long long)w.n_params,
+               (long long)w.weight_bytes, w.st.n_files, w.st.n_files == 1 ? "" : "s", c.vocab_size,
+               (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
     weights_free(&w);
     return 0;
 }

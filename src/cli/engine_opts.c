@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "kv/kv_store.h"
+#include "model/model.h"
 
 const char engine_opts_help[] =
     "engine options:\n"
@@ -34,7 +35,11 @@ const char engine_opts_help[] =
     "  --schedule lpm|fcfs           admission order (default lpm: longest cached prefix first)\n"
     "  --max-wait-steps N            lpm: steps a request may wait before it goes first (default 32)\n"
     "  --no-mmap                     read the weights into memory instead of mapping the files (a file\n"
-    "                                overwritten in place then cannot disturb a running server)\n";
+    "                                overwritten in place then cannot disturb a running server)\n"
+    "  --load-format auto|dummy      dummy: random weights generated from config.json alone, on the\n"
+    "                                device that runs them (benchmarks; outputs are meaningless)\n"
+    "  --gpu-memory-utilization F    --device cuda without --kv-cache-mib: the KV pool takes what is\n"
+    "                                left of F of the card's memory after weights and scratch (0.9)\n";
 
 void engine_opts_default(struct hearth_engine_params *p)
 {
@@ -97,6 +102,21 @@ int engine_opts_parse(struct hearth_engine_params *p, int argc, char **argv, int
     } else if (args_is(a, "--kv-cache-memory-fraction")) {
         const char *v = args_value(argc, argv, i);
         return v && args_double("--kv-cache-memory-fraction", v, 0.001, 1.0, &p->kv_cache_fraction) ? 1 : -1;
+    } else if (args_is(a, "--gpu-memory-utilization")) {
+        const char *v = args_value(argc, argv, i);
+        return v && args_double("--gpu-memory-utilization", v, 0.01, 1.0, &p->gpu_memory_utilization) ? 1 : -1;
+    } else if (args_is(a, "--load-format")) {
+        const char *v = args_value(argc, argv, i);
+        enum model_load_format f;
+        char err[HR_ERRLEN];
+        if (!v)
+            return -1;
+        if (model_load_format_parse(v, &f, err, sizeof err) != HR_OK) {
+            fprintf(stderr, "hearth: %s\n", err);
+            return -1;
+        }
+        p->load_format = v;
+        return 1;
     } else if (args_is(a, "--max-model-len")) {
         return engine_opts_int("--max-model-len", args_value(argc, argv, i), 2, 1 << 30, &p->max_model_len);
     } else if (args_is(a, "--prefix-cache")) {

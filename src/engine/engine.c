@@ -272,9 +272,13 @@ static uint64_t engine_namespace_base(const struct hearth_engine *e);
 static void engine_reload_now(struct hearth_engine *e)
 {
     struct model m2;
+    memset(&m2, 0, sizeof m2);
     char err[HR_ERRLEN];
     safetensors_set_read_into_memory(e->p.no_mmap);
-    enum hr_status st = model_load(&m2, e->model_dir, err, sizeof err);
+    enum model_load_format lf = MODEL_LOAD_FORMAT_SAFETENSORS;
+    enum hr_status st = model_load_format_parse(e->p.load_format, &lf, err, sizeof err);
+    if (st == HR_OK)
+        st = model_load_as(&m2, e->model_dir, lf, err, sizeof err);
     safetensors_set_read_into_memory(false);
     if (st == HR_OK) /* a file written to in place while it was read: refuse what was read */
         st = safetensors_check_unchanged(&m2.w.st, err, sizeof err);
@@ -669,7 +673,21 @@ static enum hr_status engine_kv_init(struct hearth_engine *e, enum kv_dtype kvd,
     const struct hearth_engine_params *p = &e->p;
     const struct model_config *c = &e->m.cfg;
     size_t budget = p->kv_cache_bytes;
-    if (budget == 0) {
+    size_t dev_free = 0, dev_total = 0;
+    enum hr_status mst = e->be.ops->mem_info(&e->be, &dev_free, &dev_total, err, errlen);
+    if (mst != HR_OK)
+        return mst;
+    if (budget == 0 && dev_total > 0) {
+        /* a device: the weights and scratch are in by now (engine_create), the pool
+         * takes what is left of the fraction */
+        int len = p->max_model_len > 0 ? p->max_model_len : c->max_position_embeddings;
+        enum hr_status st = kv_budget_device(
+            dev_total, dev_free, p->gpu_memory_utilization > 0 ? p->gpu_memory_utilization : KV_BUDGET_DEFAULT_GPU_UTILIZATION,
+            model_kv_bytes_per_token(c, kvd), (uint64_t)len * (uint64_t)p->max_num_seqs + (uint64_t)p->block_size,
+            &budget, err, errlen);
+        if (st != HR_OK)
+            return st;
+    } else if (budget == 0) {
         uint64_t avail;
         enum hr_status st = kv_budget_mem_available(&avail, err, errlen);
         int len = p->max_model_len > 0 ? p->max_model_len : c->max_position_embeddings;
@@ -688,9 +706,12 @@ static enum hr_status engine_kv_init(struct hearth_engine *e, enum kv_dtype kvd,
     if (st != HR_OK)
         return st;
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    log_info("engine: KV pool of %.1f MiB (%s) allocated and touched in %.3f s",
+    log_info("engine: KV pool of %.1f MiB, %lld tokens (%s) allocated and touched in %.3f s",
              (double)e->kv.n_blocks * (double)e->kv.block_bytes / 1048576.0,
-             p->kv_cache_bytes ? "--kv-cache-mib" : "from the available memory",
+             (long long)e->kv.n_blocks * e->kv.block_size,
+             p->kv_cache_bytes ? "--kv-cache-mib"
+             : dev_total       ? "--gpu-memory-utilization of the device's memory"
+                               : "from the available memory",
              (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
     int lowered = 0;
     st = kv_budget_max_model_len(p->max_model_len, c->max_position_embeddings,
@@ -699,6 +720,16 @@ static enum hr_status engine_kv_init(struct hearth_engine *e, enum kv_dtype kvd,
         log_info("engine: max_model_len %d (the model's context %d is more than the KV pool's %lld tokens; "
                  "--kv-cache-mib raises it)",
                  e->max_model_len, c->max_position_embeddings, (long long)e->kv.n_blocks * e->kv.block_size);
+    return st;
+}
+
+/* The forward: the backend sized for steps of max_batched_tokens, the weights bound,
+ * the scratch with room for the logits rows. */
+static enum hr_status engine_forward_init(struct hearth_engine *e, char *err, size_t errlen)
+{
+    enum hr_status st = qwen3_init(&e->fwd, &e->m, &e->be, e->p.max_batched_tokens, err, errlen);
+    if (st == HR_OK)
+        st = qwen3_reserve_logits(&e->fwd, ENGINE_LOGIT_ROWS, err, errlen);
     return st;
 }
 
@@ -736,7 +767,10 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
     }
     if (st == HR_OK) {
         safetensors_set_read_into_memory(p->no_mmap);
-        st = model_load(&e->m, e->model_dir, err, errlen);
+        enum model_load_format lf = MODEL_LOAD_FORMAT_SAFETENSORS;
+        st = model_load_format_parse(p->load_format, &lf, err, errlen);
+        if (st == HR_OK)
+            st = model_load_as(&e->m, e->model_dir, lf, err, errlen);
         safetensors_set_read_into_memory(false);
     }
     if (st == HR_OK) {
@@ -756,6 +790,14 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
     struct backend_opts bo = {.n_threads = p->n_threads, .kernel = p->kernel, .compute = p->compute};
     if (st == HR_OK)
         st = backend_create(&e->be, p->device, &bo, err, errlen);
+    /* A device's pool takes what the weights and scratch leave of its memory: they go
+     * first there; on the host the pool comes first, as it always has. */
+    size_t dev_free = 0, dev_total = 0;
+    if (st == HR_OK)
+        st = e->be.ops->mem_info(&e->be, &dev_free, &dev_total, err, errlen);
+    bool forward_first = dev_total > 0;
+    if (st == HR_OK && forward_first)
+        st = engine_forward_init(e, err, errlen);
     if (st == HR_OK)
         st = engine_kv_init(e, kvd, err, errlen);
     if (st == HR_OK)
@@ -773,10 +815,8 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
     e->sched.block_size = p->block_size;
     e->sched.max_num_seqs = p->max_num_seqs;
     e->sched.max_batched_tokens = p->max_batched_tokens;
-    if (st == HR_OK)
-        st = qwen3_init(&e->fwd, &e->m, &e->be, p->max_batched_tokens, err, errlen);
-    if (st == HR_OK)
-        st = qwen3_reserve_logits(&e->fwd, ENGINE_LOGIT_ROWS, err, errlen);
+    if (st == HR_OK && !forward_first)
+        st = engine_forward_init(e, err, errlen);
     if (st == HR_OK)
         st = batch_init(&e->batch, p->block_size, p->max_num_seqs, p->max_batched_tokens, err, errlen);
     if (st == HR_OK)

@@ -54,6 +54,33 @@ enum hr_status kv_budget_auto(uint64_t available, uint64_t weight_bytes, double 
     return HR_OK;
 }
 
+enum hr_status kv_budget_device(uint64_t total, uint64_t free_now, double fraction, size_t bytes_per_token,
+                                uint64_t max_tokens_needed, size_t *out, char *err, size_t errlen)
+{
+    *out = 0;
+    if (!(fraction > 0.0 && fraction <= 1.0))
+        return hr_err(err, errlen, HR_ERR_INVALID, "--gpu-memory-utilization must be in (0, 1], got %g", fraction);
+    uint64_t used = total > free_now ? total - free_now : 0;
+    double want = (double)total * fraction - (double)used;
+    uint64_t budget = want <= 0 ? 0 : want >= 18e18 ? UINT64_MAX : (uint64_t)want;
+    if (budget > free_now)
+        budget = free_now;
+    uint64_t cap = UINT64_MAX;
+    if (bytes_per_token > 0 && max_tokens_needed > 0 && max_tokens_needed < UINT64_MAX / bytes_per_token)
+        cap = max_tokens_needed * bytes_per_token;
+    if (budget >= cap)
+        budget = cap;
+    else if (budget < KV_BUDGET_MIN_BYTES)
+        return hr_err(err, errlen, HR_ERR_NOMEM,
+                      "the device's weights and scratch use %.0f of %.0f MiB: --gpu-memory-utilization %g leaves "
+                      "too little for the KV pool; raise it or give --kv-cache-mib",
+                      (double)used / 1048576.0, (double)total / 1048576.0, fraction);
+    if (budget > SIZE_MAX)
+        budget = SIZE_MAX;
+    *out = (size_t)budget;
+    return HR_OK;
+}
+
 enum hr_status kv_budget_max_model_len(int asked, int config_context, int64_t pool_tokens, int *out, int *lowered,
                                        char *err, size_t errlen)
 {

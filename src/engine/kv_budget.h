@@ -29,6 +29,14 @@ enum hr_status kv_budget_mem_available(uint64_t *out, char *err, size_t errlen);
 enum hr_status kv_budget_auto(uint64_t available, uint64_t weight_bytes, double fraction, size_t bytes_per_token,
                               uint64_t max_tokens_needed, size_t *out, char *err, size_t errlen);
 
+/* On a device (--gpu-memory-utilization, vLLM's meaning): the pool takes what is left
+ * of fraction * total once the weights and scratch are in (total - free_now is what
+ * they, and everything else on the card, use), at most max_tokens_needed *
+ * bytes_per_token; HR_ERR_NOMEM when that leaves less than KV_BUDGET_MIN_BYTES. */
+#define KV_BUDGET_DEFAULT_GPU_UTILIZATION 0.9
+enum hr_status kv_budget_device(uint64_t total, uint64_t free_now, double fraction, size_t bytes_per_token,
+                                uint64_t max_tokens_needed, size_t *out, char *err, size_t errlen);
+
 /* max_model_len: `asked` (0: not given), the config's context and the pool's tokens.
  * Sets *lowered when the default was lowered to the pool. */
 enum hr_status kv_budget_max_model_len(int asked, int config_context, int64_t pool_tokens, int *out, int *lowered,

@@ -50,6 +50,10 @@ struct backend_ops {
     enum hr_status (*bind_weights)(struct backend *be, const struct weights *host, const struct weights **bound,
                                    char *err, size_t errlen);
     void (*unbind_weights)(struct backend *be, const struct weights *bound);
+    /* Bytes of device memory free now and in all; both 0 for a backend on host memory
+     * (the engine sizes its pool from the machine's available memory then). */
+    enum hr_status (*mem_info)(struct backend *be, size_t *free_bytes, size_t *total_bytes, char *err,
+                               size_t errlen);
 
     /* ---- cache tiers: one block, every layer, to or from host memory [kv->block_bytes] */
     enum hr_status (*kv_export)(struct backend *be, const struct kv_store *kv, int block, void *dst, char *err,

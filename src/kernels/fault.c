@@ -52,6 +52,12 @@ static enum hr_status fault_kv_alloc(struct backend *be, struct kv_store *kv, ch
     return inner_of(be)->ops->kv_alloc(inner_of(be), kv, err, errlen);
 }
 
+static enum hr_status fault_mem_info(struct backend *be, size_t *free_bytes, size_t *total_bytes, char *err,
+                                     size_t errlen)
+{
+    return inner_of(be)->ops->mem_info(inner_of(be), free_bytes, total_bytes, err, errlen);
+}
+
 static void fault_kv_free(struct backend *be, struct kv_store *kv) { inner_of(be)->ops->kv_free(inner_of(be), kv); }
 
 static enum hr_status fault_bind_weights(struct backend *be, const struct weights *host, const struct weights **bound,
@@ -197,6 +203,7 @@ static const struct backend_ops fault_ops = {
     .kv_free = fault_kv_free,
     .bind_weights = fault_bind_weights,
     .unbind_weights = fault_unbind_weights,
+    .mem_info = fault_mem_info,
     .kv_export = fault_kv_export,
     .kv_import = fault_kv_import,
     .begin_step = fault_begin_step,

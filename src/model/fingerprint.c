@@ -36,6 +36,8 @@ enum hr_status model_fingerprint(const struct model *m, uint64_t *out, char *err
         h = XXH3_64bits_withSeed(f->map, n, h);
         h = XXH3_64bits_withSeed(&f->size, sizeof f->size, h);
     }
+    if (m->w.dummy) /* no files: the same config with real weights is another model */
+        h = XXH3_64bits_withSeed("load-format dummy", 17, h);
     *out = h;
     return HR_OK;
 }

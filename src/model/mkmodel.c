@@ -540,5 +540,5 @@ enum hr_status mkmodel_write(const struct mkmodel_opts *o, char *err, size_t err
     if ((rc = write_json(o->out_dir, "config.json", config_json(&cfg, o->dtype), err, errlen)) != HR_OK ||
         (rc = write_json(o->out_dir, "generation_config.json", generation_json(&cfg), err, errlen)) != HR_OK)
         return rc;
-    return write_weights(o, &cfg, err, errlen);
+    return o->config_only ? HR_OK : write_weights(o, &cfg, err, errlen);
 }

@@ -7,6 +7,8 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include <stdbool.h>
+
 #include "model/config.h"
 #include "model/safetensors.h"
 
@@ -19,6 +21,7 @@ struct mkmodel_opts {
     const char *out_dir;           /* created when missing (its parent must exist) */
     const char *tokenizer_dir;     /* NULL, or a directory with tokenizer.json (+ tokenizer_config.json) */
     uint64_t max_shard_bytes;      /* 0: MKMODEL_DEFAULT_SHARD_BYTES */
+    bool config_only;              /* config files (and tokenizer) only: for --load-format dummy */
 };
 
 /* Space-separated list of the shape names, for help texts. */

@@ -4,7 +4,24 @@
 #include <stdio.h>
 #include <string.h>
 
+enum hr_status model_load_format_parse(const char *s, enum model_load_format *out, char *err, size_t errlen)
+{
+    if (!s || !*s || !strcmp(s, "auto") || !strcmp(s, "safetensors"))
+        *out = MODEL_LOAD_FORMAT_SAFETENSORS;
+    else if (!strcmp(s, "dummy"))
+        *out = MODEL_LOAD_FORMAT_DUMMY;
+    else
+        return hr_err(err, errlen, HR_ERR_INVALID, "--load-format must be auto, safetensors or dummy, got '%s'", s);
+    return HR_OK;
+}
+
 enum hr_status model_load(struct model *m, const char *dir, char *err, size_t errlen)
+{
+    return model_load_as(m, dir, MODEL_LOAD_FORMAT_SAFETENSORS, err, errlen);
+}
+
+enum hr_status model_load_as(struct model *m, const char *dir, enum model_load_format f, char *err,
+                             size_t errlen)
 {
     memset(m, 0, sizeof *m);
     if (snprintf(m->dir, sizeof m->dir, "%s", dir) >= (int)sizeof m->dir)
@@ -12,7 +29,8 @@ enum hr_status model_load(struct model *m, const char *dir, char *err, size_t er
     enum hr_status st = model_config_load(&m->cfg, dir, err, errlen);
     if (st != HR_OK)
         return st;
-    st = weights_load(&m->w, &m->cfg, dir, err, errlen);
+    st = f == MODEL_LOAD_FORMAT_DUMMY ? weights_load_dummy(&m->w, &m->cfg, 0, err, errlen)
+                                      : weights_load(&m->w, &m->cfg, dir, err, errlen);
     if (st != HR_OK)
         weights_free(&m->w);
     return st;

@@ -17,7 +17,21 @@ struct model {
     char dir[PATH_MAX];
 };
 
+/* How the weights come: from the directory's safetensors files, or (vLLM's
+ * --load-format dummy) generated from the config alone, for benchmarks of shapes
+ * whose checkpoints are not at hand (weights_load_dummy). */
+enum model_load_format {
+    MODEL_LOAD_FORMAT_SAFETENSORS,
+    MODEL_LOAD_FORMAT_DUMMY,
+};
+/* "auto" or "safetensors", "dummy"; NULL or "" mean auto (safetensors). */
+enum hr_status model_load_format_parse(const char *s, enum model_load_format *out, char *err, size_t errlen);
+
 enum hr_status model_load(struct model *m, const char *dir, char *err, size_t errlen);
+/* model_load with the weights in format f (the directory needs only config.json for
+ * MODEL_LOAD_FORMAT_DUMMY). */
+enum hr_status model_load_as(struct model *m, const char *dir, enum model_load_format f, char *err,
+                             size_t errlen);
 void model_free(struct model *m);
 
 /* The KV store of a model of geometry c on a backend: kv_store_layout for a budget of
@@ -28,8 +42,8 @@ enum hr_status model_kv_init(struct kv_store *kv, struct backend *be, const stru
 void model_kv_free(struct kv_store *kv, struct backend *be);
 
 /* The model's fingerprint (model/fingerprint.c): config.json and
- * generation_config.json as bytes, and every weight file's header and size; part of
- * the prefix-cache namespace. */
+ * generation_config.json as bytes, and every weight file's header and size (dummy
+ * weights: a marker instead); part of the prefix-cache namespace. */
 enum hr_status model_fingerprint(const struct model *m, uint64_t *out, char *err, size_t errlen);
 
 /* The forward pass of Qwen3 / Qwen3-MoE over a batch (src/model/qwen3.c). */

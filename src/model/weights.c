@@ -8,8 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "base/log.h"
 #include "model/dtype.h"
+#include "model/dummy_fill.h"
 
 struct binder {
     struct weights *w;
@@ -17,6 +20,8 @@ struct binder {
     const char *dir;
     char *err;
     size_t errlen;
+    bool dummy;            /* --load-format dummy: no files; matrices are fill seeds */
+    uint64_t seed;
 };
 
 /* ---------------------------------------------------------------- checks */
@@ -109,9 +114,24 @@ static void count(const struct binder *b, const struct safetensors_tensor *t)
 
 /* ---------------------------------------------------------------- binding */
 
+/* A dummy matrix: bf16, no data; its seed comes from its name (every tensor differs)
+ * and the load's seed. */
+static void bind_dummy_mat(const struct binder *b, const char *name, int64_t rows, int64_t cols,
+                           struct weights_mat *m)
+{
+    *m = (struct weights_mat){.dtype = SAFETENSORS_DTYPE_BF16, .rows = rows, .cols = cols};
+    m->fill_seed = XXH3_64bits_withSeed(name, strlen(name), b->seed) | 1;
+    b->w->n_params += rows * cols;
+    b->w->weight_bytes += rows * cols * 2;
+}
+
 static enum hr_status bind_mat(const struct binder *b, const char *name, int64_t rows, int64_t cols,
                                struct weights_mat *m)
 {
+    if (b->dummy) {
+        bind_dummy_mat(b, name, rows, cols, m);
+        return HR_OK;
+    }
     const struct safetensors_tensor *t;
     enum hr_status rc = find_float(b, name, &t);
     if (rc == HR_OK)
@@ -129,6 +149,17 @@ static enum hr_status bind_mat(const struct binder *b, const char *name, int64_t
 
 static enum hr_status bind_norm(const struct binder *b, const char *name, int64_t n, float **out)
 {
+    if (b->dummy) { /* ones, as a freshly initialised RMSNorm */
+        float *v = malloc((size_t)n * sizeof *v);
+        if (!v)
+            return hr_err(b->err, b->errlen, HR_ERR_NOMEM, "out of memory for '%s'", name);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = 1.0f;
+        *out = v;
+        b->w->n_params += n;
+        b->w->weight_bytes += n * 2;
+        return HR_OK;
+    }
     const struct safetensors_tensor *t;
     enum hr_status rc = find_float(b, name, &t);
     if (rc == HR_OK)
@@ -162,8 +193,8 @@ static const char *nm(char *buf, size_t n, const char *fmt, ...)
 static struct weights_mat slice(const struct weights_mat *whole, int64_t row0, int64_t rows, int64_t cols)
 {
     size_t es = safetensors_dtype_size(whole->dtype);
-    return (struct weights_mat){whole->dtype, rows, cols,
-                                (const uint8_t *)whole->data + (size_t)row0 * (size_t)cols * es};
+    return (struct weights_mat){.dtype = whole->dtype, .rows = rows, .cols = cols,
+                                .data = (const uint8_t *)whole->data + (size_t)row0 * (size_t)cols * es};
 }
 
 /* transformers 5 keeps a layer's experts as two parameters: gate_up_proj
@@ -181,8 +212,8 @@ static enum hr_status bind_fused_experts(const struct binder *b, int l, struct w
         rc = find_float(b, nm(name, sizeof name, "model.layers.%d.mlp.experts.down_proj", l), &dn);
     if (rc == HR_OK)
         rc = check_shape(b, dn, 3, (const int64_t[]){E, H, I});
-    struct weights_mat wgu = {gu ? gu->dtype : SAFETENSORS_DTYPE_F32, E * 2 * I, H, NULL};
-    struct weights_mat wdn = {dn ? dn->dtype : SAFETENSORS_DTYPE_F32, E * H, I, NULL};
+    struct weights_mat wgu = {.dtype = gu ? gu->dtype : SAFETENSORS_DTYPE_F32, .rows = E * 2 * I, .cols = H};
+    struct weights_mat wdn = {.dtype = dn ? dn->dtype : SAFETENSORS_DTYPE_F32, .rows = E * H, .cols = I};
     if (rc == HR_OK)
         rc = aligned_data(b, gu, &wgu.data);
     if (rc == HR_OK)
@@ -287,11 +318,134 @@ enum hr_status weights_load(struct weights *w, const struct model_config *cfg, c
     enum hr_status rc = safetensors_open_dir(&w->st, dir, err, errlen);
     if (rc != HR_OK)
         return rc;
-    struct binder b = {w, cfg, dir, err, errlen};
+    struct binder b = {.w = w, .cfg = cfg, .dir = dir, .err = err, .errlen = errlen};
     rc = bind_all(&b);
     if (rc != HR_OK)
         weights_free(w);
     return rc;
+}
+
+enum hr_status weights_load_dummy(struct weights *w, const struct model_config *cfg, uint64_t seed, char *err,
+                                  size_t errlen)
+{
+    memset(w, 0, sizeof *w);
+    struct binder b = {.w = w, .cfg = cfg, .dir = "(dummy weights)", .err = err, .errlen = errlen, .dummy = true,
+                       .seed = seed};
+    w->dummy = true;
+    enum hr_status rc = bind_all(&b);
+    if (rc != HR_OK)
+        weights_free(w);
+    return rc;
+}
+
+void weights_dummy_fill(const struct weights_mat *m, uint16_t *dst, int64_t first, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = dummy_fill_bf16(m->fill_seed, (uint64_t)(first + i), DUMMY_FILL_SCALE);
+}
+
+static enum hr_status fill_mat(struct weights_mat *m, char *err, size_t errlen)
+{
+    if (!m->fill_seed || m->data)
+        return HR_OK;
+    void *p = NULL;
+    size_t bytes = (size_t)m->rows * (size_t)m->cols * 2;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+        return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for %zu bytes of dummy weights", bytes);
+    weights_dummy_fill(m, p, 0, m->rows * m->cols);
+    m->data = p;
+    return HR_OK;
+}
+
+static void free_mat(struct weights_mat *m)
+{
+    if (m->fill_seed)
+        free((void *)m->data);
+    m->data = NULL;
+}
+
+void weights_host_free(struct weights *w)
+{
+    if (!w)
+        return;
+    if (w->lm_head.data == w->embed.data)
+        w->lm_head.data = NULL;
+    free_mat(&w->embed);
+    free_mat(&w->lm_head);
+    for (int l = 0; w->layers && l < w->n_layers; l++) {
+        struct weights_layer *L = &w->layers[l];
+        struct weights_mat *m[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down, &L->router};
+        for (int i = 0; i < 8; i++)
+            free_mat(m[i]);
+        for (int e = 0; L->experts && e < L->n_experts_alloc; e++) {
+            free_mat(&L->experts[e].gate);
+            free_mat(&L->experts[e].up);
+            free_mat(&L->experts[e].down);
+        }
+        free(L->experts);
+    }
+    free(w->layers);
+    free(w);
+}
+
+enum hr_status weights_host_materialize(const struct weights *src, int n_experts, struct weights **out, char *err,
+                                        size_t errlen)
+{
+    *out = NULL;
+    struct weights *w = calloc(1, sizeof *w);
+    if (!w)
+        return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
+    *w = *src;
+    memset(&w->st, 0, sizeof w->st); /* the files stay src's */
+    w->n_owned = 0;
+    w->owned = NULL;
+    w->host_copy = true;
+    w->layers = calloc((size_t)src->n_layers, sizeof *w->layers);
+    enum hr_status st = w->layers ? HR_OK : hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
+    for (int l = 0; st == HR_OK && l < src->n_layers; l++) {
+        struct weights_layer *L = &w->layers[l];
+        *L = src->layers[l];
+        L->experts = NULL;
+        L->n_experts_alloc = 0;
+        if (src->layers[l].experts) {
+            L->experts = malloc((size_t)n_experts * sizeof *L->experts);
+            if (!L->experts) {
+                st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
+                break;
+            }
+            memcpy(L->experts, src->layers[l].experts, (size_t)n_experts * sizeof *L->experts);
+            L->n_experts_alloc = n_experts;
+        }
+    }
+    if (st != HR_OK) {
+        weights_host_free(w);
+        return st;
+    }
+    bool tied = src->lm_head.fill_seed && src->lm_head.fill_seed == src->embed.fill_seed;
+    if (tied)
+        w->lm_head.fill_seed = 0; /* one copy, shared below */
+    st = fill_mat(&w->embed, err, errlen);
+    if (st == HR_OK && tied)
+        w->lm_head = w->embed;
+    else if (st == HR_OK)
+        st = fill_mat(&w->lm_head, err, errlen);
+    for (int l = 0; st == HR_OK && l < w->n_layers; l++) {
+        struct weights_layer *L = &w->layers[l];
+        struct weights_mat *m[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down, &L->router};
+        for (int i = 0; st == HR_OK && i < 8; i++)
+            st = fill_mat(m[i], err, errlen);
+        for (int e = 0; st == HR_OK && e < L->n_experts_alloc; e++) {
+            if ((st = fill_mat(&L->experts[e].gate, err, errlen)) == HR_OK &&
+                (st = fill_mat(&L->experts[e].up, err, errlen)) == HR_OK)
+                st = fill_mat(&L->experts[e].down, err, errlen);
+        }
+    }
+    if (st != HR_OK) {
+        weights_host_free(w);
+        return st;
+    }
+    *out = w;
+    return HR_OK;
 }
 
 void weights_free(struct weights *w)

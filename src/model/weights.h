@@ -16,7 +16,10 @@ struct weights_mat {
     enum safetensors_dtype dtype;
     int64_t rows;
     int64_t cols;
-    const void *data;      /* [rows, cols] */
+    const void *data;      /* [rows, cols]; NULL for a dummy matrix */
+    uint64_t fill_seed;    /* --load-format dummy: nonzero, element i is
+                            * dummy_fill_bf16(fill_seed, i, DUMMY_FILL_SCALE) and the
+                            * backend generates it where it keeps the weights */
 };
 
 struct weights_expert {
@@ -42,6 +45,7 @@ struct weights_layer {
     /* MoE (is_moe) */
     struct weights_mat router;        /* [n_experts, hidden] */
     struct weights_expert *experts;   /* [n_experts] */
+    int n_experts_alloc;              /* weights_host_materialize's copies: experts' length */
 };
 
 struct weights {
@@ -54,6 +58,8 @@ struct weights {
     int64_t n_params;             /* distinct parameters (tied embedding counted once) */
     int64_t weight_bytes;         /* bytes of the tensors used */
     int64_t n_active_params;      /* parameters one token uses (MoE: top-k experts only) */
+    bool dummy;                   /* --load-format dummy: no files, every matrix a fill seed */
+    bool host_copy;               /* made by weights_host_materialize (its matrices generated) */
     bool experts_fused;           /* experts stored as transformers 5's fused gate_up_proj / down_proj */
     int n_owned;
     void **owned;                 /* [n_owned] aligned copies of tensors stored misaligned in a file */
@@ -63,6 +69,19 @@ struct weights {
  * file and the tensor. */
 enum hr_status weights_load(struct weights *w, const struct model_config *cfg, const char *dir,
                             char *err, size_t errlen);
+/* --load-format dummy: the tensors cfg needs, without files.  Matrices are bf16 with
+ * data NULL and a fill seed (from the tensor's name and seed); norms are ones.  A
+ * backend binding them generates the values (weights_dummy_fill on the host). */
+enum hr_status weights_load_dummy(struct weights *w, const struct model_config *cfg, uint64_t seed, char *err,
+                                  size_t errlen);
+/* dst[i] = the bf16 bits of element first + i of dummy matrix m, for i < n. */
+void weights_dummy_fill(const struct weights_mat *m, uint16_t *dst, int64_t first, int64_t n);
+/* A copy of src whose dummy matrices are generated into host memory (a backend that
+ * computes on the host binds this); everything else is shared with src, which must
+ * outlive it.  weights_host_free frees the copy and what it generated. */
+enum hr_status weights_host_materialize(const struct weights *src, int n_experts, struct weights **out, char *err,
+                                        size_t errlen);
+void weights_host_free(struct weights *w);
 void weights_free(struct weights *w);
 
 #endif

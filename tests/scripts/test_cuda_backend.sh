@@ -16,8 +16,8 @@ dev=${HEARTH_TEST_DEVICE:-cuda}
 if [ "$dev" = cuda ] && ! "$bin" generate --device cuda --model "$data/fixtures/qwen3-tiny-bf16" --prompt-ids 1 --max-tokens 1 \
      >/dev/null 2>"$tmp/probe"; then
   if grep -qE "no CUDA device|no CUDA backend" "$tmp/probe"; then
-    echo "skip: $(head -c 200 "$tmp/probe")"
-    echo "RESULT passed=0 failed=0"
+    echo "SKIP cuda backend: $(head -c 200 "$tmp/probe")"
+    echo "RESULT passed=0 failed=0 skipped=1"
     exit 0
   fi
 fi

@@ -63,6 +63,25 @@ else
   echo "skip tokenizer case ($cache/qwen3/tokenizer.json missing: run scripts/testdata.sh)"
 fi
 
+# --load-format dummy: a config-only directory serves random weights generated at
+# load; the same run twice gives the same bytes, and without the flag it is an error
+out=$("$bin" mkmodel --shape tiny --config-only --out "$tmp/dummy" 2>&1)
+expect "mkmodel --config-only" "$out" 'config only \(for --load-format dummy: 131520 parameters'
+[ -s "$tmp/dummy/config.json" ] && ! ls "$tmp/dummy"/*.safetensors >/dev/null 2>&1 && ok "config only: no weights" \
+  || bad "config only: no weights"
+for r in 1 2; do
+  "$bin" generate --model "$tmp/dummy" --load-format dummy --kv-cache-mib 4 --prompt-ids 1,2,3 -n 2 --max-tokens 8 \
+    --temperature 0.9 --seed 3 --logprobs 2 >"$tmp/dummy.$r" 2>"$tmp/dummy.err.$r"
+done
+[ -s "$tmp/dummy.1" ] && grep -q '16 generated' "$tmp/dummy.err.1" && cmp -s "$tmp/dummy.1" "$tmp/dummy.2" \
+  && ok "generate --load-format dummy, run to run" || bad "generate --load-format dummy" "$(cat "$tmp/dummy.err.1")"
+out=$("$bin" generate --model "$tmp/dummy" --kv-cache-mib 4 --prompt-ids 1 --max-tokens 1 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "model.safetensors" <<<"$out" && ok "config only without --load-format dummy" \
+  || bad "config only without --load-format dummy (rc=$rc)" "$out"
+out=$("$bin" generate --model "$tmp/dummy" --load-format pickle --prompt-ids 1 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "auto, safetensors or dummy, got 'pickle'" <<<"$out" && ok "--load-format pickle refused" \
+  || bad "--load-format pickle (rc=$rc)" "$out"
+
 # failures: exit status and a message naming the file
 mkdir -p "$tmp/broken" && cp "$data/fixtures/qwen3-tiny/config.json" "$tmp/broken/"
 head -c 4000 "$data/fixtures/qwen3-tiny/model.safetensors" >"$tmp/broken/model.safetensors"

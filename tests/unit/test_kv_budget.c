@@ -48,6 +48,27 @@ static void test_max_model_len(void)
     CHECK(kv_budget_max_model_len(0, 4096, 1, &m, &low, err, sizeof err) == HR_ERR_INVALID);
 }
 
+static void test_device_budget(void)
+{
+    char err[HR_ERRLEN];
+    size_t b = 0;
+    /* a 140 GiB card, 20 GiB in use (weights, scratch, context): 0.9 * 140 - 20 = 106 GiB */
+    CHECK_OK(kv_budget_device(140 * GIB, 120 * GIB, 0.9, 114688, (uint64_t)1 << 40, &b, err, sizeof err), err);
+    CHECK(b == 106 * GIB);
+    /* capped at what max_num_seqs sequences can use: 64 x 40960 tokens x 112 KiB = 280 GiB > 106: not binding;
+     * 4 x 4096 tokens x 112 KiB = 1.75 GiB is */
+    CHECK_OK(kv_budget_device(140 * GIB, 120 * GIB, 0.9, 114688, 4 * 4096, &b, err, sizeof err), err);
+    CHECK(b == (size_t)4 * 4096 * 114688);
+    /* never more than is free: 1.0 of a card another process holds half of */
+    CHECK_OK(kv_budget_device(80 * GIB, 30 * GIB, 1.0, 512, (uint64_t)1 << 40, &b, err, sizeof err), err);
+    CHECK(b == 30 * GIB);
+    /* the weights already take more than the fraction: an error naming the flag */
+    CHECK(kv_budget_device(80 * GIB, 10 * GIB, 0.5, 512, (uint64_t)1 << 40, &b, err, sizeof err) == HR_ERR_NOMEM);
+    CHECK(strstr(err, "--gpu-memory-utilization 0.5") && strstr(err, "71680 of 81920 MiB"));
+    CHECK(kv_budget_device(80 * GIB, 10 * GIB, 0.0, 512, 1, &b, err, sizeof err) == HR_ERR_INVALID);
+    CHECK(kv_budget_device(80 * GIB, 10 * GIB, 1.01, 512, 1, &b, err, sizeof err) == HR_ERR_INVALID);
+}
+
 static void test_mem_available(void)
 {
     char err[HR_ERRLEN];
@@ -60,6 +81,7 @@ int main(void)
 {
     TEST_RUN(test_auto_budget);
     TEST_RUN(test_max_model_len);
+    TEST_RUN(test_device_budget);
     TEST_RUN(test_mem_available);
     TEST_END();
 }

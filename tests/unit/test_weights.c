@@ -555,6 +555,76 @@ static void test_mkmodel_tokenizer(void)
     CHECK(mkmodel_write(&o, err, sizeof err) == HR_ERR_FORMAT && HAS(err, "model.vocab"));
 }
 
+/* The dummy fill's element i, written out again from its definition (splitmix64 of
+ * seed * K + i, the top 24 bits as a fraction, 2u - 1 scaled, rounded to bf16 to
+ * nearest even) rather than through model/dummy_fill.h. */
+static uint16_t expect_dummy(uint64_t seed, uint64_t i)
+{
+    uint64_t z = seed * 0x632be59bd9b4e019ull + i + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    double u = (double)(z >> 40) / 16777216.0;
+    float v = (float)(2.0 * u - 1.0) * 0.034641016f; /* 2u - 1 is exact in float too */
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    uint32_t lower = bits & 0xffff, up = bits >> 16;
+    if (lower > 0x8000 || (lower == 0x8000 && (up & 1)))
+        up++;
+    return (uint16_t)up;
+}
+
+/* --load-format dummy: the same tensors, shapes and counts as a real checkpoint of the
+ * config, no files; matrices generated on binding with the documented values. */
+static void test_dummy(void)
+{
+    const char *fx[] = {"qwen3-tiny-bf16", "qwen3moe-tiny-bf16"};
+    char err[HR_ERRLEN];
+    for (int f = 0; f < 2; f++) {
+        struct model_config c;
+        struct weights real, dw;
+        if (!load(fixture(fx[f]), &c, &real))
+            return;
+        CHECK_OK(weights_load_dummy(&dw, &c, 0, err, sizeof err), err);
+        CHECK(dw.dummy && dw.st.n_files == 0);
+        CHECK(dw.n_params == real.n_params && dw.weight_bytes == real.weight_bytes);
+        CHECK(dw.n_active_params == real.n_active_params && dw.n_layers == real.n_layers);
+        CHECK(dw.embed.data == NULL && dw.embed.fill_seed != 0 && dw.embed.dtype == SAFETENSORS_DTYPE_BF16);
+        CHECK((dw.lm_head.fill_seed == dw.embed.fill_seed) == (bool)c.tie_word_embeddings);
+        const struct weights_layer *L = &dw.layers[1], *R = &real.layers[1];
+        CHECK(L->q.rows == R->q.rows && L->q.cols == R->q.cols && L->o.rows == R->o.rows);
+        CHECK(L->q.fill_seed != L->k.fill_seed && L->q.fill_seed != dw.layers[0].q.fill_seed);
+        CHECK(L->attn_norm[0] == 1.0f && L->k_norm[c.head_dim - 1] == 1.0f && dw.final_norm[3] == 1.0f);
+        const struct weights_layer *L0 = &dw.layers[0], *R0 = &real.layers[0];
+        CHECK(L0->is_moe == R0->is_moe && L->is_moe == R->is_moe);
+        if (L0->is_moe) /* the MoE fixture: layer 0 sparse, layer 1 dense (mlp_only_layers) */
+            CHECK(L0->experts[5].up.rows == R0->experts[5].up.rows && L0->router.rows == R0->router.rows &&
+                  L0->experts[5].up.fill_seed != L0->experts[4].up.fill_seed);
+        struct weights *h = NULL;
+        CHECK_OK(weights_host_materialize(&dw, c.n_experts, &h, err, sizeof err), err);
+        if (h) {
+            CHECK(h->host_copy && h->layers != dw.layers);
+            const struct weights_mat *m = &h->layers[1].v;
+            const uint16_t *v = m->data;
+            int bad = 0, nonzero = 0;
+            for (int64_t i = 0; v && i < m->rows * m->cols; i++) {
+                bad += v[i] != expect_dummy(m->fill_seed, (uint64_t)i);
+                nonzero += v[i] != 0;
+            }
+            CHECK_MSG(v && bad == 0 && nonzero > m->rows * m->cols / 2, "%d of %lld differ", bad,
+                      (long long)(m->rows * m->cols));
+            CHECK((h->lm_head.data == h->embed.data) == (bool)c.tie_word_embeddings);
+            if (c.n_experts) {
+                const struct weights_mat *e = &h->layers[0].experts[7].down;
+                CHECK(e->data && ((const uint16_t *)e->data)[e->cols + 3] == expect_dummy(e->fill_seed, e->cols + 3));
+            }
+            weights_host_free(h);
+        }
+        weights_free(&dw);
+        weights_free(&real);
+    }
+}
+
 int main(void)
 {
     if (!testfs_mkdtemp(tmp, sizeof tmp, "weights")) {
@@ -572,6 +642,7 @@ int main(void)
     TEST_RUN(test_mkmodel_shapes);
     TEST_RUN(test_mkmodel_tiny);
     TEST_RUN(test_mkmodel_tokenizer);
+    TEST_RUN(test_dummy);
     testfs_rmtree(tmp);
     TEST_END();
 }

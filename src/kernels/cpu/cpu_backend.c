@@ -485,20 +485,35 @@ static void cpu_kv_free(struct backend *be, struct kv_store *kv)
 }
 
 /* The CPU reads the mapped checkpoint where it lies. */
+/* The mmap'd set itself (zero copy); dummy weights are generated into host memory. */
 static enum hr_status cpu_bind_weights(struct backend *be, const struct weights *host, const struct weights **bound,
                                        char *err, size_t errlen)
 {
-    (void)be;
-    (void)err;
-    (void)errlen;
+    struct cpu_backend *c = be->impl;
     *bound = host;
-    return HR_OK;
+    if (!host->dummy)
+        return HR_OK;
+    struct weights *w = NULL;
+    enum hr_status st = weights_host_materialize(host, c->cfg ? c->cfg->n_experts : 0, &w, err, errlen);
+    *bound = w;
+    return st;
 }
 
 static void cpu_unbind_weights(struct backend *be, const struct weights *bound)
 {
     (void)be;
-    (void)bound;
+    if (bound && bound->host_copy)
+        weights_host_free((struct weights *)bound);
+}
+
+static enum hr_status cpu_mem_info(struct backend *be, size_t *free_bytes, size_t *total_bytes, char *err,
+                                   size_t errlen)
+{
+    (void)be;
+    (void)err;
+    (void)errlen;
+    *free_bytes = *total_bytes = 0; /* host memory */
+    return HR_OK;
 }
 
 static enum hr_status cpu_kv_export(struct backend *be, const struct kv_store *kv, int block, void *dst, char *err,
@@ -617,6 +632,7 @@ static const struct backend_ops cpu_ops = {
     .kv_free = cpu_kv_free,
     .bind_weights = cpu_bind_weights,
     .unbind_weights = cpu_unbind_weights,
+    .mem_info = cpu_mem_info,
     .kv_export = cpu_kv_export,
     .kv_import = cpu_kv_import,
     .begin_step = cpu_begin_step,

@@ -20,6 +20,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_dev.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "model/dummy_fill.h"
 
 /* The step's batch as one block of device memory (and its host staging copy). */
 struct cuda_step_area {
@@ -121,20 +122,19 @@ static enum hr_status cb_size_step(struct cuda_backend *c, char *err, size_t err
     if (!a->host)
         return hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: no host memory for the step's batch");
     a->bytes = bytes;
-    enum hr_status st = cuda_dev_alloc(&a->dev, bytes, err, errlen);
-    if (st != HR_OK)
-        return st;
-    /* attention's split workspace: steps of max_tok tokens at the longest context the
-     * store holds (the kernels lay it out by the step's longest context) */
-    int64_t max_kv = (int64_t)c->kv_blocks * c->kv_block_size;
-    if (max_kv > c->cfg->max_position_embeddings)
-        max_kv = c->cfg->max_position_embeddings;
+    return cuda_dev_alloc(&a->dev, bytes, err, errlen);
+}
+
+/* Attention's split workspace for steps of max_tok tokens at the model's whole
+ * context (the kernels lay it out by the step's longest context): sized at reserve,
+ * before the KV pool, so that the pool can take what is left of the card. */
+static enum hr_status cb_size_attention(struct cuda_backend *c, char *err, size_t errlen)
+{
     cuda_dev_free(c->attn_work);
     c->attn_work = NULL;
-    c->attn_work_bytes = c->K->attn_workspace(max_tok, c->cfg->n_heads, c->cfg->head_dim, (int)max_kv);
-    if (c->attn_work_bytes)
-        st = cuda_dev_alloc(&c->attn_work, c->attn_work_bytes, err, errlen);
-    return st;
+    c->attn_work_bytes =
+        c->K->attn_workspace(c->max_tok, c->cfg->n_heads, c->cfg->head_dim, c->cfg->max_position_embeddings);
+    return c->attn_work_bytes ? cuda_dev_alloc(&c->attn_work, c->attn_work_bytes, err, errlen) : HR_OK;
 }
 
 static int cb_max_k(const struct model_config *c)
@@ -201,6 +201,8 @@ static enum hr_status cb_reserve(struct backend *be, const struct model_config *
         return st;
     c->gemm_work_bytes = work;
     c->n_tickets = tickets;
+    if ((st = cb_size_attention(c, err, errlen)) != HR_OK)
+        return st;
     return cb_size_step(c, err, errlen);
 }
 
@@ -252,7 +254,9 @@ static enum hr_status cb_upload_mat(const struct weights_mat *h, struct weights_
     size_t bytes = (size_t)h->rows * (size_t)h->cols * 2;
     void *p = NULL;
     enum hr_status st = cuda_dev_alloc(&p, bytes, err, errlen);
-    if (st == HR_OK)
+    if (st == HR_OK && !h->data && h->fill_seed) /* --load-format dummy: generated here */
+        st = cuda_dev_fill_bf16(p, bytes / 2, h->fill_seed, DUMMY_FILL_SCALE, err, errlen);
+    else if (st == HR_OK)
         st = cuda_dev_copy(p, h->data, bytes, err, errlen);
     if (st != HR_OK) {
         cuda_dev_free(p);
@@ -314,7 +318,7 @@ static enum hr_status cb_bind_weights(struct backend *be, const struct weights *
     int H = cfg->hidden_size, HD = cfg->head_dim;
     if (st == HR_OK)
         st = cb_upload_mat(&host->embed, &w->embed, "the embedding", err, errlen);
-    if (st == HR_OK && host->lm_head.data == host->embed.data)
+    if (st == HR_OK && host->lm_head.data == host->embed.data && host->lm_head.fill_seed == host->embed.fill_seed)
         w->lm_head = w->embed; /* tied: one copy */
     else if (st == HR_OK)
         st = cb_upload_mat(&host->lm_head, &w->lm_head, "lm_head", err, errlen);
@@ -342,6 +346,13 @@ static enum hr_status cb_bind_weights(struct backend *be, const struct weights *
     }
     *bound = w;
     return HR_OK;
+}
+
+static enum hr_status cb_mem_info(struct backend *be, size_t *free_bytes, size_t *total_bytes, char *err,
+                                  size_t errlen)
+{
+    (void)be;
+    return cuda_dev_mem_info(free_bytes, total_bytes, err, errlen);
 }
 
 /* ------------------------------------------------------------------ cache tiers */
@@ -679,6 +690,7 @@ static const struct backend_ops cuda_ops = {
     .kv_free = cb_kv_free,
     .bind_weights = cb_bind_weights,
     .unbind_weights = cb_unbind_weights,
+    .mem_info = cb_mem_info,
     .kv_export = cb_kv_export,
     .kv_import = cb_kv_import,
     .begin_step = cb_begin_step,

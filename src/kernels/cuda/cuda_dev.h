@@ -36,6 +36,8 @@ void cuda_dev_free(void *p);
 /* Copies between host and device (or device and device): direction from the pointers. */
 enum hr_status cuda_dev_copy(void *dst, const void *src, size_t bytes, char *err, size_t errlen);
 enum hr_status cuda_dev_memset(void *p, int byte, size_t bytes, char *err, size_t errlen);
+/* Bytes of device memory free now and in all. */
+enum hr_status cuda_dev_mem_info(size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen);
 /* Waits for all work on the device; reports an error raised by any earlier kernel. */
 enum hr_status cuda_dev_sync(char *err, size_t errlen);
 
@@ -53,7 +55,8 @@ enum hr_status cuda_dev_read_gbs(size_t bytes, int reps, double *gbs, char *err,
 enum hr_status cuda_dev_copy_gbs(size_t bytes, int reps, double *gbs, char *err, size_t errlen);
 
 /* Fills n bf16 values at device pointer p with uniform values in [-scale, scale) from
- * a counter-based hash of (seed, index): reproducible, no host round trip. */
+ * a counter-based hash of (seed, index): element i is dummy_fill_bf16(seed, i, scale)
+ * (model/dummy_fill.h), the bits the host computes too; no host round trip. */
 enum hr_status cuda_dev_fill_bf16(uint16_t *p, size_t n, uint64_t seed, float scale, char *err, size_t errlen);
 
 #ifdef __cplusplus

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/cuda_dev.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "model/dummy_fill.h"
 
 static enum hr_status dev_fail(cudaError_t e, const char *what, char *err, size_t errlen)
 {
@@ -210,24 +211,20 @@ extern "C" enum hr_status cuda_dev_copy_gbs(size_t bytes, int reps, double *gbs,
     return dev_bw(bytes, reps, 1, gbs, err, errlen);
 }
 
-/* splitmix64 of (seed, i): the fill's value of element i. */
-__device__ __forceinline__ uint64_t dev_mix(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
+/* The fill's value of element i is dummy_fill_bf16(seed, i): the host computes the
+ * same bits (a --load-format dummy model is the same model on every backend). */
 __global__ void dev_fill_kernel(uint16_t *p, size_t n, uint64_t seed, float scale)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        uint64_t r = dev_mix(seed * 0x632be59bd9b4e019ull + i);
-        float u = (float)(r >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
-        float v = (2.0f * u - 1.0f) * scale;
-        p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-    }
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        p[i] = dummy_fill_bf16(seed, i, scale);
+}
+
+extern "C" enum hr_status cuda_dev_mem_info(size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen)
+{
+    *free_bytes = *total_bytes = 0;
+    cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    return e == cudaSuccess ? HR_OK : dev_fail(e, "memory info", err, errlen);
 }
 
 extern "C" enum hr_status cuda_dev_fill_bf16(uint16_t *p, size_t n, uint64_t seed, float scale, char *err,
