@@ -6,7 +6,8 @@
 #   deploy/cluster.sh start --model DIR [--replicas 3] [--port 8000] [--replica-port 8001]
 #                           [--stats-port 8404] [--balance hash|roundrobin] [--dir RUNDIR]
 #                           [--wait SECONDS] [-- ARGS for every `hearth serve`]
-#   deploy/cluster.sh stop [--dir RUNDIR]           TERM (graceful), KILL after --grace s (30)
+#   deploy/cluster.sh stop [--dir RUNDIR] [--grace S]  graceful: HAProxy first (soft stop,
+#                                                   in-flight requests finish), then the replicas
 #   deploy/cluster.sh replica I [--dir RUNDIR]      (re)start replica I with its recorded flags
 #   deploy/cluster.sh status [--dir RUNDIR]         each process, /health, HAProxy's view
 #   deploy/cluster.sh render --server ADDR... [--port P] [--stats-port S] [--balance B]
@@ -16,13 +17,17 @@
 # r1..rN (hearth's --instance-name, so /metrics tells them apart) and log to RUNDIR/rI.log.
 # The proxy listens on 127.0.0.1:PORT, its stats page and Prometheus exporter on STATS_PORT.
 # --wait: return once every replica is healthy and HAProxy sees it up (0: do not wait).
+# stop: HAProxy gets SIGUSR1 (soft stop: it closes its listeners and exits once the requests
+# it proxies are done), within --grace seconds (30; then SIGTERM, which cuts them); then each
+# replica gets SIGTERM (hearth's graceful stop, bounded by its --shutdown-grace-ms), and
+# SIGKILL if it is still there --grace seconds later.
 # $HEARTH_BIN (default build/hearth, else hearth on PATH) and $HAPROXY (haproxy) name the binaries.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cfg_template=$here/haproxy.cfg
 
 die() { echo "cluster.sh: $*" >&2; exit 2; }
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,/^[^#]/ { /^#/ p }' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 cmd=${1:-}; [ -n "$cmd" ] || usage; shift
 dir=${XDG_RUNTIME_DIR:-/tmp}/hearth-cluster
@@ -114,14 +119,19 @@ wait_ready() { # every replica healthy and up in HAProxy, within $wait_s seconds
   done
 }
 
-stop_pid() { # stop_pid FILE NAME
+# stop_pid FILE NAME [SIGNAL]: SIGNAL (TERM), wait up to $grace s for the exit, then the next
+# signal: TERM after a soft one (HAProxy's USR1), KILL after TERM
+stop_pid() {
   local pid; pid=$(cat "$1" 2>/dev/null || true)
   rm -f "$1"
-  alive "$pid" "$2" || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + grace))
-  while alive "$pid" "$2" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
-  alive "$pid" "$2" && kill -KILL "$pid" 2>/dev/null || true
+  local sig
+  for sig in ${3:-} TERM KILL; do
+    alive "$pid" "$2" || return 0
+    kill -"$sig" "$pid" 2>/dev/null || true
+    [ "$sig" = KILL ] && return 0
+    local deadline=$((SECONDS + grace))
+    while alive "$pid" "$2" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+  done
 }
 
 case $cmd in
@@ -156,7 +166,9 @@ case $cmd in
     echo "replica r$index: http://127.0.0.1:$(cat "$dir/r$index.port")" ;;
   stop)
     [ -f "$dir/replicas" ] || die "no cluster in $dir"
-    stop_pid "$dir/haproxy.pid" haproxy
+    # the proxy first, softly: no new connections, the requests it carries run to their end
+    # on replicas that are still up
+    stop_pid "$dir/haproxy.pid" haproxy USR1
     for f in "$dir"/r*.pid; do [ -e "$f" ] && stop_pid "$f" hearth; done
     echo "cluster in $dir stopped" ;;
   status)

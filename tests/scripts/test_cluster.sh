@@ -9,8 +9,10 @@
 #  - without a key, the first message (chat) or the prompt's start (completions) is the key;
 #  - a stream through the proxy is the same bytes as direct (id and created aside);
 #  - prompt_cache_key: validated, never the cache's namespace; /metrics carries instance_name;
-#  - a replica killed mid-run: its in-flight requests fail (no hang), later requests for its
-#    keys are served by the others, and once restarted it gets its keys back.
+#  - a replica killed mid-run: its in-flight requests (streams that had sent a chunk) fail (no
+#    hang), later requests for its keys are served by the others, and once restarted it gets
+#    its keys back;
+#  - cluster.sh stop is graceful: a stream in flight through the proxy ends with [DONE].
 # Everything started is stopped at the end.  Ends with "RESULT passed=N failed=N".
 set -u
 cd "$(dirname "$0")/../.."
@@ -195,18 +197,18 @@ first=${mine%% *}
 curl -s -m 60 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -H "X-Forwarded-For: 10.6.$first.1" \
   "$proxy/v1/chat/completions" -d "$long,\"prompt_cache_key\":\"chat-$first\"}" >"$tmp/inflight.code" &
 pids+=($!); echo $! >>"$tmp/inflight.pids"
-# in flight once every stream has its first frames
-for _ in $(seq 1 100); do
-  n=0; for c in $mine; do [ -s "$tmp/inflight$c.sse" ] && n=$((n + 1)); done
-  [ "$n" = "$(echo $mine | wc -w)" ] && break; sleep 0.05
+# in flight once every stream has sent a chunk (a "data: {" line; within 10 s)
+for _ in $(seq 1 200); do
+  started=0; for c in $mine; do grep -q '^data: {' "$tmp/inflight$c.sse" 2>/dev/null && started=$((started + 1)); done
+  [ "$started" = "$(echo $mine | wc -w)" ] && break; sleep 0.05
 done
 kill -9 "$(cat "$run/r$vi.pid")"
 t_kill=$SECONDS
 for p in $(cat "$tmp/inflight.pids"); do wait "$p" 2>/dev/null; done
 hang=$((SECONDS - t_kill))
 broken=0; for c in $mine; do grep -q '^data: \[DONE\]' "$tmp/inflight$c.sse" || broken=$((broken + 1)); done
-check "killed $victim: its $(echo $mine | wc -w) in-flight streams end without [DONE], within ${hang}s" \
-  [ "$broken" = "$(echo $mine | wc -w)" -a "$hang" -le 10 ]
+check "killed $victim: its $(echo $mine | wc -w) in-flight streams ($started had sent a chunk) end without [DONE], within ${hang}s" \
+  [ "$started" = "$(echo $mine | wc -w)" -a "$broken" = "$(echo $mine | wc -w)" -a "$hang" -le 10 ]
 check "killed $victim: its in-flight non-streamed request gets a 5xx ($(cat "$tmp/inflight.code"))" \
   grep -q '^5' "$tmp/inflight.code"
 short() { # short KEY TAG: status of a short chat through the proxy
@@ -225,9 +227,29 @@ for c in $mine; do short "chat-$c" "10.8.$c.0" >/dev/null; done
 back=$(routes 8 | awk -v v="$victim" '$1 == v' | wc -l)
 check "restarted $victim gets its keys back ($back of $(echo $mine | wc -w))" [ "$back" = "$(echo $mine | wc -w)" ]
 
-# ---- stop: every process ends
+# ---- stop: graceful (a stream in flight through the proxy finishes), then every process ends
 hpid=$(cat "$run/haproxy.pid"); rpids=$(cat "$run"/r*.pid)
-bash deploy/cluster.sh stop --dir "$run" --grace 20 >/dev/null 2>&1
+curl -sN -m 60 -o "$tmp/drain.sse" -H 'Content-Type: application/json' "$proxy/v1/chat/completions" \
+  -d "{\"model\":\"$model\",\"messages\":[{\"role\":\"user\",\"content\":\"drain\"}],\"max_tokens\":1000,\"ignore_eos\":true,\"stream\":true}" &
+drain_pid=$!; pids+=("$drain_pid")
+for _ in $(seq 1 200); do grep -q '^data: {' "$tmp/drain.sse" 2>/dev/null && break; sleep 0.05; done
+drain_started=no; grep -q '^data: {' "$tmp/drain.sse" 2>/dev/null && ! grep -q '^data: \[DONE\]' "$tmp/drain.sse" && drain_started=yes
+t_stop=$SECONDS
+bash deploy/cluster.sh stop --dir "$run" --grace 20 >"$tmp/stop.log" 2>&1 &
+stopper=$!; pids+=("$stopper")
+# while it drains, the proxy takes no new connection (curl: 7, connection refused)
+refused=no
+for _ in $(seq 1 100); do
+  curl -s -m 2 -o /dev/null "$proxy/health"
+  [ $? = 7 ] && { kill -0 "$drain_pid" 2>/dev/null && refused=yes; break; }
+  sleep 0.05
+done
+wait "$stopper"; stop_rc=$?
+wait "$drain_pid"; drain_rc=$?
+echo "  stop took $((SECONDS - t_stop)) s (rc $stop_rc); the in-flight stream: $(grep -c '^data: {' "$tmp/drain.sse") chunks, curl rc $drain_rc"
+check "cluster.sh stop: a stream in flight through the proxy (started: $drain_started) ends with [DONE]" \
+  [ "$stop_rc" = 0 -a "$drain_started" = yes -a "$drain_rc" = 0 -a "$(tail -c 14 "$tmp/drain.sse" | tr -d '\n')" = "data: [DONE]" ]
+check "cluster.sh stop: new connections are refused while that stream drains" [ "$refused" = yes ]
 # (a zombie is dead: whoever adopted it may reap it later)
 alive=0; for p in $hpid $rpids; do [ -n "$(ps -o stat= -p "$p" | grep -v Z)" ] && alive=$((alive + 1)); done
 check "cluster.sh stop ends HAProxy and the replicas" [ "$alive" = 0 -a ! -e "$run/haproxy.pid" ]

@@ -11,7 +11,10 @@ bin=${HEARTH_BIN:-${BUILD:-build}/hearth}
 passed=0; failed=0
 ok() { passed=$((passed + 1)); echo "ok   $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; }
+# check NAME COMMAND ARGS...: runs one command; `check N [ … ] && grep …` would assert only the [ … ]
 check() { local name=$1; shift; if "$@"; then ok "$name"; else fail "$name"; fi; }
+# check_all NAME 'CONDITION': the whole shell condition (&&, ||, !, pipes), evaluated when checked
+check_all() { if eval "$2"; then ok "$1"; else fail "$1"; fi; }
 finish() { echo "RESULT passed=$passed failed=$failed"; exit $([ "$failed" -eq 0 ] && echo 0 || echo 1); }
 part() { [ -z "${HARDEN_ONLY:-}" ] || [[ " $HARDEN_ONLY " == *" $1 "* ]]; }
 
@@ -270,8 +273,8 @@ if part stall; then
   t1=$(date +%s.%N)
   secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
   gone=yes; kill -0 "$pid_stall" 2>/dev/null && gone=no
-  check "stall: SIGTERM with --shutdown-grace-ms 1000 and the stalled client connected: exit within 3 s (${secs} s)" \
-    [ "$gone" = yes ] && awk -v s="$secs" 'BEGIN{exit !(s <= 3.0)}'
+  check_all "stall: SIGTERM with --shutdown-grace-ms 1000 and the stalled client connected: exit within 3 s (${secs} s)" \
+    '[ "$gone" = yes ] && awk -v s="$secs" "BEGIN{exit !(s <= 3.0)}"'
   kill "$stall_pid" 2>/dev/null
 fi
 

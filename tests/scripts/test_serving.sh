@@ -17,7 +17,10 @@ bin=${HEARTH_BIN:-${BUILD:-build}/hearth}
 passed=0; failed=0
 ok() { passed=$((passed + 1)); echo "ok   $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; }
+# check NAME COMMAND ARGS...: runs one command; `check N [ … ] && grep …` would assert only the [ … ]
 check() { local name=$1; shift; if "$@"; then ok "$name"; else fail "$name"; fi; }
+# check_all NAME 'CONDITION': the whole shell condition (&&, ||, !, pipes), evaluated when checked
+check_all() { if eval "$2"; then ok "$1"; else fail "$1"; fi; }
 finish() { echo "RESULT passed=$passed failed=$failed"; exit $([ "$failed" -eq 0 ] && echo 0 || echo 1); }
 
 tmp=$(mktemp -d)
@@ -89,21 +92,25 @@ ids1023=$(node -e 'console.log(Array(1023).fill(100).join(","))')
 req POST "$base/v1/completions" -d "{\"model\":\"$model\",\"prompt\":[$ids1023]}"
 check "a 1,023-token prompt is served (one token left)" [ "$code" = 200 -a "$(jget usage.completion_tokens)" = 1 ]
 req POST "$base/v1/completions" -d "{\"model\":\"$model\",\"prompt\":[$ids1023,100]}"
-check "a 1,024-token prompt is refused, naming max_model_len" \
-  [ "$code" = 400 -a "$(jget error.param)" = prompt ] && grep -q "maximum context length is 1024" "$tmp/body"
+check_all "a 1,024-token prompt is refused, naming max_model_len" \
+  '[ "$code" = 400 -a "$(jget error.param)" = prompt ] && grep -q "maximum context length is 1024" "$tmp/body"'
 req POST "$base/v1/chat/completions" -d "{\"model\":\"$model\",\"n\":3,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
 check "chat n=3 without max_tokens: the three share the pool" \
   [ "$code" = 200 -a "$(jget choices.2.finish_reason)" = length -a "$(jget usage.completion_tokens)" -gt 900 ]
 "$bin" serve --model "$tmp/model" --port 0 --kv-cache-mib 1 --kv-dtype f32 --max-model-len 3000 >/dev/null 2>"$tmp/mml.err"
-check "--max-model-len above the pool: exit 1 with the reason" \
-  [ $? = 1 ] && grep -q -- "--max-model-len 3000 is more than the KV pool holds (1024 tokens)" "$tmp/mml.err"
+rc=$?
+check_all "--max-model-len above the pool: exit 1 with the reason" \
+  '[ "$rc" = 1 ] && grep -q -- "--max-model-len 3000 is more than the KV pool holds (1024 tokens)" "$tmp/mml.err"'
 "$bin" serve --model "$tmp/model" --port 0 --kv-cache-memory-fraction 2 >/dev/null 2>"$tmp/frac.err"
-check "--kv-cache-memory-fraction out of range: exit 2" [ $? = 2 ] && grep -q -- "--kv-cache-memory-fraction" "$tmp/frac.err"
+rc=$?
+check_all "--kv-cache-memory-fraction out of range: exit 2 naming it" \
+  '[ "$rc" = 2 ] && grep -q -- "--kv-cache-memory-fraction" "$tmp/frac.err"'
 
 # ---- a busy port
 "$bin" serve --model "$tmp/model" --host 127.0.0.1 --port "$port_small" --kv-cache-mib 1 >"$tmp/busy.out" 2>"$tmp/busy.err"
-check "a busy port: exit 1, no 'listening'" [ $? = 1 ] && grep -q "cannot listen" "$tmp/busy.err" && \
-  ! grep -q listening "$tmp/busy.out"
+rc=$?
+check_all "a busy port: exit 1 saying 'cannot listen', no 'listening'" \
+  '[ "$rc" = 1 ] && grep -q "cannot listen" "$tmp/busy.err" && ! grep -q listening "$tmp/busy.out"'
 req GET "$base/health"
 check "the first server still serves" [ "$code" = 200 ]
 
@@ -161,8 +168,9 @@ check "responses: a non-function tool is 400" [ "$code" = 400 -a "$(jget error.p
 req POST "$base/v1/responses" -d "{\"model\":\"$model\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"x\"}]}]}"
 check "responses: an image part is 400" [ "$code" = 400 -a "$(jget error.param)" = "input[0].content" ]
 req POST "$base/v1/responses" -d "{\"model\":\"$model\",\"input\":\"x\",\"max_output_tokens\":2,\"stream\":true}" -N
-check "responses stream over curl: events, no [DONE]" [ "$code" = 200 ] && grep -q '^event: response.created' "$tmp/body" && \
-  grep -q '^event: response.incomplete' "$tmp/body" && ! grep -q 'DONE' "$tmp/body"
+check_all "responses stream over curl: events, no [DONE]" '[ "$code" = 200 ] &&
+  grep -q "^event: response.created" "$tmp/body" && grep -q "^event: response.incomplete" "$tmp/body" &&
+  ! grep -q "DONE" "$tmp/body"'
 req GET "$base/health"
 check "still serving after the bad requests" [ "$code" = 200 ]
 
@@ -182,14 +190,18 @@ fi
 check "generate --logprobs: a line per token with 2 alternatives" \
   [ "$(grep -c -P '^\d+\t".*"\t-?\d+\.\d+\t".*" -?\d+\.\d+, ".*" -?\d+\.\d+$' "$tmp/gen.out")" = 3 ]
 "$bin" generate --model "$tmp/model" >/dev/null 2>"$tmp/gen.err"
-check "generate without --prompt says so" [ $? = 2 ] && grep -q "^hearth generate: --prompt TEXT .* is required" "$tmp/gen.err"
+rc=$?
+check_all "generate without --prompt says so" \
+  '[ "$rc" = 2 ] && grep -q "^hearth generate: --prompt TEXT .* is required" "$tmp/gen.err"'
 "$bin" mkmodel --shape tiny >/dev/null 2>"$tmp/mk.err"
-check "mkmodel without --out says so" [ $? = 2 ] && grep -q "^hearth mkmodel: --out DIR is required" "$tmp/mk.err"
+rc=$?
+check_all "mkmodel without --out says so" '[ "$rc" = 2 ] && grep -q "^hearth mkmodel: --out DIR is required" "$tmp/mk.err"'
 check "hearth --version" bash -c "'$bin' --version | grep -Eq '^hearth [0-9]+\.[0-9]+\.[0-9]+'"
 check "the help describes every bench" bash -c "'$bin' 2>&1 | grep -q 'prefix (exact reuse), throughput, forward, kernels'"
 printf '/help\n/nope\nhi\n' | "$bin" chat --model "$tmp/model" --max-tokens 2 --kv-cache-mib 1 >"$tmp/chat.out" 2>"$tmp/chat.err"
-check "chat: /help and unknown commands stay local" [ "$(grep -c '/reset  start a new conversation' "$tmp/chat.err")" = 2 ] && \
-  grep -q "unknown command /nope" "$tmp/chat.err" && [ "$(grep -c 'prompt tokens' "$tmp/chat.err")" = 1 ]
+check_all "chat: /help and unknown commands stay local" \
+  '[ "$(grep -c "/reset  start a new conversation" "$tmp/chat.err")" = 2 ] &&
+   grep -q "unknown command /nope" "$tmp/chat.err" && [ "$(grep -c "prompt tokens" "$tmp/chat.err")" = 1 ]'
 # Ctrl-C while the answer is written stops it, and the conversation goes on
 { echo hi; sleep 3; echo again; sleep 3; } | "$bin" chat --model "$tmp/model" --ignore-eos --max-tokens 100000 \
   --kv-cache-mib 8 >"$tmp/chat2.out" 2>"$tmp/chat2.err" &
@@ -197,8 +209,8 @@ cpid=$!; pids+=("$cpid")
 sleep 1.5; kill -INT "$cpid" 2>/dev/null
 sleep 3; kill -INT "$cpid" 2>/dev/null
 wait "$cpid"; crc=$?
-check "chat: Ctrl-C stops each answer, the conversation goes on" [ "$crc" = 0 ] && \
-  [ "$(grep -c '\[stopped\]' "$tmp/chat2.err")" = 2 ] && [ "$(grep -c 'prompt tokens' "$tmp/chat2.err")" = 2 ]
+check_all "chat: Ctrl-C stops each answer, the conversation goes on" \
+  '[ "$crc" = 0 ] && [ "$(grep -c "\[stopped\]" "$tmp/chat2.err")" = 2 ] && [ "$(grep -c "prompt tokens" "$tmp/chat2.err")" = 2 ]'
 python3 tests/e2e/chat_pty.py "$bin" "$tmp/model" >"$tmp/pty.log" 2>&1
 pp=$(sed -n 's/^RESULT passed=\([0-9]*\) failed=\([0-9]*\)$/\1/p' "$tmp/pty.log")
 pf=$(sed -n 's/^RESULT passed=\([0-9]*\) failed=\([0-9]*\)$/\2/p' "$tmp/pty.log")
