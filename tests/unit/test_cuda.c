@@ -22,6 +22,8 @@ int main(void)
 #include "kernels/cuda/cuda_dev.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "model/dtype.h"
+#include "model/dummy_fill.h"
+#include "model/weights.h"
 
 static const struct cuda_kernels *K; /* the variant under test */
 static struct cuda_dev_info info;
@@ -798,6 +800,29 @@ static void test_attn_prep(void)
     cuda_dev_free(f.kv.slab);
 }
 
+/* --load-format dummy generates a matrix on the device with the fill kernel and on the
+ * host with weights_dummy_fill: the same bits, or a dummy model would be another model
+ * on each backend. */
+static void test_dummy_fill(void)
+{
+    const size_t n = (size_t)3 << 20; /* past one grid's stride: every element's own index */
+    uint16_t *d = dmust(n * 2), *h = hmust(n * 2), *want = hmust(n * 2);
+    struct weights_mat m = {.dtype = SAFETENSORS_DTYPE_BF16, .rows = 3072, .cols = 1024,
+                            .fill_seed = 0x5eed5eed12345ull};
+    CHECK_OK(cuda_dev_fill_bf16(d, n, m.fill_seed, DUMMY_FILL_SCALE, err, sizeof err), err);
+    down(h, d, n * 2);
+    weights_dummy_fill(&m, want, 0, (int64_t)n);
+    size_t differ = 0, zero = 0;
+    for (size_t i = 0; i < n; i++) {
+        differ += h[i] != want[i];
+        zero += want[i] == 0;
+    }
+    CHECK_MSG(differ == 0 && zero < n / 100, "%zu of %zu differ, %zu zero", differ, n, zero);
+    free(h);
+    free(want);
+    cuda_dev_free(d);
+}
+
 int main(int argc, char **argv)
 {
     /* HEARTH_CUDA_TESTS=quick leaves out the GEMM row sweep (the slowest test) */
@@ -811,6 +836,7 @@ int main(int argc, char **argv)
     }
     printf("device: %s, compute %d.%d, %d SMs, %.1f GiB, runtime %d, driver %d\n", info.name, info.major, info.minor,
            info.sm_count, info.total_mem / 1073741824.0, info.runtime_version, info.driver_version);
+    TEST_RUN(test_dummy_fill);
     static const char *variants[] = {"sm90a", "sm80"};
     for (int v = 0; v < 2; v++) {
         K = cuda_kernels_pick(variants[v], info.major, info.minor, err, sizeof err);
