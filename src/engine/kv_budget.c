@@ -28,6 +28,25 @@ enum hr_status kv_budget_mem_available(uint64_t *out, char *err, size_t errlen)
     return HR_OK;
 }
 
+/* want bytes (a double: it may be negative or huge) capped at what max_tokens_needed
+ * tokens use; false when memory, not the cap, bounds it below KV_BUDGET_MIN_BYTES. */
+static bool kv_budget_fit(double want, uint64_t limit, size_t bytes_per_token, uint64_t max_tokens_needed,
+                          size_t *out)
+{
+    uint64_t budget = want <= 0 ? 0 : want >= 18e18 ? UINT64_MAX : (uint64_t)want;
+    if (budget > limit)
+        budget = limit;
+    uint64_t cap = UINT64_MAX;
+    if (bytes_per_token > 0 && max_tokens_needed > 0 && max_tokens_needed < UINT64_MAX / bytes_per_token)
+        cap = max_tokens_needed * bytes_per_token;
+    if (budget >= cap)
+        budget = cap;
+    else if (budget < KV_BUDGET_MIN_BYTES)
+        return false;
+    *out = budget > SIZE_MAX ? SIZE_MAX : (size_t)budget;
+    return true;
+}
+
 enum hr_status kv_budget_auto(uint64_t available, uint64_t weight_bytes, double fraction, size_t bytes_per_token,
                               uint64_t max_tokens_needed, size_t *out, char *err, size_t errlen)
 {
@@ -35,22 +54,11 @@ enum hr_status kv_budget_auto(uint64_t available, uint64_t weight_bytes, double 
     if (!(fraction > 0.0 && fraction <= 1.0))
         return hr_err(err, errlen, HR_ERR_INVALID, "--kv-cache-memory-fraction must be in (0, 1], got %g", fraction);
     uint64_t left = available > weight_bytes ? available - weight_bytes : 0;
-    double b = (double)left * fraction;
-    uint64_t budget = b >= 18e18 ? UINT64_MAX : (uint64_t)b;
-    uint64_t cap = UINT64_MAX;
-    if (bytes_per_token > 0 && max_tokens_needed > 0 && max_tokens_needed < UINT64_MAX / bytes_per_token)
-        cap = max_tokens_needed * bytes_per_token;
-    if (budget >= cap) {
-        budget = cap;
-    } else if (budget < KV_BUDGET_MIN_BYTES) {
+    if (!kv_budget_fit((double)left * fraction, UINT64_MAX, bytes_per_token, max_tokens_needed, out))
         return hr_err(err, errlen, HR_ERR_NOMEM,
                       "%.0f MiB available beside %.0f MiB of weights leaves too little for the KV pool "
                       "(fraction %g); give --kv-cache-mib",
                       (double)available / 1048576.0, (double)weight_bytes / 1048576.0, fraction);
-    }
-    if (budget > SIZE_MAX)
-        budget = SIZE_MAX;
-    *out = (size_t)budget;
     return HR_OK;
 }
 
@@ -61,23 +69,11 @@ enum hr_status kv_budget_device(uint64_t total, uint64_t free_now, double fracti
     if (!(fraction > 0.0 && fraction <= 1.0))
         return hr_err(err, errlen, HR_ERR_INVALID, "--gpu-memory-utilization must be in (0, 1], got %g", fraction);
     uint64_t used = total > free_now ? total - free_now : 0;
-    double want = (double)total * fraction - (double)used;
-    uint64_t budget = want <= 0 ? 0 : want >= 18e18 ? UINT64_MAX : (uint64_t)want;
-    if (budget > free_now)
-        budget = free_now;
-    uint64_t cap = UINT64_MAX;
-    if (bytes_per_token > 0 && max_tokens_needed > 0 && max_tokens_needed < UINT64_MAX / bytes_per_token)
-        cap = max_tokens_needed * bytes_per_token;
-    if (budget >= cap)
-        budget = cap;
-    else if (budget < KV_BUDGET_MIN_BYTES)
+    if (!kv_budget_fit((double)total * fraction - (double)used, free_now, bytes_per_token, max_tokens_needed, out))
         return hr_err(err, errlen, HR_ERR_NOMEM,
                       "the device's weights and scratch use %.0f of %.0f MiB: --gpu-memory-utilization %g leaves "
                       "too little for the KV pool; raise it or give --kv-cache-mib",
                       (double)used / 1048576.0, (double)total / 1048576.0, fraction);
-    if (budget > SIZE_MAX)
-        budget = SIZE_MAX;
-    *out = (size_t)budget;
     return HR_OK;
 }
 
