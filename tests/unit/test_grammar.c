@@ -11,6 +11,7 @@
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "grammar/regex.h"
+#include "server/structured.h"
 #include "test.h"
 
 static char err[HR_ERRLEN];
@@ -296,6 +297,46 @@ static void test_cache(void)
     grammar_cache_free(&c);
 }
 
+/* Forced tool calls: with parallel_tool_calls the grammar takes up to STRUCTURED_MAX_TOOL_CALLS
+ * calls separated by a newline; without, exactly one; a named tool only that tool. */
+static void test_tool_grammar(void)
+{
+    json_error_t je;
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
+                               "\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9}},"
+                               "\"required\":[\"a\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]",
+                               0, &je);
+    CHECK(tools != NULL);
+    const char *f1 = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\":3}}\n</tool_call>";
+    const char *g1 = "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
+    char two[512], many[4096];
+    snprintf(two, sizeof two, "%s\n%s", f1, g1);
+    size_t n = 0;
+    for (int i = 0; i <= STRUCTURED_MAX_TOOL_CALLS; i++)
+        n += (size_t)snprintf(many + n, sizeof many - n, "%s%s", i ? "\n" : "", f1);
+    size_t n_max = n - strlen(f1) - 1; /* exactly STRUCTURED_MAX_TOOL_CALLS calls */
+    for (int mode = 0; mode < 3; mode++) {
+        char *text = NULL;
+        CHECK_OK(structured_tool_grammar(tools, mode == 2 ? "f" : NULL, mode == 0, &text, err, sizeof err), err);
+        struct grammar g;
+        if (!text || gbnf_parse(text, strlen(text), &g, err, sizeof err) != HR_OK) {
+            CHECK_MSG(false, "tool grammar: %s", err);
+            free(text);
+            continue;
+        }
+        CHECK(accepts(&g, f1, strlen(f1)));
+        CHECK(accepts(&g, g1, strlen(g1)) == (mode != 2));
+        CHECK(!accepts(&g, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", 55)); /* a required */
+        CHECK_MSG(accepts(&g, two, strlen(two)) == (mode == 0), "mode %d: two calls", mode);
+        CHECK_MSG(accepts(&g, many, n_max) == (mode == 0), "mode %d: %d calls", mode, STRUCTURED_MAX_TOOL_CALLS);
+        CHECK(!accepts(&g, many, n));
+        CHECK(!accepts(&g, two, strlen(f1) + 1)); /* a dangling separator */
+        grammar_free(&g);
+        free(text);
+    }
+    json_decref(tools);
+}
+
 int main(void)
 {
     TEST_RUN(test_gbnf_errors);
@@ -305,5 +346,6 @@ int main(void)
     TEST_RUN(test_schema_errors);
     TEST_RUN(test_regex);
     TEST_RUN(test_cache);
+    TEST_RUN(test_tool_grammar);
     TEST_END();
 }
