@@ -228,6 +228,14 @@ await step("errors", async () => {
   const huge = { type: "object", properties: {} };
   for (let k = 0; k < 12000; k++) huge.properties[`property_number_${k}`] = { type: "integer" };
   await bad("a huge schema (limits)", { guided_json: huge }, "completions", /at most/);
+  // Under the byte limit but some 60,000 grammar positions (each a walk of the vocabulary
+  // at compile time): refused by the limit on grammar positions, quickly.
+  const wide = { type: "object", properties: {} };
+  for (let k = 0; k < 3000; k++) wide.properties[`p${k}`] = { type: "boolean" };
+  const t0 = Date.now();
+  await bad("a schema that needs too many grammar positions (limit named)", { guided_json: wide }, "completions",
+            /limit on grammar positions is \d+/, "guided_json");
+  check("the positions limit answers within 10 s", Date.now() - t0 < 10000, `${Date.now() - t0} ms`);
   const h = await fetch(`${url}/health`);
   check("the server still serves after bad constraints", h.status === 200);
 });

@@ -294,6 +294,26 @@ static void test_cache(void)
     grammar_compiled_unref(x);
     grammar_compiled_unref(x);
     grammar_compiled_unref(y);
+    /* The default limit on grammar positions: a literal of GRAMMAR_MAX_POSITIONS bytes
+     * compiles, one byte more is a clear error. */
+    char want[192];
+    snprintf(want, sizeof want, "%d token-mask positions (byte positions, each per context it is reached from), "
+             "and the limit on grammar positions is %d", GRAMMAR_MAX_POSITIONS + 1, GRAMMAR_MAX_POSITIONS);
+    for (int extra = 0; extra < 2; extra++) {
+        size_t n = GRAMMAR_MAX_POSITIONS + (size_t)extra;
+        char *src = malloc(n + 16);
+        memcpy(src, "root ::= \"", 10);
+        memset(src + 10, 'q', n);
+        memcpy(src + 10 + n, "\"", 2);
+        x = NULL;
+        enum hr_status st = grammar_cache_get(&c, HEARTH_GRAMMAR_GBNF, src, strlen(src), &x, err, sizeof err);
+        if (extra == 0)
+            CHECK_MSG(st == HR_OK, "%s", err);
+        else
+            CHECK_MSG(st == HR_ERR_INVALID && strstr(err, want), "%s", err);
+        grammar_compiled_unref(x);
+        free(src);
+    }
     grammar_cache_free(&c);
 }
 
