@@ -211,6 +211,12 @@ await step("errors", async () => {
             "chat/completions", /unsupported keyword 'patternProperties' at #/, "response_format.json_schema.schema");
   await bad("unsupported nested keyword with its path", { guided_json: { type: "object", properties: { a: { type: "string", contentEncoding: "base64" } } } },
             "completions", /'contentEncoding' at #\/properties\/a/);
+  await bad("a keyword beside enum is named, not dropped", { guided_json: { enum: ["a", "bbb"], maxLength: 2 } },
+            "completions", /'enum' together with 'maxLength' at #/);
+  await bad("anyOf with oneOf is named, not dropped", { guided_json: { anyOf: [{ type: "string" }], oneOf: [{ type: "integer" }] } },
+            "completions", /'anyOf' together with 'oneOf'/);
+  await bad("an unknown structured_outputs key is named, not ignored", { structured_outputs: { json: { type: "object" }, structural_tag: "{}" } },
+            "completions", /'structured_outputs.structural_tag' is not supported/, "structured_outputs.structural_tag");
   await bad("unsupported format named", { guided_json: { type: "string", format: "hostname" } }, "completions", /format 'hostname'/);
   await bad("GBNF syntax error with line and column", { grammar: 'root ::= "a" item\nitem ::= [a-z\n' }, "completions", /line 2, column \d+/, "grammar");
   await bad("GBNF undefined rule", { grammar: "root ::= thing" }, "completions", /'thing' is used but never defined/);

@@ -224,6 +224,120 @@ static void test_schema_errors(void)
     schema_fails(deep, "nested deeper than");
 }
 
+/* Each string of yes is accepted, each of no refused (strings are JSON texts). */
+static void schema_lang(const char *schema, const char *const *yes, const char *const *no)
+{
+    struct grammar g;
+    if (!schema_grammar(schema, &g))
+        return;
+    for (int i = 0; yes[i]; i++)
+        CHECK_MSG(accepts(&g, yes[i], strlen(yes[i])), "%s should accept %s", schema, yes[i]);
+    for (int i = 0; no[i]; i++)
+        CHECK_MSG(!accepts(&g, no[i], strlen(no[i])), "%s should refuse %s", schema, no[i]);
+    grammar_free(&g);
+}
+
+/* Keywords in combination: each is enforced (the outputs are exactly the intersection) or the
+ * combination is refused by name; none is dropped. */
+static void test_schema_combinations(void)
+{
+    /* enum/const filtered by type */
+    schema_lang("{\"type\":\"string\",\"enum\":[\"a\",1,null,\"b\"]}", (const char *[]){"\"a\"", "\"b\"", NULL},
+                (const char *[]){"1", "null", NULL});
+    schema_lang("{\"type\":[\"integer\",\"null\"],\"enum\":[1,2.5,\"x\",3,null,4.0]}",
+                (const char *[]){"1", "3", "null", "4.0", NULL}, (const char *[]){"2.5", "\"x\"", NULL});
+    schema_lang("{\"const\":\"a\",\"enum\":[\"a\",\"b\"]}", (const char *[]){"\"a\"", NULL},
+                (const char *[]){"\"b\"", NULL});
+    schema_fails("{\"type\":\"string\",\"const\":5}", "no value of 'const' satisfies 'type'");
+    schema_fails("{\"type\":\"boolean\",\"enum\":[1,\"x\"]}", "no value of 'enum' satisfies 'type'");
+    schema_fails("{\"const\":\"c\",\"enum\":[\"a\"]}", "satisfies both 'const' and 'enum'");
+    schema_fails("{\"enum\":[\"a\",\"bbb\"],\"maxLength\":2}", "'enum' together with 'maxLength' at #");
+    schema_fails("{\"const\":1,\"anyOf\":[{\"type\":\"integer\"}]}", "'const' together with 'anyOf' at #");
+    schema_fails("{\"type\":\"strin\",\"enum\":[\"a\"]}", "unknown type 'strin'");
+    /* anyOf/oneOf with keywords beside it: each branch intersected with them */
+    schema_lang("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9},"
+                "\"b\":{\"type\":\"boolean\"}},\"anyOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}",
+                (const char *[]){"{\"a\":1}", "{\"b\":true}", "{\"a\":1,\"b\":false}", NULL},
+                (const char *[]){"{}", "{\"a\":10}", "{\"c\":1}", NULL});
+    schema_lang("{\"type\":\"string\",\"oneOf\":[{\"maxLength\":2},{\"pattern\":\"^x+$\"}]}",
+                (const char *[]){"\"ab\"", "\"xxxx\"", "\"\"", NULL},
+                (const char *[]){"5", "\"abc\"", "null", "[]", NULL});
+    schema_lang("{\"type\":[\"integer\",\"null\"],\"anyOf\":[{\"type\":\"number\"},{\"type\":\"string\"}]}",
+                (const char *[]){"3", "-2", NULL}, (const char *[]){"null", "\"s\"", "1.5", NULL});
+    schema_lang("{\"type\":\"object\",\"properties\":{\"k\":{\"const\":1}},\"required\":[\"k\"],"
+                "\"anyOf\":[{\"properties\":{\"x\":{\"type\":\"boolean\"}},\"required\":[\"x\"]},{\"properties\":"
+                "{\"k\":{\"const\":1}}}]}",
+                (const char *[]){"{\"x\":true,\"k\":1}", "{\"k\":1}", NULL},
+                (const char *[]){"{\"x\":true}", "{}", "{\"k\":2}", NULL});
+    /* anyOf with allOf: each branch merged with the allOf */
+    schema_lang("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},\"required\":[\"a\"]}],"
+                "\"anyOf\":[{\"properties\":{\"b\":{\"const\":1}},\"required\":[\"b\"]},{\"properties\":{\"c\":"
+                "{\"const\":2}},\"required\":[\"c\"]}]}",
+                (const char *[]){"{\"a\":true,\"b\":1}", "{\"a\":false,\"c\":2}", NULL},
+                (const char *[]){"{\"a\":true}", "{\"b\":1}", "{\"c\":2}", "{\"a\":true,\"b\":2}", NULL});
+    schema_fails("{\"anyOf\":[{\"type\":\"string\"}],\"oneOf\":[{\"type\":\"integer\"}]}",
+                 "'anyOf' together with 'oneOf' at #");
+    schema_fails("{\"anyOf\":[{\"type\":\"string\",\"maxLength\":3}],\"maxLength\":5}",
+                 "'maxLength' both beside 'anyOf' and in its branch 0");
+    schema_fails("{\"properties\":{\"a\":{\"type\":\"string\"}},\"anyOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"}}}]}",
+                 "property 'a' is defined both beside 'anyOf' and in its branch 0");
+    schema_fails("{\"type\":\"string\",\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]}",
+                 "no branch of 'anyOf' is compatible");
+    /* a branch that refers back to its own schema: refused, quickly, not expanded forever */
+    schema_fails("{\"$defs\":{\"x\":{\"type\":\"object\",\"anyOf\":[{\"$ref\":\"#/$defs/x\"},{\"$ref\":\"#/$defs/x\"}]}},"
+                 "\"$ref\":\"#/$defs/x\"}",
+                 "json schema: ");
+    /* allOf: only an exact merge */
+    schema_fails("{\"type\":\"string\",\"allOf\":[{\"properties\":{}}]}", "only allOf of object schemas");
+    schema_fails("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},\"additionalProperties\":"
+                 "false},{\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"boolean\"}}}]}",
+                 "additionalProperties false and another adds property 'b'");
+    schema_fails("{\"allOf\":[{\"properties\":{\"a\":{\"type\":\"boolean\"}}},{\"properties\":{\"a\":{\"type\":\"null\"}}}]}",
+                 "property 'a' is defined differently by two parts");
+    schema_fails("{\"allOf\":[{\"type\":\"object\",\"allOf\":[{\"properties\":{\"a\":{}}}]},{\"required\":[\"a\"]}]}",
+                 "a nested 'allOf' in part 0");
+    schema_lang("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},\"additionalProperties\":"
+                "false},{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},\"required\":[\"a\"]}]}",
+                (const char *[]){"{\"a\":true}", NULL}, (const char *[]){"{}", "{\"a\":true,\"b\":1}", NULL});
+    /* no type: keywords of one type restrict the output to that type */
+    schema_lang("{\"minLength\":2}", (const char *[]){"\"ab\"", NULL}, (const char *[]){"5", "\"a\"", "{}", NULL});
+    schema_lang("{\"maxItems\":1}", (const char *[]){"[]", "[1]", NULL}, (const char *[]){"[1,2]", "1", NULL});
+    schema_lang("{\"minimum\":3,\"maximum\":4}", (const char *[]){"3", "4", NULL},
+                (const char *[]){"2", "5", "\"3\"", NULL});
+    schema_fails("{\"minLength\":2,\"minItems\":1}", "keywords of different types ('minLength' and 'minItems')");
+}
+
+/* structured_outputs keys hearth would ignore are refused by name. */
+static void test_structured_keys(void)
+{
+    static const struct {
+        const char *body;
+        const char *want; /* NULL: accepted */
+    } cases[] = {
+        {"{\"structured_outputs\":{\"json\":{\"type\":\"integer\"},\"disable_any_whitespace\":true}}", NULL},
+        {"{\"structured_outputs\":{\"regex\":\"a+\",\"disable_fallback\":false}}", NULL},
+        {"{\"structured_outputs\":{\"structural_tag\":\"{}\"}}", "'structured_outputs.structural_tag' is not supported"},
+        {"{\"structured_outputs\":{\"json\":{},\"whitespace_pattern\":\" \"}}",
+         "'structured_outputs.whitespace_pattern' is not supported"},
+        {"{\"structured_outputs\":{\"disable_fallback\":\"yes\"}}", "'structured_outputs.disable_fallback'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_error_t je;
+        json_t *root = json_loads(cases[i].body, 0, &je);
+        struct structured_spec spec;
+        char param[128] = "";
+        enum hr_status st = structured_parse(root, false, NULL, &spec, param, sizeof param, err, sizeof err);
+        if (!cases[i].want)
+            CHECK_MSG(st == HR_OK, "%s: %s", cases[i].body, err);
+        else
+            CHECK_MSG(st == HR_ERR_INVALID && strstr(err, cases[i].want) && !strncmp(param, "structured_outputs.", 19),
+                      "%s: %s (param %s)", cases[i].body, err, param);
+        if (st == HR_OK)
+            structured_free(&spec);
+        json_decref(root);
+    }
+}
+
 static void regex_fails(const char *re, const char *want)
 {
     char *g = NULL;
@@ -364,6 +478,8 @@ int main(void)
     TEST_RUN(test_schema_integers);
     TEST_RUN(test_schema_strings_and_values);
     TEST_RUN(test_schema_errors);
+    TEST_RUN(test_schema_combinations);
+    TEST_RUN(test_structured_keys);
     TEST_RUN(test_regex);
     TEST_RUN(test_cache);
     TEST_RUN(test_tool_grammar);
