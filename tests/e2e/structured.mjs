@@ -7,17 +7,21 @@
 // bad constraints get 400s naming what is wrong; and a constrained request's output is the
 // same, byte for byte, alone and batched, cold and warm.
 //
-// usage: [STRUCTURED_ONLY=step,...] node tests/e2e/structured.mjs URL MODEL SCHEMAS_JSON
+// usage: [STRUCTURED_ONLY=step,...] node tests/e2e/structured.mjs URL MODEL SCHEMAS_JSON [TEST_GRAMMAR_BIN]
+// (TEST_GRAMMAR_BIN: build/tests/test_grammar, whose --check-prefixes checks cut outputs)
 // Prints "ok NAME" / "FAIL NAME: why" and ends with "RESULT passed=N failed=N".
 import { createRequire } from "node:module";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 
 const require = createRequire(new URL("../oracle/package.json", import.meta.url));
 const { default: OpenAI } = await import(require.resolve("openai"));
 const Ajv = require("ajv/dist/2020").default;
 const addFormats = require("ajv-formats").default;
 
-const [url, model, schemasPath] = process.argv.slice(2);
+const [url, model, schemasPath, grammarBin = "build/tests/test_grammar"] = process.argv.slice(2);
 const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0, timeout: 120000 });
 const corpus = JSON.parse(readFileSync(schemasPath, "utf8"));
 
@@ -37,17 +41,82 @@ async function post(path, body) {
                                               body: JSON.stringify(body) });
   return { status: r.status, body: await r.json() };
 }
+// Whether text is a prefix of some JSON text (written independently of the server's grammar):
+// a scanner over values, with the stack of open containers and where in each it is.
+function jsonPrefix(text) {
+  const st = [];       // per open container: "o-key" | "o-colon" | "o-value" | "o-comma" | "a-value" | "a-comma" (and "a-first", "o-first")
+  let i = 0, top = "value";
+  const ws = (c) => c === " " || c === "\n" || c === "\t" || c === "\r";
+  const afterValue = () => { if (!st.length) { top = "end"; return; } st[st.length - 1] = st[st.length - 1][0] === "o" ? "o-comma" : "a-comma"; };
+  const lit = (word) => { for (let k = 0; k < word.length; k++, i++) { if (i >= text.length) return true; if (text[i] !== word[k]) return false; } afterValue(); return null; };
+  const str = () => { // at the opening quote; true: the text ended inside, false: bad, null: closed
+    i++;
+    while (i < text.length) {
+      const c = text[i];
+      if (c === '"') { i++; return null; }
+      if (c < " ") return false;
+      if (c === "\\") {
+        if (++i >= text.length) return true;
+        if ('"\\/bfnrt'.includes(text[i])) { i++; continue; }
+        if (text[i] !== "u") return false;
+        for (let k = 0; k < 4; k++) { if (++i >= text.length) return true; if (!/[0-9a-fA-F]/.test(text[i])) return false; }
+        i++; continue;
+      }
+      i++;
+    }
+    return true;
+  };
+  while (i < text.length) {
+    const c = text[i];
+    const where = st.length ? st[st.length - 1] : top;
+    if (ws(c)) { i++; continue; }
+    if (where === "end") return false;
+    if (where === "o-first" || where === "o-key") {
+      if (c === "}" && where === "o-first") { st.pop(); afterValue(); i++; continue; }
+      if (c !== '"') return false;
+      const r = str(); if (r !== null) return r;
+      st[st.length - 1] = "o-colon"; continue;
+    }
+    if (where === "o-colon") { if (c !== ":") return false; st[st.length - 1] = "o-value"; i++; continue; }
+    if (where === "o-comma" || where === "a-comma") {
+      const close = where[0] === "o" ? "}" : "]";
+      if (c === close) { st.pop(); afterValue(); i++; continue; }
+      if (c !== ",") return false;
+      st[st.length - 1] = where[0] === "o" ? "o-key" : "a-value"; i++; continue;
+    }
+    if (where === "a-first" && c === "]") { st.pop(); afterValue(); i++; continue; }
+    // a value
+    if (c === "{") { if (st.length) st[st.length - 1] = st[st.length - 1][0] === "o" ? "o-comma" : "a-comma"; else top = "end"; st.push("o-first"); i++; continue; }
+    if (c === "[") { if (st.length) st[st.length - 1] = st[st.length - 1][0] === "o" ? "o-comma" : "a-comma"; else top = "end"; st.push("a-first"); i++; continue; }
+    if (c === '"') { const r = str(); if (r !== null) return r; afterValue(); continue; }
+    if (c === "t" || c === "f" || c === "n") { const r = lit(c === "t" ? "true" : c === "f" ? "false" : "null"); if (r !== null) return r; continue; }
+    const m = /^-?(?:0|[1-9][0-9]*)?(?:\.[0-9]*)?(?:[eE][-+]?[0-9]*)?/.exec(text.slice(i));
+    if (!m || m[0].length === 0) return false;
+    i += m[0].length;
+    if (i >= text.length) return true; // a number may go on
+    if (!/^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?$/.test(m[0])) return false;
+    afterValue();
+  }
+  return true;
+}
 const ajv = new Ajv({ strict: false, allErrors: true });
 addFormats(ajv);
 const messages = [{ role: "user", content: "Answer in JSON." }];
 
-// ---- the corpus: 3 samples each, seeds differ per schema; chat and completions alternate
+// ---- the corpus: 3 seeds per schema (separate requests, n = 1); chat and completions
+// alternate. Complete outputs must validate with ajv; outputs cut by max_tokens must be a
+// prefix of a document of the schema: checked with the grammar's matcher in test_grammar
+// --check-prefixes (the grammar the server masked with: this checks the masking, ajv on the
+// complete outputs checks the grammar) and, independently, as a prefix of some JSON text.
+const SEEDS = [1000, 2000, 3000];
 await step("corpus", async () => {
   let stops = 0, total = 0, bad = 0;
-  const work = corpus.map((entry, i) => async () => {
+  const cuts = [];
+  const t0 = Date.now();
+  const work = corpus.flatMap((entry, i) => SEEDS.map((base) => async () => {
     const validate = ajv.compile(entry.schema);
     const chat = i % 2 === 0;
-    const common = { model, n: 3, max_tokens: 120, temperature: 1, seed: 1000 + i };
+    const common = { model, n: 1, max_tokens: 120, temperature: 1, seed: base + i };
     const r = chat
       ? await post("chat/completions", { ...common, messages,
           response_format: { type: "json_schema", json_schema: { name: entry.name, schema: entry.schema, strict: true } } })
@@ -57,17 +126,34 @@ await step("corpus", async () => {
     for (const c of r.body.choices) {
       total++;
       const text = chat ? c.message.content : c.text;
-      if (c.finish_reason !== "stop") continue;
+      if (c.finish_reason !== "stop") {
+        cuts.push({ name: entry.name, schema: entry.schema, text });
+        if (!jsonPrefix(text)) { bad++; console.log(`  ${entry.name}: cut output is no JSON prefix: ${JSON.stringify(text)}`); }
+        continue;
+      }
       stops++;
       let v;
       try { v = JSON.parse(text); } catch (e) { bad++; console.log(`  ${entry.name}: not JSON: ${JSON.stringify(text)}`); continue; }
       if (!validate(v)) { bad++; console.log(`  ${entry.name}: ${JSON.stringify(text)} invalid: ${ajv.errorsText(validate.errors)}`); }
     }
-  });
-  for (let k = 0; k < work.length; k += 4) await Promise.all(work.slice(k, k + 4).map((f) => f()));
-  console.log(`  corpus: ${corpus.length} schemas, ${total} outputs, ${stops} complete`);
+  }));
+  for (let k = 0; k < work.length; k += 12) await Promise.all(work.slice(k, k + 12).map((f) => f()));
+  const secs = (Date.now() - t0) / 1000;
+  console.log(`  corpus: ${corpus.length} schemas x ${SEEDS.length} seeds, ${total} outputs, ${stops} complete, ${cuts.length} cut, ${secs.toFixed(0)} s`);
   check(`corpus: every complete output of ${corpus.length} schemas validates (ajv)`, bad === 0 && corpus.length >= 40);
   check("corpus: most outputs complete within max_tokens", stops >= total * 0.6, `${stops} of ${total}`);
+  check("corpus: within 600 s", secs < 600, `${secs} s`);
+  // The cut outputs, through the grammar's matcher.
+  const file = join(mkdtempSync(join(tmpdir(), "structured-")), "cuts.json");
+  writeFileSync(file, JSON.stringify(cuts));
+  const res = spawnSync(grammarBin, ["--check-prefixes", file], { encoding: "utf8" });
+  const lines = (res.stdout ?? "").split("\n");
+  const fails = lines.filter((l) => l.startsWith("FAIL"));
+  const oks = lines.filter((l) => l.startsWith("ok")).length;
+  for (const l of fails.slice(0, 5)) console.log(`  ${l}: ${cuts[Number(l.split(" ")[2]?.replace(":", ""))]?.name}`);
+  check(`corpus: every cut output (${cuts.length}) is a prefix of a document of its schema (matcher)`,
+        res.status === 0 && fails.length === 0 && oks === cuts.length && cuts.length > 0,
+        `${grammarBin}: rc ${res.status} ${res.error ?? ""} ${(res.stderr ?? "").slice(0, 200)}`);
 });
 
 // ---- other kinds

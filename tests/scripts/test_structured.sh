@@ -21,6 +21,10 @@ cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; wait 2>/dev/null; rm -r
 trap cleanup EXIT
 
 if [ ! -x "$bin" ]; then fail "no binary at $bin"; finish; fi
+# test_grammar --check-prefixes checks the outputs cut by max_tokens (built by make test)
+grammar_bin=$(dirname "$bin")/tests/test_grammar
+[ -x "$grammar_bin" ] || grammar_bin=${BUILD:-build}/tests/test_grammar
+if [ ! -x "$grammar_bin" ]; then fail "no test_grammar binary next to $bin (make ${BUILD:-build}/tests/test_grammar)"; finish; fi
 if [ ! -s tests/.cache/qwen3/tokenizer.json ] || [ ! -d tests/oracle/node_modules/ajv-formats ] ||
    [ ! -d tests/oracle/node_modules/@langchain/openai ]; then
   rm -f tests/oracle/node_modules/.installed
@@ -47,7 +51,7 @@ for _ in $(seq 1 600); do
 done
 
 if timeout 900 node tests/e2e/structured.mjs "http://127.0.0.1:$port" tiny tests/data/structured/schemas.json \
-     >"$tmp/client.log" 2>&1; then :; fi
+     "$grammar_bin" >"$tmp/client.log" 2>&1; then :; fi
 cat "$tmp/client.log" | grep -v '^RESULT'
 line=$(grep -E '^RESULT passed=[0-9]+ failed=[0-9]+$' "$tmp/client.log" | tail -n1)
 if [ -n "$line" ]; then

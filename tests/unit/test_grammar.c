@@ -471,8 +471,67 @@ static void test_tool_grammar(void)
     json_decref(tools);
 }
 
-int main(void)
+/* test_grammar --check-prefixes FILE: FILE is a JSON array of {"schema": S, "text": T}; each T
+ * must be a prefix of a document the grammar of S accepts (the matcher over T's bytes stays
+ * alive). For tests/e2e/structured.mjs: outputs cut by max_tokens, checked by the same
+ * grammar the server masked with. Prints "ok"/"FAIL" lines and RESULT. */
+static int check_prefixes(const char *path)
 {
+    json_error_t je;
+    json_t *items = json_load_file(path, 0, &je);
+    if (!json_is_array(items)) {
+        printf("FAIL %s: %s (line %d)\nRESULT passed=0 failed=1\n", path, je.text, je.line);
+        return 1;
+    }
+    int passed = 0, failed = 0;
+    size_t i;
+    json_t *it;
+    json_array_foreach(items, i, it) {
+        const char *text = json_string_value(json_object_get(it, "text"));
+        char *gbnf = NULL;
+        struct grammar g;
+        enum hr_status st = text ? json_schema_to_gbnf(json_object_get(it, "schema"), &gbnf, err, sizeof err)
+                                 : hr_err(err, sizeof err, HR_ERR_INVALID, "no text");
+        if (st == HR_OK)
+            st = gbnf_parse(gbnf, strlen(gbnf), &g, err, sizeof err);
+        free(gbnf);
+        if (st != HR_OK) {
+            failed++;
+            printf("FAIL prefix %zu: %s\n", i, err);
+            continue;
+        }
+        struct matcher_set a, b;
+        matcher_set_init(&a, MATCHER_SET_INTS, err, sizeof err);
+        matcher_set_init(&b, MATCHER_SET_INTS, err, sizeof err);
+        matcher_start(&g, &a);
+        size_t n = strlen(text), k = 0;
+        bool alive = true;
+        for (; k < n && alive; k++) {
+            alive = matcher_advance(&g, &a, (uint8_t)text[k], &b);
+            struct matcher_set t = a;
+            a = b;
+            b = t;
+        }
+        if (alive) {
+            passed++;
+            printf("ok   prefix %zu (%zu bytes%s)\n", i, n, matcher_accepting(&a) ? ", complete" : "");
+        } else {
+            failed++;
+            printf("FAIL prefix %zu: byte %zu of %s is not allowed\n", i, k - 1, text);
+        }
+        matcher_set_free(&a);
+        matcher_set_free(&b);
+        grammar_free(&g);
+    }
+    json_decref(items);
+    printf("RESULT passed=%d failed=%d\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--check-prefixes") == 0)
+        return check_prefixes(argv[2]);
     TEST_RUN(test_gbnf_errors);
     TEST_RUN(test_gbnf_language);
     TEST_RUN(test_schema_integers);
