@@ -829,7 +829,7 @@ static void gen_values(struct jsc *c, const json_t *s, const char *path, struct 
     }
     size_t n = en ? json_array_size(en) : 1;
     int kept = 0;
-    gbuf_str(e, "(");
+    struct gbuf alts = {0};
     for (size_t i = 0; i < n; i++) {
         const json_t *x = en ? json_array_get(en, i) : cn;
         if (cn && !json_equal((json_t *)x, (json_t *)cn))
@@ -840,10 +840,16 @@ static void gen_values(struct jsc *c, const json_t *s, const char *path, struct 
         if (!typed)
             continue;
         if (kept++)
-            gbuf_str(e, " | ");
-        literal_value(c, x, e);
+            gbuf_str(&alts, " | ");
+        literal_value(c, x, &alts);
     }
-    gbuf_str(e, ")");
+    if (kept > 1)
+        gbuf_fmt(e, "(%s)", alts.s);
+    else if (kept == 1)
+        gbuf_str(e, alts.s);
+    if (alts.oom)
+        jsc_fail(c, "out of memory");
+    gbuf_free(&alts);
     if (!kept)
         jsc_fail(c, "at %s: no value of '%s' satisfies %s", path, what,
                  en && cn ? "both 'const' and 'enum' (and 'type')" : "'type'");
