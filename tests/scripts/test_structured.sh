@@ -87,6 +87,7 @@ const from2 = "{{- '"'"'<think>\\n\\n</think>\\n\\n'"'"' }}", to2 = "{{- '"'"'\\
 if (!c.chat_template.includes(from) || !c.chat_template.includes(from2)) process.exit(1);
 c.chat_template = c.chat_template.replace(from, to).replace(from2, to2);
 fs.writeFileSync(p, JSON.stringify(c));' "$tmp/model-think/tokenizer_config.json" || fail "patching the chat template"
+: >"$tmp/serve2.out"
 "$bin" serve --model "$tmp/model-think" --served-model-name tiny --host 127.0.0.1 --port 0 --threads 2 \
   --kv-cache-mib 64 --reasoning-parser qwen3 >"$tmp/serve2.out" 2>"$tmp/serve2.err" &
 pid=$!
