@@ -942,6 +942,26 @@ static json_t *merge_branch(struct jsc *c, const json_t *s, const char *akey, co
         if (c->st != HR_OK)
             break;
     }
+    /* additionalProperties (false or a schema) on one side speaks of that side's properties
+     * only: a property the other side adds would have to satisfy it, so refuse that. */
+    const json_t *merged_props = json_object_get(m, "properties");
+    for (int side = 0; side < 2 && c->st == HR_OK && json_is_object(b); side++) {
+        const json_t *own = side ? s : b;
+        const json_t *a = json_object_get(own, "additionalProperties");
+        if (!a || json_is_true(a))
+            continue;
+        const char *pk;
+        const json_t *pv;
+        json_object_foreach((json_t *)merged_props, pk, pv) if (!json_object_get(json_object_get(own, "properties"), pk)) {
+            if (side)
+                jsc_fail(c, "at %s: property '%.128s' of branch %zu of '%s' is not allowed by the "
+                            "additionalProperties beside it (not supported)", path, pk, i, akey);
+            else
+                jsc_fail(c, "at %s: property '%.128s' beside '%s' is not allowed by the additionalProperties of its "
+                            "branch %zu (not supported)", path, pk, akey, i);
+            break;
+        }
+    }
     if (c->st != HR_OK) {
         json_decref(m);
         return NULL;

@@ -281,6 +281,16 @@ static void test_schema_combinations(void)
                  "'maxLength' both beside 'anyOf' and in its branch 0");
     schema_fails("{\"properties\":{\"a\":{\"type\":\"string\"}},\"anyOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"}}}]}",
                  "property 'a' is defined both beside 'anyOf' and in its branch 0");
+    schema_fails("{\"properties\":{\"a\":{\"type\":\"boolean\"}},\"additionalProperties\":false,\"anyOf\":[{\"properties\":"
+                 "{\"b\":{\"type\":\"null\"}},\"required\":[\"b\"]}]}",
+                 "property 'b' of branch 0 of 'anyOf' is not allowed by the additionalProperties beside it");
+    schema_fails("{\"properties\":{\"a\":{\"type\":\"boolean\"}},\"oneOf\":[{\"properties\":{\"b\":{\"type\":\"null\"}},"
+                 "\"additionalProperties\":false}]}",
+                 "property 'a' beside 'oneOf' is not allowed by the additionalProperties of its branch 0");
+    schema_lang("{\"properties\":{\"a\":{\"type\":\"boolean\"},\"b\":{\"type\":\"null\"}},\"additionalProperties\":false,"
+                "\"anyOf\":[{\"properties\":{\"b\":{\"type\":\"null\"}},\"required\":[\"b\"]},{\"required\":[\"a\"]}]}",
+                (const char *[]){"{\"b\":null}", "{\"a\":true}", "{\"a\":true,\"b\":null}", NULL},
+                (const char *[]){"{}", "{\"c\":1}", NULL});
     schema_fails("{\"type\":\"string\",\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]}",
                  "no branch of 'anyOf' is compatible");
     /* a branch that refers back to its own schema: refused, quickly, not expanded forever */
