@@ -843,12 +843,12 @@ static void gen_values(struct jsc *c, const json_t *s, const char *path, struct 
             gbuf_str(&alts, " | ");
         literal_value(c, x, &alts);
     }
-    if (kept > 1)
+    if (alts.oom || (kept && !alts.s))
+        jsc_fail(c, "out of memory");
+    else if (kept > 1)
         gbuf_fmt(e, "(%s)", alts.s);
     else if (kept == 1)
         gbuf_str(e, alts.s);
-    if (alts.oom)
-        jsc_fail(c, "out of memory");
     gbuf_free(&alts);
     if (!kept)
         jsc_fail(c, "at %s: no value of '%s' satisfies %s", path, what,
