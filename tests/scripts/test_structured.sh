@@ -34,6 +34,7 @@ if ! "$bin" mkmodel --shape tiny --tokenizer tests/.cache/qwen3 --out "$tmp/mode
   fail "mkmodel"; cat "$tmp/mkmodel.log"; finish
 fi
 
+: >"$tmp/serve.out"
 "$bin" serve --model "$tmp/model" --served-model-name tiny --host 127.0.0.1 --port 0 --threads 2 \
   --kv-cache-mib 128 --tool-call-parser qwen3 >"$tmp/serve.out" 2>"$tmp/serve.err" &
 pid=$!
