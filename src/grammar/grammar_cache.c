@@ -157,7 +157,7 @@ enum hr_status grammar_cache_get(struct grammar_cache *c, enum hearth_grammar_ki
     free(gbnf);
     struct grammar_compiled *gc = NULL;
     if (st == HR_OK)
-        st = grammar_compile(&g, v, &gc, err, errlen);
+        st = grammar_compile(&g, v, c->max_positions, &gc, err, errlen);
     if (st != HR_OK)
         return st;
 

@@ -43,6 +43,7 @@ struct grammar_cache {
     size_t bytes, max_bytes;
     int64_t tick;
     int64_t hits, misses;
+    int max_positions;             /* per grammar (0: GRAMMAR_MAX_POSITIONS) */
 };
 
 void grammar_cache_init(struct grammar_cache *c, const struct tokenizer *tk, int n_vocab, int max_entries,

@@ -222,8 +222,18 @@ static enum hr_status pos_precompute(struct grammar_compiled *c, const int32_t *
     return HR_OK;
 }
 
-enum hr_status grammar_compile(struct grammar *g, const struct grammar_vocab *v, struct grammar_compiled **out,
-                               char *err, size_t errlen)
+/* Mask positions g needs: each byte position once per return context of its rule. */
+static int64_t count_positions(const struct grammar *g, const struct grammar_ret *ret, const int32_t *rule_of)
+{
+    int64_t n = 0;
+    for (int p = 0; p < g->n_elems; p++)
+        if (g->elems[p].kind == GRAMMAR_ELEM_BYTES)
+            n += ret[rule_of[p]].n > 0 ? ret[rule_of[p]].n : 1;
+    return n;
+}
+
+enum hr_status grammar_compile(struct grammar *g, const struct grammar_vocab *v, int max_positions,
+                               struct grammar_compiled **out, char *err, size_t errlen)
 {
     *out = NULL;
     struct grammar_compiled *c = calloc(1, sizeof *c);
@@ -269,6 +279,16 @@ enum hr_status grammar_compile(struct grammar *g, const struct grammar_vocab *v,
                (size_t)GRAMMAR_MASK_CACHE_SLOTS * ((size_t)c->words * 8 + GRAMMAR_MASK_STATE_INTS * 4);
     if (!(ret = grammar_return_contexts(&c->g, &rule_of))) {
         st = hr_err(err, errlen, HR_ERR_NOMEM, "grammar: out of memory");
+        goto out;
+    }
+    int64_t n_pos = count_positions(&c->g, ret, rule_of);
+    int limit = max_positions > 0 ? max_positions : GRAMMAR_MAX_POSITIONS;
+    if (n_pos > limit) {
+        st = hr_err(err, errlen, HR_ERR_INVALID,
+                    "grammar: too large: it needs %lld token-mask positions (byte positions, each per context it "
+                    "is reached from), and the limit on grammar positions is %d; use a smaller schema or grammar "
+                    "(shorter or fewer property names, enums, length bounds)",
+                    (long long)n_pos, limit);
         goto out;
     }
     for (int p = 0; p < c->g.n_elems && st == HR_OK; p++) {

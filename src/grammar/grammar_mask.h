@@ -40,6 +40,13 @@
 #define GRAMMAR_MASK_WALK_INTS 2048   /* capacity of each per-depth set of a walk */
 #define GRAMMAR_MASK_CONTEXT 8        /* return positions below p fixed by the grammar, at most */
 
+/* Mask positions a grammar may need at most: byte positions, each counted once per context
+ * it is precomputed for. Each walks the whole vocabulary at compile time (some milliseconds
+ * on the Qwen3 vocabulary), on the submitting thread, so this bounds what one request can
+ * make the server compute (a schema far under JSON_SCHEMA_MAX_BYTES can otherwise need
+ * hundreds of thousands). The largest schemas of the test corpus and the bench need ~3,000. */
+#define GRAMMAR_MAX_POSITIONS 8192
+
 #define GRAMMAR_RET_MAXSET 4          /* return positions of a rule told apart, at most */
 #define GRAMMAR_RET_MANY (-1)
 #define GRAMMAR_RET_BOTTOM (-3)
@@ -92,9 +99,11 @@ struct grammar_compiled {
     struct grammar_mask_stats stats;
 };
 
-/* Takes ownership of *g (zeroed on return, success or not) and precomputes the masks. */
-enum hr_status grammar_compile(struct grammar *g, const struct grammar_vocab *v, struct grammar_compiled **out,
-                               char *err, size_t errlen);
+/* Takes ownership of *g (zeroed on return, success or not) and precomputes the masks.
+ * HR_ERR_INVALID, before any precomputation, when the grammar needs more than max_positions
+ * mask positions (0: GRAMMAR_MAX_POSITIONS); the message names the limit. */
+enum hr_status grammar_compile(struct grammar *g, const struct grammar_vocab *v, int max_positions,
+                               struct grammar_compiled **out, char *err, size_t errlen);
 void grammar_compiled_ref(struct grammar_compiled *c);
 void grammar_compiled_unref(struct grammar_compiled *c); /* frees at zero; NULL is a no-op */
 

@@ -37,6 +37,7 @@ struct jsc {
     struct jsc_str strs[JSC_MAX_STRS];
     int n_strs;
     int depth;
+    int merges;               /* anyOf branches merged with their siblings, bounded */
     bool dates_done;
     enum hr_status st;
     char *err;
@@ -644,45 +645,121 @@ static bool has_object_shape(const json_t *s)
            json_object_get(s, "additionalProperties") || (json_is_string(t) && strcmp(json_string_value(t), "object") == 0);
 }
 
-/* allOf of object schemas: one object with the properties of all, required of all. */
+/* Whether a schema's 'type' (absent, a name or a list of names) admits instances of type t
+ * ("number" admits integers). */
+static bool type_admits(const json_t *type, const char *t)
+{
+    if (!type)
+        return true;
+    if (json_is_string(type)) {
+        const char *n = json_string_value(type);
+        return strcmp(n, t) == 0 || (strcmp(n, "number") == 0 && strcmp(t, "integer") == 0);
+    }
+    size_t i;
+    const json_t *x;
+    json_array_foreach(type, i, x) if (json_is_string(x) && type_admits(x, t)) return true;
+    return false;
+}
+
+/* Follows a chain of plain {"$ref": ...} schemas (annotations beside them allowed) to the
+ * schema it names; NULL with the error set when it names nothing or goes round. */
+static const json_t *deref(struct jsc *c, const json_t *part, const char *path)
+{
+    for (int hops = 0; json_is_object(part) && json_object_get(part, "$ref"); hops++) {
+        const char *ref = json_string_value(json_object_get(part, "$ref"));
+        const char *k;
+        const json_t *v;
+        json_object_foreach((json_t *)part, k, v) if (strcmp(k, "$ref") != 0 && !is_annotation(k)) {
+            jsc_fail(c, "keyword '%s' beside '$ref' at %s is not supported", k, path);
+            return NULL;
+        }
+        const json_t *t = ref && hops < 16 ? resolve(c, ref) : NULL;
+        if (!t) {
+            jsc_fail(c, "'$ref' at %s names nothing (or a chain of 16 references)", path);
+            return NULL;
+        }
+        part = t;
+    }
+    return part;
+}
+
+/* allOf of object schemas: one object with the properties of all, required of all. Refused
+ * (never merged loosely) where the merge would not be the intersection: a part that is not an
+ * object schema, a property two parts define differently, a part that forbids additional
+ * properties while another adds some, nested allOf. */
 static void gen_all_of(struct jsc *c, const json_t *s, const json_t *all, const char *path, struct gbuf *e)
 {
     json_t *merged = json_object();
     json_t *props = json_object(), *req = json_array();
     json_object_set_new(merged, "type", json_string("object"));
-    const json_t *addl = NULL;
     size_t n = json_array_size(all);
+    const json_t **parts = calloc(n + 1, sizeof *parts);
+    if (!parts || !merged || !props || !req)
+        jsc_fail(c, "out of memory");
     for (size_t i = 0; i <= n && c->st == HR_OK; i++) {
-        const json_t *part = i < n ? json_array_get(all, i) : s;
-        int hops = 0;
-        while (json_is_object(part) && json_object_get(part, "$ref") && hops++ < 16) {
-            const char *ref = json_string_value(json_object_get(part, "$ref"));
-            part = ref ? resolve(c, ref) : NULL;
-        }
-        if (!json_is_object(part) || (i < n && !has_object_shape(part))) {
+        const json_t *part = i < n ? deref(c, json_array_get(all, i), path) : s;
+        if (c->st != HR_OK)
+            break;
+        parts[i] = part;
+        if (!json_is_object(part) || (i < n && !has_object_shape(part)) ||
+            !type_admits(json_object_get(part, "type"), "object")) {
             jsc_fail(c, "'allOf' at %s: only allOf of object schemas is supported", path);
             break;
         }
         const char *k;
         const json_t *v;
         json_object_foreach((json_t *)part, k, v) {
-            if (strcmp(k, "properties") == 0) {
+            if (strcmp(k, "properties") == 0 && json_is_object(v)) {
                 const char *pk;
                 const json_t *pv;
-                json_object_foreach((json_t *)v, pk, pv) json_object_set(props, pk, (json_t *)pv);
-            } else if (strcmp(k, "required") == 0) {
+                json_object_foreach((json_t *)v, pk, pv) {
+                    const json_t *old = json_object_get(props, pk);
+                    if (old && !json_equal((json_t *)old, (json_t *)pv)) {
+                        jsc_fail(c, "'allOf' at %s: property '%.128s' is defined differently by two parts (not "
+                                    "supported)", path, pk);
+                        break;
+                    }
+                    json_object_set(props, pk, (json_t *)pv);
+                }
+            } else if (strcmp(k, "required") == 0 && json_is_array(v)) {
                 for (size_t q = 0; q < json_array_size(v); q++)
                     json_array_append(req, json_array_get(v, q));
-            } else if (strcmp(k, "additionalProperties") == 0) {
-                addl = v;
-            } else if (strcmp(k, "allOf") == 0 || strcmp(k, "type") == 0 || is_annotation(k)) {
+            } else if (strcmp(k, "additionalProperties") == 0 || strcmp(k, "type") == 0 || is_annotation(k) ||
+                       (i == n && strcmp(k, "allOf") == 0)) {
                 continue;
+            } else if (strcmp(k, "allOf") == 0) {
+                jsc_fail(c, "'allOf' at %s: a nested 'allOf' in part %zu is not supported", path, i);
+                break;
             } else {
                 jsc_fail(c, "'allOf' at %s: keyword '%s' in a part is not supported", path, k);
                 break;
             }
+            if (c->st != HR_OK)
+                break;
         }
     }
+    /* additionalProperties: a part's false (or schema) must hold for every merged property. */
+    const json_t *addl = NULL;
+    for (size_t i = 0; i <= n && c->st == HR_OK; i++) {
+        const json_t *a = json_object_get(parts[i], "additionalProperties");
+        if (!a || json_is_true(a))
+            continue;
+        const json_t *own = json_object_get(parts[i], "properties");
+        const char *pk;
+        const json_t *pv;
+        json_object_foreach(props, pk, pv) if (!json_object_get(own, pk)) {
+            jsc_fail(c, "'allOf' at %s: a part has additionalProperties %s and another adds property '%.128s' (not "
+                        "supported)", path, json_is_false(a) ? "false" : "as a schema", pk);
+            break;
+        }
+        if (addl && !json_equal((json_t *)addl, (json_t *)a))
+            jsc_fail(c, "'allOf' at %s: parts with different additionalProperties (not supported)", path);
+        addl = a;
+    }
+    if (!addl)
+        for (size_t i = 0; i <= n && c->st == HR_OK && !addl; i++)
+            if (json_is_true(json_object_get(parts[i], "additionalProperties")))
+                addl = json_object_get(parts[i], "additionalProperties");
     json_object_set_new(merged, "properties", props);
     json_object_set_new(merged, "required", req);
     if (addl)
@@ -690,6 +767,242 @@ static void gen_all_of(struct jsc *c, const json_t *s, const json_t *all, const 
     if (c->st == HR_OK)
         gen_object(c, merged, path, e);
     json_decref(merged);
+    free(parts);
+}
+
+/* ------------------------------------------------------------------ enum, const */
+
+static bool value_has_type(const json_t *v, const char *t)
+{
+    if (!strcmp(t, "string"))
+        return json_is_string(v);
+    if (!strcmp(t, "integer"))
+        return json_is_integer(v) || (json_is_real(v) && floor(json_real_value(v)) == json_real_value(v));
+    if (!strcmp(t, "number"))
+        return json_is_number(v);
+    if (!strcmp(t, "boolean"))
+        return json_is_boolean(v);
+    if (!strcmp(t, "null"))
+        return json_is_null(v);
+    if (!strcmp(t, "object"))
+        return json_is_object(v);
+    if (!strcmp(t, "array"))
+        return json_is_array(v);
+    return false;
+}
+
+/* enum and/or const, with an optional 'type': the listed values that satisfy both. Any other
+ * keyword beside them is refused by name (it would have to be checked against each value). */
+static void gen_values(struct jsc *c, const json_t *s, const char *path, struct gbuf *e)
+{
+    const json_t *cn = json_object_get(s, "const"), *en = json_object_get(s, "enum");
+    const json_t *type = json_object_get(s, "type");
+    const char *what = en ? "enum" : "const";
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)s, k, v) if (strcmp(k, "const") && strcmp(k, "enum") && strcmp(k, "type") &&
+                                               !is_annotation(k)) {
+        jsc_fail(c, "'%s' together with '%s' at %s is not supported", what, k, path);
+        return;
+    }
+    if (en && (!json_is_array(en) || json_array_size(en) == 0)) {
+        jsc_fail(c, "'enum' at %s must be a non-empty array", path);
+        return;
+    }
+    if (type && !json_is_string(type) && !json_is_array(type)) {
+        jsc_fail(c, "'type' at %s must be a string or an array", path);
+        return;
+    }
+    size_t nt = json_is_array(type) ? json_array_size(type) : 1;
+    for (size_t t = 0; type && t < nt; t++) {
+        const json_t *tn = json_is_array(type) ? json_array_get(type, t) : type;
+        static const char *known[] = {"string", "integer", "number", "boolean", "null", "object", "array", NULL};
+        bool ok = false;
+        for (int q = 0; json_is_string(tn) && known[q]; q++)
+            ok = ok || !strcmp(json_string_value(tn), known[q]);
+        if (!ok) {
+            jsc_fail(c, "unknown type %s%s%s at %s", json_is_string(tn) ? "'" : "",
+                     json_is_string(tn) ? json_string_value(tn) : "(not a string)", json_is_string(tn) ? "'" : "",
+                     path);
+            return;
+        }
+    }
+    size_t n = en ? json_array_size(en) : 1;
+    int kept = 0;
+    struct gbuf alts = {0};
+    for (size_t i = 0; i < n; i++) {
+        const json_t *x = en ? json_array_get(en, i) : cn;
+        if (cn && !json_equal((json_t *)x, (json_t *)cn))
+            continue;
+        bool typed = !type;
+        for (size_t t = 0; !typed && t < nt; t++)
+            typed = value_has_type(x, json_string_value(json_is_array(type) ? json_array_get(type, t) : type));
+        if (!typed)
+            continue;
+        if (kept++)
+            gbuf_str(&alts, " | ");
+        literal_value(c, x, &alts);
+    }
+    if (alts.oom || (kept && !alts.s))
+        jsc_fail(c, "out of memory");
+    else if (kept > 1)
+        gbuf_fmt(e, "(%s)", alts.s);
+    else if (kept == 1)
+        gbuf_str(e, alts.s);
+    gbuf_free(&alts);
+    if (!kept)
+        jsc_fail(c, "at %s: no value of '%s' satisfies %s", path, what,
+                 en && cn ? "both 'const' and 'enum' (and 'type')" : "'type'");
+}
+
+/* ------------------------------------------------------------------ anyOf with siblings */
+
+/* The intersection of two 'type's (names or lists; "integer" inside "number"); NULL when
+ * empty. A new reference. */
+static json_t *type_meet(const json_t *a, const json_t *b)
+{
+    static const char *plain[] = {"string", "boolean", "null", "object", "array", NULL};
+    json_t *out = json_array();
+    for (int q = 0; plain[q]; q++)
+        if (type_admits(a, plain[q]) && type_admits(b, plain[q]))
+            json_array_append_new(out, json_string(plain[q]));
+    /* type_admits(t, "number") holds only where t names "number" (non-integers too) */
+    if (type_admits(a, "number") && type_admits(b, "number"))
+        json_array_append_new(out, json_string("number"));
+    else if (type_admits(a, "integer") && type_admits(b, "integer"))
+        json_array_append_new(out, json_string("integer"));
+    if (json_array_size(out) == 0) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
+#define JSC_MAX_MERGES 1024
+
+/* Branch b of an anyOf/oneOf (key akey) of s, with the keywords beside the anyOf merged in:
+ * a branch holds exactly where b and those keywords both hold. Keywords both define are
+ * merged where that is exact ('properties' with disjoint or equal entries, 'required' as a
+ * union, 'type' as the intersection) and refused by name otherwise. NULL with no error: the
+ * branch admits nothing (disjoint types), leave it out. A new reference. */
+static json_t *merge_branch(struct jsc *c, const json_t *s, const char *akey, const json_t *b, size_t i,
+                            const char *path)
+{
+    if (++c->merges > JSC_MAX_MERGES) {
+        jsc_fail(c, "at %s: more than %d anyOf branches merged with the keywords beside them", path, JSC_MAX_MERGES);
+        return NULL;
+    }
+    b = deref(c, b, path);
+    if (c->st != HR_OK || json_is_false(b))
+        return NULL;
+    if (!json_is_true(b) && !json_is_object(b)) {
+        jsc_fail(c, "the schema at %s/%s/%zu must be an object or a boolean", path, akey, i);
+        return NULL;
+    }
+    json_t *m = json_is_object(b) ? json_copy((json_t *)b) : json_object();
+    const char *k;
+    const json_t *sv;
+    json_object_foreach((json_t *)s, k, sv) {
+        if (!strcmp(k, akey) || is_annotation(k))
+            continue;
+        json_t *bv = json_object_get(m, k);
+        if (!bv) {
+            json_object_set(m, k, (json_t *)sv);
+        } else if (json_equal(bv, (json_t *)sv)) {
+            continue;
+        } else if (!strcmp(k, "type")) {
+            json_t *t = type_meet(bv, sv);
+            if (!t) {
+                json_decref(m);
+                return NULL;
+            }
+            json_object_set_new(m, k, t);
+        } else if (!strcmp(k, "properties") && json_is_object(bv) && json_is_object(sv)) {
+            json_t *u = json_copy(bv);
+            const char *pk;
+            const json_t *pv;
+            json_object_foreach((json_t *)sv, pk, pv) {
+                const json_t *old = json_object_get(u, pk);
+                if (old && !json_equal((json_t *)old, (json_t *)pv)) {
+                    jsc_fail(c, "at %s: property '%.128s' is defined both beside '%s' and in its branch %zu, "
+                                "differently (not supported)", path, pk, akey, i);
+                    break;
+                }
+                json_object_set(u, pk, (json_t *)pv);
+            }
+            json_object_set_new(m, k, u);
+        } else if (!strcmp(k, "required") && json_is_array(bv) && json_is_array(sv)) {
+            json_t *u = json_copy(bv);
+            json_array_extend(u, (json_t *)sv);
+            json_object_set_new(m, k, u);
+        } else {
+            jsc_fail(c, "at %s: '%s' both beside '%s' and in its branch %zu, with different values, is not "
+                        "supported", path, k, akey, i);
+        }
+        if (c->st != HR_OK)
+            break;
+    }
+    /* additionalProperties (false or a schema) on one side speaks of that side's properties
+     * only: a property the other side adds would have to satisfy it, so refuse that. */
+    const json_t *merged_props = json_object_get(m, "properties");
+    for (int side = 0; side < 2 && c->st == HR_OK && json_is_object(b); side++) {
+        const json_t *own = side ? s : b;
+        const json_t *a = json_object_get(own, "additionalProperties");
+        if (!a || json_is_true(a))
+            continue;
+        const char *pk;
+        const json_t *pv;
+        json_object_foreach((json_t *)merged_props, pk, pv) if (!json_object_get(json_object_get(own, "properties"), pk)) {
+            if (side)
+                jsc_fail(c, "at %s: property '%.128s' of branch %zu of '%s' is not allowed by the "
+                            "additionalProperties beside it (not supported)", path, pk, i, akey);
+            else
+                jsc_fail(c, "at %s: property '%.128s' beside '%s' is not allowed by the additionalProperties of its "
+                            "branch %zu (not supported)", path, pk, akey, i);
+            break;
+        }
+    }
+    if (c->st != HR_OK) {
+        json_decref(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* anyOf/oneOf: the alternatives of the branches (oneOf's exclusivity is not enforced); with
+ * other keywords beside it, each branch intersected with them (merge_branch). */
+static void gen_any_of(struct jsc *c, const json_t *s, const char *path, struct gbuf *e)
+{
+    const char *akey = json_object_get(s, "anyOf") ? "anyOf" : "oneOf";
+    const json_t *any = json_object_get(s, akey);
+    if (json_object_get(s, "anyOf") && json_object_get(s, "oneOf")) {
+        jsc_fail(c, "'anyOf' together with 'oneOf' at %s is not supported", path);
+        return;
+    }
+    if (!json_is_array(any) || json_array_size(any) == 0) {
+        jsc_fail(c, "'%s' at %s must be a non-empty array", akey, path);
+        return;
+    }
+    bool siblings = false;
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)s, k, v) siblings = siblings || (strcmp(k, akey) && !is_annotation(k));
+    int kept = 0;
+    gbuf_str(e, "(");
+    for (size_t i = 0; i < json_array_size(any) && c->st == HR_OK; i++) {
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s/%s/%zu", path, akey, i);
+        json_t *m = siblings ? merge_branch(c, s, akey, json_array_get(any, i), i, path) : NULL;
+        if (siblings && !m)
+            continue;
+        if (kept++)
+            gbuf_str(e, " | ");
+        gen(c, m ? m : json_array_get(any, i), sub, e);
+        json_decref(m);
+    }
+    gbuf_str(e, ")");
+    if (c->st == HR_OK && !kept)
+        jsc_fail(c, "at %s: no branch of '%s' is compatible with the keywords beside it", path, akey);
 }
 
 static void gen_type(struct jsc *c, const json_t *s, const char *type, const char *path, struct gbuf *e)
@@ -764,34 +1077,10 @@ static void gen(struct jsc *c, const json_t *s, const char *path, struct gbuf *e
             goto out;
         }
         gen_ref(c, json_string_value(ref), path, e);
-    } else if (cn) {
-        literal_value(c, cn, e);
-    } else if (en) {
-        if (!json_is_array(en) || json_array_size(en) == 0) {
-            jsc_fail(c, "'enum' at %s must be a non-empty array", path);
-            goto out;
-        }
-        gbuf_str(e, "(");
-        for (size_t i = 0; i < json_array_size(en); i++) {
-            if (i)
-                gbuf_str(e, " | ");
-            literal_value(c, json_array_get(en, i), e);
-        }
-        gbuf_str(e, ")");
+    } else if (cn || en) {
+        gen_values(c, s, path, e);
     } else if (any) {
-        if (!json_is_array(any) || json_array_size(any) == 0) {
-            jsc_fail(c, "'anyOf'/'oneOf' at %s must be a non-empty array", path);
-            goto out;
-        }
-        gbuf_str(e, "(");
-        for (size_t i = 0; i < json_array_size(any); i++) {
-            char sub[512];
-            snprintf(sub, sizeof sub, "%s/anyOf/%zu", path, i);
-            if (i)
-                gbuf_str(e, " | ");
-            gen(c, json_array_get(any, i), sub, e);
-        }
-        gbuf_str(e, ")");
+        gen_any_of(c, s, path, e);
     } else if (all) {
         if (!json_is_array(all) || json_array_size(all) == 0) {
             jsc_fail(c, "'allOf' at %s must be a non-empty array", path);
@@ -825,7 +1114,31 @@ static void gen(struct jsc *c, const json_t *s, const char *path, struct gbuf *e
     } else if (json_object_get(s, "items") || json_object_get(s, "prefixItems")) {
         gen_array(c, s, path, e);
     } else {
-        gbuf_str(e, "json-value");
+        /* No type: keywords of one type restrict the output to that type (a subset of what
+         * the schema allows, so every output validates); keywords of two types are refused. */
+        static const char *str_k[] = {"minLength", "maxLength", "pattern", "format", NULL};
+        static const char *arr_k[] = {"minItems", "maxItems", NULL};
+        static const char *int_k[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+        const char **kinds[] = {str_k, arr_k, int_k};
+        const char *first[3] = {NULL, NULL, NULL};
+        int n_kinds = 0;
+        for (int q = 0; q < 3; q++) {
+            for (int i = 0; kinds[q][i] && !first[q]; i++)
+                if (json_object_get(s, kinds[q][i]))
+                    first[q] = kinds[q][i];
+            n_kinds += first[q] != NULL;
+        }
+        if (n_kinds > 1)
+            jsc_fail(c, "at %s: keywords of different types ('%s' and '%s') without 'type' are not supported", path,
+                     first[0] ? first[0] : first[1], first[2] ? first[2] : first[1]);
+        else if (first[0])
+            gen_string(c, s, path, e);
+        else if (first[1])
+            gen_array(c, s, path, e);
+        else if (first[2])
+            gen_integer(c, s, path, e);
+        else
+            gbuf_str(e, "json-value");
     }
 out:
     c->depth--;

@@ -11,6 +11,13 @@
  * examples, $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored. Any other
  * keyword is an error naming it and where it is: never silently ignored.
  *
+ * Combinations are enforced exactly or refused by name, never dropped: enum/const keep the
+ * values that satisfy 'type' (and each other); anyOf/oneOf with keywords beside it (type,
+ * properties, required, allOf, ...) intersect each branch with them ('type' intersected,
+ * 'properties' and 'required' merged, anything else both define differently refused); allOf
+ * merges object schemas only where the merge is the intersection; without 'type', the
+ * keywords of one type (minLength, minItems, minimum, ...) restrict the output to that type.
+ *
  * Output is compact, as OpenAI's strict mode emits it: no whitespace between tokens. Numbers
  * have at most 15 integer digits, 15 fraction digits and a 2-digit exponent. */
 #ifndef HEARTH_GRAMMAR_JSON_SCHEMA_H

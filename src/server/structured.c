@@ -229,6 +229,33 @@ enum hr_status structured_parse(const json_t *root, bool chat, const json_t *too
     if (st == HR_OK && so && !json_is_object(so))
         st = structured_fail(param, paramlen, "structured_outputs", err, errlen,
                              "'structured_outputs' must be an object");
+    if (st == HR_OK && so) {
+        /* vLLM's keys: the constraints below, and flags whose either value leaves hearth's
+         * outputs valid (it emits compact JSON, has no fallback backend, and emits additional
+         * properties only where the schema asks). Anything else (structural_tag,
+         * whitespace_pattern, ...) would be ignored, so it is refused by name. */
+        static const char *kinds[] = {"json", "regex", "choice", "grammar", "json_object", NULL};
+        static const char *flags[] = {"disable_any_whitespace", "disable_fallback", "disable_additional_properties",
+                                      NULL};
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)so, k, x) {
+            bool known = false;
+            for (int i = 0; kinds[i] && !known; i++)
+                known = !strcmp(k, kinds[i]);
+            for (int i = 0; flags[i] && !known; i++)
+                known = !strcmp(k, flags[i]) && (json_is_null(x) || json_is_boolean(x));
+            if (!known) {
+                char msg[HR_ERRLEN], pname[160];
+                snprintf(pname, sizeof pname, "structured_outputs.%.120s", k);
+                snprintf(msg, sizeof msg, "'%s' is not supported (supported: json, regex, choice, grammar, "
+                         "json_object; disable_any_whitespace, disable_fallback and disable_additional_properties "
+                         "as booleans)", pname);
+                st = structured_fail(param, paramlen, pname, err, errlen, msg);
+                break;
+            }
+        }
+    }
     static const struct {
         const char *obj, *key, *name;
         enum hearth_grammar_kind kind;

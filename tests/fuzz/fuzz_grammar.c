@@ -41,7 +41,7 @@ static enum hr_status fuzz_grammar_run(const uint8_t *data, size_t size)
     if (grammar_vocab_init(&v, 257, bytes, lens, NULL, err, sizeof err) != HR_OK)
         __builtin_trap();
     struct grammar_compiled *c;
-    if (grammar_compile(&g, &v, &c, err, sizeof err) != HR_OK) {
+    if (grammar_compile(&g, &v, 0, &c, err, sizeof err) != HR_OK) {
         grammar_vocab_free(&v);
         return HR_OK; /* out of memory only */
     }

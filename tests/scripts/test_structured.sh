@@ -4,8 +4,8 @@
 # schema corpus with ajv, the other constraint kinds, forced tool calls through the openai
 # client, the 400s, and exactness (alone/batched, cold/warm, streamed);
 # tests/e2e/structured_clients.mjs runs the AI SDK's generateObject and LangChain's
-# withStructuredOutput against it. Then `hearth generate`
-# with the same constraint flags. The server is always killed at the end.
+# withStructuredOutput against it. Then a second server with --reasoning-parser qwen3 (the
+# constraint starts after </think>), and `hearth generate` with the same constraint flags. The server is always killed at the end.
 # Ends with "RESULT passed=N failed=N".
 set -u
 cd "$(dirname "$0")/../.."
@@ -21,6 +21,10 @@ cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; wait 2>/dev/null; rm -r
 trap cleanup EXIT
 
 if [ ! -x "$bin" ]; then fail "no binary at $bin"; finish; fi
+# test_grammar --check-prefixes checks the outputs cut by max_tokens (built by make test)
+grammar_bin=$(dirname "$bin")/tests/test_grammar
+[ -x "$grammar_bin" ] || grammar_bin=${BUILD:-build}/tests/test_grammar
+if [ ! -x "$grammar_bin" ]; then fail "no test_grammar binary next to $bin (make ${BUILD:-build}/tests/test_grammar)"; finish; fi
 if [ ! -s tests/.cache/qwen3/tokenizer.json ] || [ ! -d tests/oracle/node_modules/ajv-formats ] ||
    [ ! -d tests/oracle/node_modules/@langchain/openai ]; then
   rm -f tests/oracle/node_modules/.installed
@@ -30,6 +34,7 @@ if ! "$bin" mkmodel --shape tiny --tokenizer tests/.cache/qwen3 --out "$tmp/mode
   fail "mkmodel"; cat "$tmp/mkmodel.log"; finish
 fi
 
+: >"$tmp/serve.out"
 "$bin" serve --model "$tmp/model" --served-model-name tiny --host 127.0.0.1 --port 0 --threads 2 \
   --kv-cache-mib 128 --tool-call-parser qwen3 >"$tmp/serve.out" 2>"$tmp/serve.err" &
 pid=$!
@@ -47,7 +52,7 @@ for _ in $(seq 1 600); do
 done
 
 if timeout 900 node tests/e2e/structured.mjs "http://127.0.0.1:$port" tiny tests/data/structured/schemas.json \
-     >"$tmp/client.log" 2>&1; then :; fi
+     "$grammar_bin" >"$tmp/client.log" 2>&1; then :; fi
 cat "$tmp/client.log" | grep -v '^RESULT'
 line=$(grep -E '^RESULT passed=[0-9]+ failed=[0-9]+$' "$tmp/client.log" | tail -n1)
 if [ -n "$line" ]; then
@@ -68,6 +73,74 @@ fi
 if kill -0 "$pid" 2>/dev/null; then ok "the server is still up"; else fail "the server died"; tail -n 30 "$tmp/serve.err"; fi
 kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rc=$?; pid=""
 if [ "$rc" = 0 ]; then ok "server exits 0 on SIGTERM"; else fail "server exit status $rc"; tail -n 30 "$tmp/serve.err"; fi
+
+# ---- --reasoning-parser qwen3: the constraint starts after </think>. A copy of the model whose
+# template opens <think> in the generation prompt (as thinking-only Qwen3 templates do), so the
+# output starts as reasoning; a small logit_bias on </think> makes the random model close it
+# after a few tokens. The reasoning must be free text (unconstrained), the content after
+# </think> a document of the schema; with thinking off (the template closes </think> itself)
+# the constraint applies from the first token.
+cp -r "$tmp/model" "$tmp/model-think"
+node -e '
+const fs = require("fs"), p = process.argv[1], c = JSON.parse(fs.readFileSync(p, "utf8"));
+const from = "{{- '"'"'<|im_start|>assistant\\n'"'"' }}", to = "{{- '"'"'<|im_start|>assistant\\n<think>\\n'"'"' }}";
+const from2 = "{{- '"'"'<think>\\n\\n</think>\\n\\n'"'"' }}", to2 = "{{- '"'"'\\n</think>\\n\\n'"'"' }}";
+if (!c.chat_template.includes(from) || !c.chat_template.includes(from2)) process.exit(1);
+c.chat_template = c.chat_template.replace(from, to).replace(from2, to2);
+fs.writeFileSync(p, JSON.stringify(c));' "$tmp/model-think/tokenizer_config.json" || fail "patching the chat template"
+: >"$tmp/serve2.out"
+"$bin" serve --model "$tmp/model-think" --served-model-name tiny --host 127.0.0.1 --port 0 --threads 2 \
+  --kv-cache-mib 64 --reasoning-parser qwen3 >"$tmp/serve2.out" 2>"$tmp/serve2.err" &
+pid=$!
+port=""
+for _ in $(seq 1 300); do
+  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/serve2.out")
+  [ -n "$port" ] && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.1
+done
+for _ in $(seq 1 600); do
+  [ -n "$port" ] && [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")" = 200 ] && break
+  sleep 0.1
+done
+if [ -z "$port" ]; then
+  fail "reasoning server did not start"; cat "$tmp/serve2.err"
+else
+  think_id=$(curl -s -m 10 "http://127.0.0.1:$port/tokenize" -H 'content-type: application/json' \
+               -d '{"model":"tiny","prompt":"</think>"}' | sed -n 's/.*"tokens":\[\([0-9]*\)\].*/\1/p')
+  schema='{"type":"object","properties":{"n":{"type":"integer","minimum":0,"maximum":9}},"required":["n"]}'
+  for mode in on off; do
+    kw=$([ $mode = off ] && echo ', "chat_template_kwargs": {"enable_thinking": false}')
+    curl -s -m 120 "http://127.0.0.1:$port/v1/chat/completions" -H 'content-type: application/json' -d '{"model": "tiny",
+      "messages": [{"role": "user", "content": "a number as JSON"}], "n": 6, "max_tokens": 80, "seed": 5,
+      "logit_bias": {"'"$think_id"'": 1.5}'"$kw"',
+      "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": '"$schema"'}}}' >"$tmp/think-$mode.json"
+  done
+  if node -e '
+const fs = require("fs"), [on, off] = process.argv.slice(1).map((f) => JSON.parse(fs.readFileSync(f, "utf8")));
+const valid = (s) => { try { const v = JSON.parse(s); return /^\{"n":[0-9]\}$/.test(s) && Number.isInteger(v.n); } catch { return false; } };
+const why = [];
+const cs = on.choices ?? [];
+if (cs.length !== 6) why.push("thinking on: " + JSON.stringify(on).slice(0, 300));
+for (const c of cs) {
+  const m = c.message;
+  if (c.finish_reason === "stop" && !valid(m.content)) why.push("content after </think> is not a document of the schema: " + JSON.stringify(m));
+  if ((m.content ?? "").includes("</think>") || (m.reasoning_content ?? "").includes("</think>")) why.push("</think> leaked: " + JSON.stringify(m));
+}
+const thought = cs.filter((c) => c.finish_reason === "stop" && valid(c.message.content) && (c.message.reasoning_content ?? "").length > 0);
+if (thought.length < 3) why.push(`only ${thought.length} choices reasoned, then answered`);
+/* unconstrained: reasoning no output of the schema could begin with */
+if (!thought.some((c) => !"{\"n\":".startsWith(c.message.reasoning_content.slice(0, 5)))) why.push("the reasoning looks constrained");
+for (const c of off.choices ?? [{}])
+  if (c.finish_reason !== "stop" || !valid(c.message?.content) || c.message.reasoning_content)
+    why.push("thinking off: " + JSON.stringify(c));
+if (why.length) { console.log(why.slice(0, 4).join("\n")); process.exit(1); }' "$tmp/think-on.json" "$tmp/think-off.json"; then
+    ok "reasoning parser: the constraint starts after </think> (reasoning free, content valid; thinking off: from the start)"
+  else
+    fail "reasoning parser with a constraint"
+  fi
+  kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; pid=""
+fi
 
 # ---- hearth generate with the constraint flags
 gen() { "$bin" generate --model "$tmp/model" --prompt "x" --threads 2 --kv-cache-mib 32 --seed 5 "$@" 2>"$tmp/gen.err"; }

@@ -11,6 +11,7 @@
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "grammar/regex.h"
+#include "server/structured.h"
 #include "test.h"
 
 static char err[HR_ERRLEN];
@@ -223,6 +224,130 @@ static void test_schema_errors(void)
     schema_fails(deep, "nested deeper than");
 }
 
+/* Each string of yes is accepted, each of no refused (strings are JSON texts). */
+static void schema_lang(const char *schema, const char *const *yes, const char *const *no)
+{
+    struct grammar g;
+    if (!schema_grammar(schema, &g))
+        return;
+    for (int i = 0; yes[i]; i++)
+        CHECK_MSG(accepts(&g, yes[i], strlen(yes[i])), "%s should accept %s", schema, yes[i]);
+    for (int i = 0; no[i]; i++)
+        CHECK_MSG(!accepts(&g, no[i], strlen(no[i])), "%s should refuse %s", schema, no[i]);
+    grammar_free(&g);
+}
+
+/* Keywords in combination: each is enforced (the outputs are exactly the intersection) or the
+ * combination is refused by name; none is dropped. */
+static void test_schema_combinations(void)
+{
+    /* enum/const filtered by type */
+    schema_lang("{\"type\":\"string\",\"enum\":[\"a\",1,null,\"b\"]}", (const char *[]){"\"a\"", "\"b\"", NULL},
+                (const char *[]){"1", "null", NULL});
+    schema_lang("{\"type\":[\"integer\",\"null\"],\"enum\":[1,2.5,\"x\",3,null,4.0]}",
+                (const char *[]){"1", "3", "null", "4.0", NULL}, (const char *[]){"2.5", "\"x\"", NULL});
+    schema_lang("{\"const\":\"a\",\"enum\":[\"a\",\"b\"]}", (const char *[]){"\"a\"", NULL},
+                (const char *[]){"\"b\"", NULL});
+    schema_fails("{\"type\":\"string\",\"const\":5}", "no value of 'const' satisfies 'type'");
+    schema_fails("{\"type\":\"boolean\",\"enum\":[1,\"x\"]}", "no value of 'enum' satisfies 'type'");
+    schema_fails("{\"const\":\"c\",\"enum\":[\"a\"]}", "satisfies both 'const' and 'enum'");
+    schema_fails("{\"enum\":[\"a\",\"bbb\"],\"maxLength\":2}", "'enum' together with 'maxLength' at #");
+    schema_fails("{\"const\":1,\"anyOf\":[{\"type\":\"integer\"}]}", "'const' together with 'anyOf' at #");
+    schema_fails("{\"type\":\"strin\",\"enum\":[\"a\"]}", "unknown type 'strin'");
+    /* anyOf/oneOf with keywords beside it: each branch intersected with them */
+    schema_lang("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9},"
+                "\"b\":{\"type\":\"boolean\"}},\"anyOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}",
+                (const char *[]){"{\"a\":1}", "{\"b\":true}", "{\"a\":1,\"b\":false}", NULL},
+                (const char *[]){"{}", "{\"a\":10}", "{\"c\":1}", NULL});
+    schema_lang("{\"type\":\"string\",\"oneOf\":[{\"maxLength\":2},{\"pattern\":\"^x+$\"}]}",
+                (const char *[]){"\"ab\"", "\"xxxx\"", "\"\"", NULL},
+                (const char *[]){"5", "\"abc\"", "null", "[]", NULL});
+    schema_lang("{\"type\":[\"integer\",\"null\"],\"anyOf\":[{\"type\":\"number\"},{\"type\":\"string\"}]}",
+                (const char *[]){"3", "-2", NULL}, (const char *[]){"null", "\"s\"", "1.5", NULL});
+    schema_lang("{\"type\":\"object\",\"properties\":{\"k\":{\"const\":1}},\"required\":[\"k\"],"
+                "\"anyOf\":[{\"properties\":{\"x\":{\"type\":\"boolean\"}},\"required\":[\"x\"]},{\"properties\":"
+                "{\"k\":{\"const\":1}}}]}",
+                (const char *[]){"{\"x\":true,\"k\":1}", "{\"k\":1}", NULL},
+                (const char *[]){"{\"x\":true}", "{}", "{\"k\":2}", NULL});
+    /* anyOf with allOf: each branch merged with the allOf */
+    schema_lang("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},\"required\":[\"a\"]}],"
+                "\"anyOf\":[{\"properties\":{\"b\":{\"const\":1}},\"required\":[\"b\"]},{\"properties\":{\"c\":"
+                "{\"const\":2}},\"required\":[\"c\"]}]}",
+                (const char *[]){"{\"a\":true,\"b\":1}", "{\"a\":false,\"c\":2}", NULL},
+                (const char *[]){"{\"a\":true}", "{\"b\":1}", "{\"c\":2}", "{\"a\":true,\"b\":2}", NULL});
+    schema_fails("{\"anyOf\":[{\"type\":\"string\"}],\"oneOf\":[{\"type\":\"integer\"}]}",
+                 "'anyOf' together with 'oneOf' at #");
+    schema_fails("{\"anyOf\":[{\"type\":\"string\",\"maxLength\":3}],\"maxLength\":5}",
+                 "'maxLength' both beside 'anyOf' and in its branch 0");
+    schema_fails("{\"properties\":{\"a\":{\"type\":\"string\"}},\"anyOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"}}}]}",
+                 "property 'a' is defined both beside 'anyOf' and in its branch 0");
+    schema_fails("{\"properties\":{\"a\":{\"type\":\"boolean\"}},\"additionalProperties\":false,\"anyOf\":[{\"properties\":"
+                 "{\"b\":{\"type\":\"null\"}},\"required\":[\"b\"]}]}",
+                 "property 'b' of branch 0 of 'anyOf' is not allowed by the additionalProperties beside it");
+    schema_fails("{\"properties\":{\"a\":{\"type\":\"boolean\"}},\"oneOf\":[{\"properties\":{\"b\":{\"type\":\"null\"}},"
+                 "\"additionalProperties\":false}]}",
+                 "property 'a' beside 'oneOf' is not allowed by the additionalProperties of its branch 0");
+    schema_lang("{\"properties\":{\"a\":{\"type\":\"boolean\"},\"b\":{\"type\":\"null\"}},\"additionalProperties\":false,"
+                "\"anyOf\":[{\"properties\":{\"b\":{\"type\":\"null\"}},\"required\":[\"b\"]},{\"required\":[\"a\"]}]}",
+                (const char *[]){"{\"b\":null}", "{\"a\":true}", "{\"a\":true,\"b\":null}", NULL},
+                (const char *[]){"{}", "{\"c\":1}", NULL});
+    schema_fails("{\"type\":\"string\",\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]}",
+                 "no branch of 'anyOf' is compatible");
+    /* a branch that refers back to its own schema: refused, quickly, not expanded forever */
+    schema_fails("{\"$defs\":{\"x\":{\"type\":\"object\",\"anyOf\":[{\"$ref\":\"#/$defs/x\"},{\"$ref\":\"#/$defs/x\"}]}},"
+                 "\"$ref\":\"#/$defs/x\"}",
+                 "json schema: ");
+    /* allOf: only an exact merge */
+    schema_fails("{\"type\":\"string\",\"allOf\":[{\"properties\":{}}]}", "only allOf of object schemas");
+    schema_fails("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},\"additionalProperties\":"
+                 "false},{\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"boolean\"}}}]}",
+                 "additionalProperties false and another adds property 'b'");
+    schema_fails("{\"allOf\":[{\"properties\":{\"a\":{\"type\":\"boolean\"}}},{\"properties\":{\"a\":{\"type\":\"null\"}}}]}",
+                 "property 'a' is defined differently by two parts");
+    schema_fails("{\"allOf\":[{\"type\":\"object\",\"allOf\":[{\"properties\":{\"a\":{}}}]},{\"required\":[\"a\"]}]}",
+                 "a nested 'allOf' in part 0");
+    schema_lang("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},\"additionalProperties\":"
+                "false},{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},\"required\":[\"a\"]}]}",
+                (const char *[]){"{\"a\":true}", NULL}, (const char *[]){"{}", "{\"a\":true,\"b\":1}", NULL});
+    /* no type: keywords of one type restrict the output to that type */
+    schema_lang("{\"minLength\":2}", (const char *[]){"\"ab\"", NULL}, (const char *[]){"5", "\"a\"", "{}", NULL});
+    schema_lang("{\"maxItems\":1}", (const char *[]){"[]", "[1]", NULL}, (const char *[]){"[1,2]", "1", NULL});
+    schema_lang("{\"minimum\":3,\"maximum\":4}", (const char *[]){"3", "4", NULL},
+                (const char *[]){"2", "5", "\"3\"", NULL});
+    schema_fails("{\"minLength\":2,\"minItems\":1}", "keywords of different types ('minLength' and 'minItems')");
+}
+
+/* structured_outputs keys hearth would ignore are refused by name. */
+static void test_structured_keys(void)
+{
+    static const struct {
+        const char *body;
+        const char *want; /* NULL: accepted */
+    } cases[] = {
+        {"{\"structured_outputs\":{\"json\":{\"type\":\"integer\"},\"disable_any_whitespace\":true}}", NULL},
+        {"{\"structured_outputs\":{\"regex\":\"a+\",\"disable_fallback\":false}}", NULL},
+        {"{\"structured_outputs\":{\"structural_tag\":\"{}\"}}", "'structured_outputs.structural_tag' is not supported"},
+        {"{\"structured_outputs\":{\"json\":{},\"whitespace_pattern\":\" \"}}",
+         "'structured_outputs.whitespace_pattern' is not supported"},
+        {"{\"structured_outputs\":{\"disable_fallback\":\"yes\"}}", "'structured_outputs.disable_fallback'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_error_t je;
+        json_t *root = json_loads(cases[i].body, 0, &je);
+        struct structured_spec spec;
+        char param[128] = "";
+        enum hr_status st = structured_parse(root, false, NULL, &spec, param, sizeof param, err, sizeof err);
+        if (!cases[i].want)
+            CHECK_MSG(st == HR_OK, "%s: %s", cases[i].body, err);
+        else
+            CHECK_MSG(st == HR_ERR_INVALID && strstr(err, cases[i].want) && !strncmp(param, "structured_outputs.", 19),
+                      "%s: %s (param %s)", cases[i].body, err, param);
+        if (st == HR_OK)
+            structured_free(&spec);
+        json_decref(root);
+    }
+}
+
 static void regex_fails(const char *re, const char *want)
 {
     char *g = NULL;
@@ -293,17 +418,139 @@ static void test_cache(void)
     grammar_compiled_unref(x);
     grammar_compiled_unref(x);
     grammar_compiled_unref(y);
+    /* The default limit on grammar positions: a literal of GRAMMAR_MAX_POSITIONS bytes
+     * compiles, one byte more is a clear error. */
+    char want[192];
+    snprintf(want, sizeof want, "%d token-mask positions (byte positions, each per context it is reached from), "
+             "and the limit on grammar positions is %d", GRAMMAR_MAX_POSITIONS + 1, GRAMMAR_MAX_POSITIONS);
+    for (int extra = 0; extra < 2; extra++) {
+        size_t n = GRAMMAR_MAX_POSITIONS + (size_t)extra;
+        char *src = malloc(n + 16);
+        memcpy(src, "root ::= \"", 10);
+        memset(src + 10, 'q', n);
+        memcpy(src + 10 + n, "\"", 2);
+        x = NULL;
+        enum hr_status st = grammar_cache_get(&c, HEARTH_GRAMMAR_GBNF, src, strlen(src), &x, err, sizeof err);
+        if (extra == 0)
+            CHECK_MSG(st == HR_OK, "%s", err);
+        else
+            CHECK_MSG(st == HR_ERR_INVALID && strstr(err, want), "%s", err);
+        grammar_compiled_unref(x);
+        free(src);
+    }
     grammar_cache_free(&c);
 }
 
-int main(void)
+/* Forced tool calls: with parallel_tool_calls the grammar takes up to STRUCTURED_MAX_TOOL_CALLS
+ * calls separated by a newline; without, exactly one; a named tool only that tool. */
+static void test_tool_grammar(void)
 {
+    json_error_t je;
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
+                               "\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9}},"
+                               "\"required\":[\"a\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]",
+                               0, &je);
+    CHECK(tools != NULL);
+    const char *f1 = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\":3}}\n</tool_call>";
+    const char *g1 = "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
+    char two[512], many[4096];
+    snprintf(two, sizeof two, "%s\n%s", f1, g1);
+    size_t n = 0;
+    for (int i = 0; i <= STRUCTURED_MAX_TOOL_CALLS; i++)
+        n += (size_t)snprintf(many + n, sizeof many - n, "%s%s", i ? "\n" : "", f1);
+    size_t n_max = n - strlen(f1) - 1; /* exactly STRUCTURED_MAX_TOOL_CALLS calls */
+    for (int mode = 0; mode < 3; mode++) {
+        char *text = NULL;
+        CHECK_OK(structured_tool_grammar(tools, mode == 2 ? "f" : NULL, mode == 0, &text, err, sizeof err), err);
+        struct grammar g;
+        if (!text || gbnf_parse(text, strlen(text), &g, err, sizeof err) != HR_OK) {
+            CHECK_MSG(false, "tool grammar: %s", err);
+            free(text);
+            continue;
+        }
+        CHECK(accepts(&g, f1, strlen(f1)));
+        CHECK(accepts(&g, g1, strlen(g1)) == (mode != 2));
+        CHECK(!accepts(&g, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", 55)); /* a required */
+        CHECK_MSG(accepts(&g, two, strlen(two)) == (mode == 0), "mode %d: two calls", mode);
+        CHECK_MSG(accepts(&g, many, n_max) == (mode == 0), "mode %d: %d calls", mode, STRUCTURED_MAX_TOOL_CALLS);
+        CHECK(!accepts(&g, many, n));
+        CHECK(!accepts(&g, two, strlen(f1) + 1)); /* a dangling separator */
+        grammar_free(&g);
+        free(text);
+    }
+    json_decref(tools);
+}
+
+/* test_grammar --check-prefixes FILE: FILE is a JSON array of {"schema": S, "text": T}; each T
+ * must be a prefix of a document the grammar of S accepts (the matcher over T's bytes stays
+ * alive). For tests/e2e/structured.mjs: outputs cut by max_tokens, checked by the same
+ * grammar the server masked with. Prints "ok"/"FAIL" lines and RESULT. */
+static int check_prefixes(const char *path)
+{
+    json_error_t je;
+    json_t *items = json_load_file(path, 0, &je);
+    if (!json_is_array(items)) {
+        printf("FAIL %s: %s (line %d)\nRESULT passed=0 failed=1\n", path, je.text, je.line);
+        return 1;
+    }
+    int passed = 0, failed = 0;
+    size_t i;
+    json_t *it;
+    json_array_foreach(items, i, it) {
+        const char *text = json_string_value(json_object_get(it, "text"));
+        char *gbnf = NULL;
+        struct grammar g;
+        enum hr_status st = text ? json_schema_to_gbnf(json_object_get(it, "schema"), &gbnf, err, sizeof err)
+                                 : hr_err(err, sizeof err, HR_ERR_INVALID, "no text");
+        if (st == HR_OK)
+            st = gbnf_parse(gbnf, strlen(gbnf), &g, err, sizeof err);
+        free(gbnf);
+        if (st != HR_OK) {
+            failed++;
+            printf("FAIL prefix %zu: %s\n", i, err);
+            continue;
+        }
+        struct matcher_set a, b;
+        matcher_set_init(&a, MATCHER_SET_INTS, err, sizeof err);
+        matcher_set_init(&b, MATCHER_SET_INTS, err, sizeof err);
+        matcher_start(&g, &a);
+        size_t n = strlen(text), k = 0;
+        bool alive = true;
+        for (; k < n && alive; k++) {
+            alive = matcher_advance(&g, &a, (uint8_t)text[k], &b);
+            struct matcher_set t = a;
+            a = b;
+            b = t;
+        }
+        if (alive) {
+            passed++;
+            printf("ok   prefix %zu (%zu bytes%s)\n", i, n, matcher_accepting(&a) ? ", complete" : "");
+        } else {
+            failed++;
+            printf("FAIL prefix %zu: byte %zu of %s is not allowed\n", i, k - 1, text);
+        }
+        matcher_set_free(&a);
+        matcher_set_free(&b);
+        grammar_free(&g);
+    }
+    json_decref(items);
+    printf("RESULT passed=%d failed=%d\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--check-prefixes") == 0)
+        return check_prefixes(argv[2]);
     TEST_RUN(test_gbnf_errors);
     TEST_RUN(test_gbnf_language);
     TEST_RUN(test_schema_integers);
     TEST_RUN(test_schema_strings_and_values);
     TEST_RUN(test_schema_errors);
+    TEST_RUN(test_schema_combinations);
+    TEST_RUN(test_structured_keys);
     TEST_RUN(test_regex);
     TEST_RUN(test_cache);
+    TEST_RUN(test_tool_grammar);
     TEST_END();
 }

@@ -109,7 +109,7 @@ static void check_finite(const char *gbnf, const struct lang *l, const char *alp
     struct grammar_vocab v;
     make_vocab(&v, alpha, 40);
     struct grammar_compiled *c;
-    CHECK_OK(grammar_compile(&g, &v, &c, err, sizeof err), err);
+    CHECK_OK(grammar_compile(&g, &v, 0, &c, err, sizeof err), err);
     struct matcher_set cur, tmp;
     matcher_set_init(&cur, MATCHER_SET_INTS, err, sizeof err);
     matcher_set_init(&tmp, MATCHER_SET_INTS, err, sizeof err);
@@ -284,7 +284,7 @@ static void check_walks(const char *gbnf, bool json, int rounds, int min_complet
     struct grammar_vocab v;
     json_vocab(&v);
     struct grammar_compiled *c;
-    CHECK_OK(grammar_compile(&g, &v, &c, err, sizeof err), err);
+    CHECK_OK(grammar_compile(&g, &v, 0, &c, err, sizeof err), err);
     struct grammar_seq s;
     int32_t eos = v.n_vocab - 1;
     int bad = 0, complete = 0;
@@ -399,7 +399,7 @@ static void test_after_think(void)
     struct grammar_vocab v;
     make_vocab(&v, "abt", 0);
     struct grammar_compiled *c;
-    CHECK_OK(grammar_compile(&g, &v, &c, err, sizeof err), err);
+    CHECK_OK(grammar_compile(&g, &v, 0, &c, err, sizeof err), err);
     int32_t think = v.ids[v.n_tok - 1], eos = v.n_vocab - 1; /* "tt" plays </think> */
     struct grammar_seq s;
     CHECK_OK(grammar_seq_init(&s, c, think, err, sizeof err), err);
@@ -441,6 +441,41 @@ static void test_after_think(void)
     grammar_vocab_free(&v);
 }
 
+/* The limit on grammar positions: a grammar needing exactly max_positions compiles, one more
+ * is refused before any precomputation, with a message naming the limit. */
+static void test_position_limit(void)
+{
+    const char *text = "root ::= \"a\" item \"b\" item (\"c\" item)*\nitem ::= \"xy\" ([p-t] \"-\" [0-9])* \"z\"\n";
+    struct grammar_vocab v;
+    make_vocab(&v, "abcxyzpqrst-0123456789", 0);
+    struct grammar g;
+    struct grammar_compiled *c = NULL;
+    CHECK_OK(gbnf_parse(text, strlen(text), &g, err, sizeof err), err);
+    CHECK_OK(grammar_compile(&g, &v, 0, &c, err, sizeof err), err);
+    int need = 0, bytes = 0;
+    for (int p = 0; c && p < c->g.n_elems; p++)
+        if (c->g.elems[p].kind == GRAMMAR_ELEM_BYTES) {
+            need += c->pos[p].n;
+            bytes++;
+        }
+    CHECK_MSG(need > bytes, "%d positions, %d bytes: the test wants some position with several contexts", need, bytes);
+    grammar_compiled_unref(c);
+    for (int d = 0; d < 2; d++) {
+        c = NULL;
+        CHECK_OK(gbnf_parse(text, strlen(text), &g, err, sizeof err), err);
+        enum hr_status st = grammar_compile(&g, &v, need - d, &c, err, sizeof err);
+        char want[64];
+        snprintf(want, sizeof want, "limit on grammar positions is %d", need - d);
+        if (d == 0)
+            CHECK_MSG(st == HR_OK && c, "%s", err);
+        else
+            CHECK_MSG(st == HR_ERR_INVALID && !c && strstr(err, want), "%s", err);
+        grammar_compiled_unref(c);
+        CHECK(g.elems == NULL); /* owned either way */
+    }
+    grammar_vocab_free(&v);
+}
+
 int main(void)
 {
     TEST_RUN(test_finite_alternatives);
@@ -451,5 +486,6 @@ int main(void)
     TEST_RUN(test_json_masks_and_sentences);
     TEST_RUN(test_schema_masks);
     TEST_RUN(test_after_think);
+    TEST_RUN(test_position_limit);
     TEST_END();
 }
