@@ -115,6 +115,21 @@ static void watch_set(struct watch *w, struct watch_conn *c, enum watch_state st
     pthread_mutex_unlock(&w->mu);
 }
 
+bool watch_is_shut(struct watch *w, struct watch_conn *c)
+{
+    if (!w || !c)
+        return false;
+    pthread_mutex_lock(&w->mu);
+    bool shut = c->shut;
+    pthread_mutex_unlock(&w->mu);
+    return shut;
+}
+
+void watch_keepalive(struct watch *w, struct watch_conn *c)
+{
+    watch_set(w, c, WATCH_STATE_IDLE);
+}
+
 void watch_head_begins(struct watch *w, struct watch_conn *c)
 {
     watch_set(w, c, WATCH_STATE_HEAD);

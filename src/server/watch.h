@@ -7,6 +7,8 @@
 #ifndef HEARTH_SERVER_WATCH_H
 #define HEARTH_SERVER_WATCH_H
 
+#include <stdbool.h>
+
 #include "base/status.h"
 
 struct watch;
@@ -15,6 +17,10 @@ struct watch_conn;
 enum hr_status watch_start(struct watch **out, int head_timeout_s, int idle_timeout_s, char *err, size_t errlen);
 /* A new connection (idle from now); NULL when out of memory (it is then not watched). */
 struct watch_conn *watch_add(struct watch *w, int fd);
+/* Its reply went out and it waits for its next request with nothing of it sent yet. */
+void watch_keepalive(struct watch *w, struct watch_conn *c);
+/* Whether the watch has shut c down (past a deadline, or to make room). */
+bool watch_is_shut(struct watch *w, struct watch_conn *c);
 /* Its request line came: the head deadline runs. */
 void watch_head_begins(struct watch *w, struct watch_conn *c);
 /* Its head is in: a request is being served (no deadline). */

@@ -1,5 +1,9 @@
-/* The gate's head checks (what nginx answers) and the redaction of server paths. */
+/* The gate's head checks (what nginx answers), its refusal of a later request's head,
+ * and the redaction of server paths. */
+#include <poll.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "server/gate.h"
 #include "server/redact.h"
@@ -78,10 +82,50 @@ static void test_redact(void)
     CHECK(strlen(small) == 7);
 }
 
+/* Reads what fd has until the peer closes or 3 s pass; returns the length (-1: no close). */
+static int read_to_close(int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (int i = 0; i < 300; i++) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 10) <= 0)
+            continue;
+        ssize_t r = recv(fd, buf + n, cap - 1 - n, MSG_DONTWAIT);
+        if (r == 0) {
+            buf[n] = 0;
+            return (int)n;
+        }
+        if (r > 0)
+            n += (size_t)r;
+    }
+    buf[n] = 0;
+    return -1;
+}
+
+/* A later head refused on its own socket: one status line, then the end. */
+static void test_refuse_fd(void)
+{
+    int sv[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    const char *bad = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n";
+    CHECK(send(sv[1], bad, strlen(bad), 0) == (ssize_t)strlen(bad));
+    struct gate_verdict v;
+    gate_head_check(bad, strlen(bad), 100, &v);
+    CHECK(v.status == 400);
+    shutdown(sv[1], SHUT_WR); /* the client is done: the linger ends at once */
+    gate_refuse_fd(sv[0], &v);
+    char buf[2048];
+    int n = read_to_close(sv[1], buf, sizeof buf);
+    CHECK_MSG(n > 0 && !strncmp(buf, "HTTP/1.1 400 ", 13) && strstr(buf + 1, "HTTP/1.") == NULL, "%s", buf);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 int main(void)
 {
     TEST_RUN(test_head_length);
     TEST_RUN(test_head_check);
     TEST_RUN(test_redact);
+    TEST_RUN(test_refuse_fd);
     TEST_END();
 }
