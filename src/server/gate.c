@@ -376,6 +376,10 @@ static void gate_conn_readable(struct gate *g, struct gate_conn *c)
     }
     pthread_mutex_lock(&g->mu);
     bool room = g->n_active < g->cfg.max_active;
+    /* full: as nginx reuses keep-alive connections when it runs short, close an idle one
+     * (its close comes back through gate_conn_closed) so that a fresh client is served */
+    if (!room && g->cfg.make_room && g->n_active < g->cfg.max_active + GATE_EVICT_SLACK)
+        room = g->cfg.make_room(g->ctx);
     if (room)
         g->n_active++;
     pthread_mutex_unlock(&g->mu);

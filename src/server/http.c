@@ -480,6 +480,12 @@ static void http_log(void *cls, const char *fmt, va_list ap)
 
 /* ---------------------------------------------------------------- the daemon */
 
+static bool http_make_room(void *ctx)
+{
+    struct http *h = ctx;
+    return watch_evict_idle(h->watch);
+}
+
 static bool http_handoff(void *ctx, int fd, const struct sockaddr *addr, socklen_t addrlen)
 {
     struct http *h = ctx;
@@ -520,7 +526,7 @@ static void *http_uri_seen(void *cls, const char *uri, struct MHD_Connection *c)
 }
 
 enum hr_status http_start(struct http **out, struct server *s, const char *host, int port, int connection_limit,
-                          int idle_timeout_s, char *err, size_t errlen)
+                          int idle_timeout_s, int keepalive_timeout_s, char *err, size_t errlen)
 {
     *out = NULL;
     if (port < 0 || port > 65535)
@@ -529,7 +535,7 @@ enum hr_status http_start(struct http **out, struct server *s, const char *host,
     if (!h)
         return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
     h->srv = s;
-    enum hr_status st = watch_start(&h->watch, s->cfg.head_timeout_s, idle_timeout_s, err, errlen);
+    enum hr_status st = watch_start(&h->watch, s->cfg.head_timeout_s, keepalive_timeout_s, err, errlen);
     if (st != HR_OK) {
         free(h);
         return st;
@@ -547,7 +553,7 @@ enum hr_status http_start(struct http **out, struct server *s, const char *host,
                                  MHD_OPTION_NOTIFY_CONNECTION, http_notify_connection, h,
                                  MHD_OPTION_URI_LOG_CALLBACK, http_uri_seen, h,
                                  /* the gate counts connections; MHD's own limit is a backstop */
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)connection_limit + 16,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)connection_limit + GATE_EVICT_SLACK + 16,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)idle_timeout_s,
                                  MHD_OPTION_END);
     if (!h->daemon) {
@@ -563,6 +569,7 @@ enum hr_status http_start(struct http **out, struct server *s, const char *host,
         .max_pending = connection_limit * 4,
         .max_active = connection_limit,
         .max_body_bytes = s->cfg.max_body_bytes,
+        .make_room = http_make_room,
     };
     st = gate_start(&h->gate, &gc, http_handoff, h, err, errlen);
     if (st != HR_OK) {
