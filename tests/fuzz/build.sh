@@ -26,7 +26,7 @@ $cc $flags -o "$out/fuzz_grammar" tests/fuzz/fuzz_grammar.c $grammar src/grammar
   src/grammar/grammar_mask.c src/grammar/grammar_cache.c $(ls src/tokenizer/*.c) $base \
   -ljansson -lonig -lxxhash -lm -pthread
 $cc $flags -o "$out/fuzz_template" tests/fuzz/fuzz_template.c src/template/template*.c $base -ljansson -lm
-make -s CUDA=0 CC="$cc" BUILD="$out/lib" OPT=-O1 \
+make -s -j"$(nproc)" CUDA=0 CC="$cc" BUILD="$out/lib" OPT=-O1 \
   SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
   "$out/lib/libhearth.a"
 $cc $flags -o "$out/fuzz_http" tests/fuzz/fuzz_http.c "$out/lib/libhearth.a" \
