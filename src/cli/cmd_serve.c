@@ -53,7 +53,11 @@ static void serve_usage(void)
             "                                tool_calls (default qwen3)\n"
             "  --shutdown-grace-ms N         on SIGINT/SIGTERM, the whole stop takes at most this long: in-flight\n"
             "                                requests finish or are cancelled within it (default 10000)\n"
-            "  --idle-timeout-s N            close idle keep-alive connections after N s (default 300)\n"
+            "  --idle-timeout-s N            close a connection whose request sends or reads nothing for N s\n"
+            "                                (default 300)\n"
+            "  --keepalive-timeout-s N       close a keep-alive connection idle between requests after N s\n"
+            "                                (default 75, as nginx); with every connection slot taken, idle\n"
+            "                                keep-alive connections are closed first, oldest first\n"
             "  --allowed-origins LIST        CORS: origins browsers may call from, comma separated (default *)\n"
             "  --allowed-methods LIST        CORS: methods a preflight allows (default *: any)\n"
             "  --allowed-headers LIST        CORS: request headers a preflight allows (default *: any)\n"
@@ -160,6 +164,9 @@ static bool serve_option(int argc, char **argv, int *i, struct server_config *c,
     } else if (args_is(a, "--idle-timeout-s")) {
         SERVE_INT("--idle-timeout-s", 1, 86400);
         c->idle_timeout_s = (int)n;
+    } else if (args_is(a, "--keepalive-timeout-s")) {
+        SERVE_INT("--keepalive-timeout-s", 1, 86400);
+        c->keepalive_timeout_s = (int)n;
     } else if (args_is(a, "--allowed-origins") || args_is(a, "--allowed-methods") ||
                args_is(a, "--allowed-headers")) {
         SERVE_VALUE();

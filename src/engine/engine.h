@@ -7,7 +7,6 @@
 #include <stdatomic.h>
 
 #include "cache/prefix_cache.h"
-#include "kv/batch.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"

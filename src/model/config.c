@@ -258,8 +258,8 @@ static enum hr_status parse_moe(const struct jreader *r, struct model_config *cf
     enum hr_status rc;
     /* transformers 5 names it num_local_experts (num_experts is an alias) */
     int ne = -1, nl = -1;
-    if ((rc = jint(r, "num_experts", false, 0, 1 << 14, &ne)) != HR_OK ||
-        (rc = jint(r, "num_local_experts", false, 0, 1 << 14, &nl)) != HR_OK)
+    if ((rc = jint(r, "num_experts", false, 0, MODEL_MAX_EXPERTS, &ne)) != HR_OK ||
+        (rc = jint(r, "num_local_experts", false, 0, MODEL_MAX_EXPERTS, &nl)) != HR_OK)
         return rc;
     if (ne < 0 && nl < 0)
         return hr_err(r->err, r->errlen, HR_ERR_FORMAT,

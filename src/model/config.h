@@ -10,6 +10,9 @@
 
 #define MODEL_MAX_LAYERS 256
 #define MODEL_MAX_EOS 16
+/* The one bound on num_experts (the largest published MoE checkpoints have 512); the
+ * loader rejects more, naming this limit. */
+#define MODEL_MAX_EXPERTS 1024
 
 enum model_arch {
     MODEL_ARCH_QWEN3,     /* Qwen3ForCausalLM */

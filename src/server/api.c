@@ -2,7 +2,6 @@
 #define _GNU_SOURCE /* POLLRDHUP */
 #include "server/api.h"
 
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,16 +87,6 @@ void api_reply_free(struct api_reply *r)
         free(r->stream);
     }
     memset(r, 0, sizeof *r);
-}
-
-bool api_client_gone(int fd)
-{
-    if (fd < 0)
-        return false;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    if (poll(&p, 1, 0) <= 0)
-        return false;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
 /* The error of a failed parse or job start. */

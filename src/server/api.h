@@ -80,7 +80,5 @@ void api_json(struct api_reply *out, int status, json_t *body);
 /* An error reply in OpenAI's envelope. */
 void api_error(struct api_reply *out, int status, const char *message, const char *param, const char *code);
 void api_reply_free(struct api_reply *r);
-/* The peer closed or reset the connection (checked without blocking). */
-bool api_client_gone(int fd);
 
 #endif

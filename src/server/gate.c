@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -300,6 +301,26 @@ static void gate_reply(int fd, int status, const char *message, const char *code
     }
 }
 
+void gate_refuse_fd(int fd, const struct gate_verdict *v)
+{
+    gate_reply(fd, v->status, v->message, v->code);
+    shutdown(fd, SHUT_WR);
+    double until = gate_now() + GATE_LINGER_S;
+    char buf[4096];
+    for (double now = gate_now(); now < until; now = gate_now()) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int n = poll(&p, 1, (int)((until - now) * 1000) + 1);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (n <= 0)
+            continue;
+        ssize_t r = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            break;
+    }
+    shutdown(fd, SHUT_RDWR);
+}
+
 static void gate_conn_close(struct gate *g, struct gate_conn *c)
 {
     epoll_ctl(g->epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -355,6 +376,10 @@ static void gate_conn_readable(struct gate *g, struct gate_conn *c)
     }
     pthread_mutex_lock(&g->mu);
     bool room = g->n_active < g->cfg.max_active;
+    /* full: as nginx reuses keep-alive connections when it runs short, close an idle one
+     * (its close comes back through gate_conn_closed) so that a fresh client is served */
+    if (!room && g->cfg.make_room && g->n_active < g->cfg.max_active + GATE_EVICT_SLACK)
+        room = g->cfg.make_room(g->ctx);
     if (room)
         g->n_active++;
     pthread_mutex_unlock(&g->mu);

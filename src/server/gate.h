@@ -2,7 +2,9 @@
  * until its first request's line and headers have arrived whole (peeked, not read, so
  * libmicrohttpd parses them as usual), within a deadline; only then is the connection
  * handed over, so slow or idle connections never take a connection thread or slot from
- * clients that send their request.  It bounds the connections of one client address
+ * clients that send their request (and with every slot taken, an idle keep-alive
+ * connection is closed to make room: make_room).  http.c checks the later heads of a
+ * keep-alive connection with the same gate_head_check.  It bounds the connections of one client address
  * (pending and handed over), and answers as nginx does what the head already rules out:
  * a malformed request line or header (400), a bad or overflowing Content-Length (400),
  * a body above the limit (413, before any 100 Continue), an unknown Transfer-Encoding
@@ -26,7 +28,14 @@ struct gate_config {
     int max_pending;            /* connections waiting for their head at most */
     int max_active;             /* connections handed over at most */
     size_t max_body_bytes;      /* a Content-Length above it: 413 */
+    /* With every active slot taken: close one idle keep-alive connection (its slot comes
+     * back when its close is reported) and return true, or false when there is none.
+     * NULL: fresh clients get 503 while the slots are full.  Called with gate_start's ctx. */
+    bool (*make_room)(void *ctx);
 };
+
+/* Active connections beyond max_active while closed idle ones are still reporting their close. */
+#define GATE_EVICT_SLACK 64
 
 #define GATE_MAX_HEAD_BYTES 16384 /* request line and headers at most (431 beyond) */
 
@@ -41,6 +50,12 @@ struct gate_verdict {
 void gate_head_check(const char *head, size_t len, size_t max_body_bytes, struct gate_verdict *v);
 /* The length of the head in buf[0..n) including its blank line, or 0 when it is not complete. */
 size_t gate_head_length(const char *buf, size_t n);
+
+/* For a later request of a keep-alive connection, which the gate does not see: answers
+ * the verdict's error on fd (blocking), then reads and drops what the client still sends
+ * until it closes or a couple of seconds pass, so that it sees the answer, not a reset;
+ * leaves fd shut down both ways (the caller closes it). */
+void gate_refuse_fd(int fd, const struct gate_verdict *v);
 
 /* Listens on host:port and starts the accepting thread.  handoff takes a connection
  * whose head is in; it returns false when it could not (the socket is then closed). */

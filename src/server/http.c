@@ -1,12 +1,19 @@
 /* libmicrohttpd glue (see http.h). */
 #include "server/http.h"
 
+#include <errno.h>
+#include <linux/tcp.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,6 +32,18 @@ struct http {
     struct gate *gate;          /* accepts, and hands over connections whose head is in */
     struct watch *watch;        /* deadlines of the later requests of keep-alive connections */
     bool quiesced;
+    _Atomic bool stopping;      /* connections waiting for a next request stop waiting */
+};
+
+/* A connection (MHD's socket context).  Every request head that libmicrohttpd parses has
+ * been checked first: the first one by the gate, each later one by http_vet_next while
+ * the bytes are still in the socket, as long as libmicrohttpd has read nothing beyond the
+ * requests it answered (a client that pipelines gets "Connection: close" instead). */
+struct http_sock {
+    struct watch_conn *w;
+    int fd;
+    uint64_t consumed;          /* bytes of the socket that made the requests answered so far */
+    bool unsynced;              /* libmicrohttpd may hold bytes of a request nobody checked */
 };
 
 /* One request on a connection (MHD's per-request pointer). */
@@ -38,13 +57,141 @@ struct http_conn {
     int status;                 /* what was queued (for the request counter) */
     bool preflight;             /* CORS preflight: OPTIONS with Access-Control-Request-Method */
     struct access_log_request log;
+    uint64_t head_bytes;        /* the request line and headers as sent */
+    uint64_t body_bytes;        /* the body as sent (Content-Length framed) */
+    bool framed;                /* no Transfer-Encoding: head_bytes + body_bytes is the whole request */
+    bool http11;
+    bool client_close;          /* Connection: close */
+    bool client_keepalive;      /* Connection: keep-alive (HTTP/1.0) */
+    bool keep;                  /* the reply keeps the connection and its next head is checked */
 };
 
-/* The watch entry of a connection (its socket context). */
-static struct watch_conn *http_watch_conn(struct MHD_Connection *c)
+/* A connection's own state (its socket context). */
+static struct http_sock *http_sock_of(struct MHD_Connection *c)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
+}
+
+static struct watch_conn *http_watch_conn(struct MHD_Connection *c)
+{
+    struct http_sock *k = http_sock_of(c);
+    return k ? k->w : NULL;
+}
+
+/* ---------------------------------------------------------------- keep-alive */
+
+/* Whether libmicrohttpd has read exactly `upto` bytes of the socket (all it has taken
+ * belongs to the requests counted so far).  Called on the connection's own thread, so
+ * nothing reads meanwhile; arrivals between the two looks only make it answer false. */
+static bool http_read_exactly(int fd, uint64_t upto)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    int q0 = 0, q1 = 0;
+    memset(&ti, 0, sizeof ti);
+    if (ioctl(fd, FIONREAD, &q0) != 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        ioctl(fd, FIONREAD, &q1) != 0 || q0 != q1 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        return false;
+    return ti.tcpi_bytes_received - (uint64_t)q0 == upto;
+}
+
+struct http_tokens {
+    bool close, keepalive;
+};
+
+/* The tokens of every Connection header. */
+static enum MHD_Result http_connection_tokens(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    struct http_tokens *t = cls;
+    if (!key || strcasecmp(key, "Connection") || !value)
+        return MHD_YES;
+    for (const char *p = value; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        size_t n = strcspn(p, ", \t");
+        if (n == 5 && !strncasecmp(p, "close", 5))
+            t->close = true;
+        if (n == 10 && !strncasecmp(p, "keep-alive", 10))
+            t->keepalive = true;
+        p += n;
+    }
+    return MHD_YES;
+}
+
+/* Decides, as the reply is queued, whether the connection stays open: only when the
+ * client asks for it (HTTP/1.1 unless "close"; HTTP/1.0 with "keep-alive" and a known
+ * length) and libmicrohttpd has read nothing beyond this request, so that the next head
+ * is still in the socket for http_vet_next.  Otherwise the reply says "Connection: close". */
+static void http_decide_keep(struct MHD_Connection *c, struct http_conn *hc, struct MHD_Response *resp, bool stream)
+{
+    struct http_sock *k = http_sock_of(c);
+    bool want = hc->http11 ? !hc->client_close : hc->client_keepalive && !hc->client_close && !stream;
+    hc->keep = false;
+    if (want && k && k->w && !k->unsynced && hc->framed) {
+        uint64_t upto = k->consumed + hc->head_bytes + hc->body_bytes;
+        if (http_read_exactly(k->fd, upto)) {
+            k->consumed = upto;
+            hc->keep = true;
+        }
+    }
+    if (!hc->keep)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
+/* After a reply on a connection that stays open, before libmicrohttpd reads again: waits
+ * for the next request's head and checks it as the gate checks a first one (one answer
+ * for a bad Content-Length, 501 for an unknown Transfer-Encoding, 413 before any
+ * 100 Continue, ...).  A good head is left in the socket for libmicrohttpd; a bad one is
+ * answered here and the socket shut down, so libmicrohttpd only sees the end.  The watch
+ * bounds the wait (keep-alive timeout, then the head deadline) by shutting the socket
+ * down; a stop shuts it down too. */
+static void http_vet_next(struct http *h, struct http_sock *k)
+{
+    char buf[GATE_MAX_HEAD_BYTES + 1];
+    bool begun = false;
+    double head_deadline = 0;
+    watch_keepalive(h->watch, k->w);
+    /* a socket shut down with part of a head in it still shows that part: the watch's
+     * verdict and the head deadline end the wait, not the peek */
+    while (!atomic_load(&h->stopping) && !watch_is_shut(h->watch, k->w)) {
+        if (begun && job_now() > head_deadline) {
+            struct gate_verdict v = {408, "the request line and headers did not arrive in time", "request_timeout"};
+            gate_refuse_fd(k->fd, &v);
+            return;
+        }
+        ssize_t r = recv(k->fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+        if (r == 0)
+            return; /* closed, or shut down past a deadline: libmicrohttpd sees the end too */
+        if (r < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                return;
+            struct pollfd p = {.fd = k->fd, .events = POLLIN};
+            poll(&p, 1, 250);
+            continue;
+        }
+        if (!begun) {
+            watch_head_begins(h->watch, k->w);
+            begun = true;
+            head_deadline = job_now() + h->srv->cfg.head_timeout_s;
+        }
+        struct gate_verdict v = {0};
+        size_t hl = gate_head_length(buf, (size_t)r);
+        if (hl)
+            gate_head_check(buf, hl, h->srv->cfg.max_body_bytes, &v);
+        else if ((size_t)r > GATE_MAX_HEAD_BYTES)
+            v = (struct gate_verdict){431, "the request line and headers are larger than 16 KiB",
+                                      "request_header_too_large"};
+        if (v.status) {
+            gate_refuse_fd(k->fd, &v);
+            return;
+        }
+        if (hl)
+            return;
+        usleep(10000); /* part of a head: the rest is coming */
+    }
 }
 
 /* The CORS headers of a reply (none when the request has no allowed Origin). */
@@ -126,6 +273,7 @@ static enum MHD_Result http_queue(struct MHD_Connection *c, struct http_conn *hc
                                   struct api_reply *r)
 {
     struct MHD_Response *resp;
+    bool stream = r->stream != NULL;
     if (r->stream) {
         struct http_stream *hs = calloc(1, sizeof *hs);
         if (!hs) {
@@ -155,6 +303,7 @@ static enum MHD_Result http_queue(struct MHD_Connection *c, struct http_conn *hc
         }
         r->body = NULL;
     }
+    http_decide_keep(c, hc, resp, stream);
     MHD_add_response_header(resp, "Content-Type", r->content_type ? r->content_type : "application/json");
     if (r->retry_after > 0) {
         char v[16];
@@ -206,6 +355,14 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
             return MHD_NO;
         *con_cls = hc;
         hc->key_index = -1;
+        const union MHD_ConnectionInfo *hs = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+        hc->head_bytes = hs ? hs->header_size : 0;
+        hc->framed = hs && !MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        hc->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
+        struct http_tokens tk = {false, false};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, http_connection_tokens, &tk);
+        hc->client_close = tk.close;
+        hc->client_keepalive = tk.keepalive;
         const union MHD_ConnectionInfo *peer = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         access_log_begin(&hc->log, method, url, peer ? peer->client_addr : NULL);
         MHD_get_connection_values(c, MHD_HEADER_KIND, http_forwarded_for, &hc->log);
@@ -228,6 +385,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
         return MHD_YES;
     }
     if (*upload_data_size > 0) { /* a piece of the body: keep it, or drop it when it will be refused */
+        hc->body_bytes += *upload_data_size;
         if (!hc->early_status && !hc->too_large) {
             if (hc->body.len + *upload_data_size > s->cfg.max_body_bytes) {
                 hc->too_large = true;
@@ -287,16 +445,26 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *c, const ch
 static void http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
     struct http *h = cls;
-    watch_idle(h->watch, http_watch_conn(c));
+    struct http_sock *k = http_sock_of(c);
+    watch_idle(h->watch, k ? k->w : NULL);
     struct http_conn *hc = *con_cls;
     if (!hc)
         return;
     if (hc->status)
         metrics_count_request(&h->srv->metrics, hc->route ? hc->route->ep : METRICS_ENDPOINT_OTHER, hc->status);
     access_log_end(&hc->log, hc->status, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    bool keep = hc->keep && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
     strbuf_free(&hc->body);
     free(hc);
     *con_cls = NULL;
+    if (keep && k) {
+        /* libmicrohttpd may have read on while it sent the reply: then it holds bytes of a
+         * request nobody checked, and the connection closes after that one */
+        if (http_read_exactly(k->fd, k->consumed))
+            http_vet_next(h, k);
+        else
+            k->unsynced = true;
+    }
 }
 
 static void http_log(void *cls, const char *fmt, va_list ap)
@@ -312,6 +480,12 @@ static void http_log(void *cls, const char *fmt, va_list ap)
 
 /* ---------------------------------------------------------------- the daemon */
 
+static bool http_make_room(void *ctx)
+{
+    struct http *h = ctx;
+    return watch_evict_idle(h->watch);
+}
+
 static bool http_handoff(void *ctx, int fd, const struct sockaddr *addr, socklen_t addrlen)
 {
     struct http *h = ctx;
@@ -324,10 +498,19 @@ static void http_notify_connection(void *cls, struct MHD_Connection *c, void **s
     struct http *h = cls;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *fi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = watch_add(h->watch, fi ? fi->connect_fd : -1);
+        struct http_sock *k = calloc(1, sizeof *k);
+        if (k) { /* without it (out of memory) every reply closes its connection */
+            k->fd = fi ? fi->connect_fd : -1;
+            k->w = watch_add(h->watch, k->fd);
+        }
+        *socket_context = k;
         return;
     }
-    watch_remove(h->watch, *socket_context);
+    struct http_sock *k = *socket_context;
+    if (k) {
+        watch_remove(h->watch, k->w);
+        free(k);
+    }
     *socket_context = NULL;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     gate_conn_closed(h->gate, ci ? ci->client_addr : NULL);
@@ -343,7 +526,7 @@ static void *http_uri_seen(void *cls, const char *uri, struct MHD_Connection *c)
 }
 
 enum hr_status http_start(struct http **out, struct server *s, const char *host, int port, int connection_limit,
-                          int idle_timeout_s, char *err, size_t errlen)
+                          int idle_timeout_s, int keepalive_timeout_s, char *err, size_t errlen)
 {
     *out = NULL;
     if (port < 0 || port > 65535)
@@ -352,7 +535,7 @@ enum hr_status http_start(struct http **out, struct server *s, const char *host,
     if (!h)
         return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
     h->srv = s;
-    enum hr_status st = watch_start(&h->watch, s->cfg.head_timeout_s, idle_timeout_s, err, errlen);
+    enum hr_status st = watch_start(&h->watch, s->cfg.head_timeout_s, keepalive_timeout_s, err, errlen);
     if (st != HR_OK) {
         free(h);
         return st;
@@ -370,7 +553,7 @@ enum hr_status http_start(struct http **out, struct server *s, const char *host,
                                  MHD_OPTION_NOTIFY_CONNECTION, http_notify_connection, h,
                                  MHD_OPTION_URI_LOG_CALLBACK, http_uri_seen, h,
                                  /* the gate counts connections; MHD's own limit is a backstop */
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)connection_limit + 16,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)connection_limit + GATE_EVICT_SLACK + 16,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)idle_timeout_s,
                                  MHD_OPTION_END);
     if (!h->daemon) {
@@ -386,6 +569,7 @@ enum hr_status http_start(struct http **out, struct server *s, const char *host,
         .max_pending = connection_limit * 4,
         .max_active = connection_limit,
         .max_body_bytes = s->cfg.max_body_bytes,
+        .make_room = http_make_room,
     };
     st = gate_start(&h->gate, &gc, http_handoff, h, err, errlen);
     if (st != HR_OK) {
@@ -416,6 +600,7 @@ void http_stop(struct http *h)
     if (!h)
         return;
     gate_close_listener(h->gate);
+    atomic_store(&h->stopping, true);
     MHD_stop_daemon(h->daemon); /* its connections' close notices still reach the gate */
     gate_stop(h->gate);
     watch_stop(h->watch);

@@ -13,7 +13,7 @@ struct http;
 
 /* Starts listening on host:port (port 0: any free port). */
 enum hr_status http_start(struct http **out, struct server *s, const char *host, int port, int connection_limit,
-                          int idle_timeout_s, char *err, size_t errlen);
+                          int idle_timeout_s, int keepalive_timeout_s, char *err, size_t errlen);
 int http_port(const struct http *h);
 /* Stops accepting new connections; those open keep being served. */
 void http_quiesce(struct http *h);

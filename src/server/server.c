@@ -30,6 +30,7 @@ void server_config_default(struct server_config *c)
     c->shutdown_grace_ms = 10000;
     c->connection_limit = 1024;
     c->idle_timeout_s = 300;
+    c->keepalive_timeout_s = 75; /* nginx's keepalive_timeout */
     c->tool_calls_qwen3 = true;
 }
 
@@ -119,7 +120,7 @@ enum hr_status server_start(struct server **out, const struct server_config *cfg
         return hr_err(err, errlen, HR_ERR_INVALID, "--model DIR is required");
     if (cfg->max_n < 1 || cfg->max_prompts < 1 || cfg->max_body_bytes < 1 || cfg->connection_limit < 1 ||
         cfg->idle_timeout_s < 1 || cfg->max_response_bytes < 1 || cfg->max_unsent_bytes < 1 ||
-        cfg->head_timeout_s < 1 || cfg->max_conns_per_client < 1)
+        cfg->head_timeout_s < 1 || cfg->max_conns_per_client < 1 || cfg->keepalive_timeout_s < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "server limits must be positive");
     if (cfg->instance_name && !metrics_instance_valid(cfg->instance_name))
         return hr_err(err, errlen, HR_ERR_INVALID, "--instance-name must be 1..%d characters of [A-Za-z0-9._:-]",
@@ -162,7 +163,8 @@ enum hr_status server_start(struct server **out, const struct server_config *cfg
     if (st == HR_OK && !(s->responses = responses_store_new()))
         st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
     if (st == HR_OK)
-        st = http_start(&s->http, s, s->host, cfg->port, cfg->connection_limit, cfg->idle_timeout_s, err, errlen);
+        st = http_start(&s->http, s, s->host, cfg->port, cfg->connection_limit, cfg->idle_timeout_s,
+                           cfg->keepalive_timeout_s, err, errlen);
     if (st == HR_OK) {
         if (pthread_create(&s->loader, NULL, server_loader, s) != 0)
             st = hr_err(err, errlen, HR_ERR_INTERNAL, "cannot start the model loader thread");

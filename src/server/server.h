@@ -45,7 +45,8 @@ struct server_config {
     const char *served_model_name;   /* NULL: the model directory's base name */
     int shutdown_grace_ms;           /* on stop, in-flight requests get this long before they are cancelled */
     int connection_limit;            /* concurrent connections at most */
-    int idle_timeout_s;              /* an idle keep-alive connection is closed after this long */
+    int idle_timeout_s;              /* a request with no byte in or out for this long is closed */
+    int keepalive_timeout_s;         /* a connection idle between requests is closed after this long */
     const char *allowed_origins;     /* CORS, comma separated (NULL: "*", as vLLM) */
     const char *allowed_methods;     /* NULL: "*" */
     const char *allowed_headers;     /* NULL: "*" */

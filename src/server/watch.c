@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,13 +21,14 @@ struct watch_conn {
     enum watch_state state;
     double since;      /* monotonic seconds: when the state began */
     bool shut;         /* shut down already */
+    bool evictable;    /* idle between requests (watch_keepalive) */
 };
 
 struct watch {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct watch_conn *head;
-    double head_timeout, idle_timeout;
+    double head_timeout, keepalive_timeout;
     bool stopping;
     pthread_t thread;
 };
@@ -47,7 +49,7 @@ static void *watch_thread(void *arg)
         for (struct watch_conn *c = w->head; c; c = c->next) {
             if (c->shut || c->state == WATCH_STATE_BUSY)
                 continue;
-            double limit = c->state == WATCH_STATE_HEAD ? w->head_timeout : w->idle_timeout;
+            double limit = c->state == WATCH_STATE_HEAD ? w->head_timeout : w->keepalive_timeout;
             if (now - c->since > limit) {
                 shutdown(c->fd, SHUT_RDWR); /* its thread sees the end and closes it */
                 c->shut = true;
@@ -66,7 +68,7 @@ static void *watch_thread(void *arg)
     return NULL;
 }
 
-enum hr_status watch_start(struct watch **out, int head_timeout_s, int idle_timeout_s, char *err, size_t errlen)
+enum hr_status watch_start(struct watch **out, int head_timeout_s, int keepalive_timeout_s, char *err, size_t errlen)
 {
     *out = NULL;
     struct watch *w = calloc(1, sizeof *w);
@@ -75,7 +77,7 @@ enum hr_status watch_start(struct watch **out, int head_timeout_s, int idle_time
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     w->head_timeout = head_timeout_s;
-    w->idle_timeout = idle_timeout_s;
+    w->keepalive_timeout = keepalive_timeout_s;
     if (pthread_create(&w->thread, NULL, watch_thread, w) != 0) {
         pthread_cond_destroy(&w->cv);
         pthread_mutex_destroy(&w->mu);
@@ -105,29 +107,66 @@ struct watch_conn *watch_add(struct watch *w, int fd)
     return c;
 }
 
-static void watch_set(struct watch *w, struct watch_conn *c, enum watch_state st)
+static void watch_set(struct watch *w, struct watch_conn *c, enum watch_state st, bool evictable)
 {
     if (!w || !c)
         return;
     pthread_mutex_lock(&w->mu);
     c->state = st;
+    c->evictable = evictable;
     c->since = watch_now();
     pthread_mutex_unlock(&w->mu);
 }
 
+bool watch_is_shut(struct watch *w, struct watch_conn *c)
+{
+    if (!w || !c)
+        return false;
+    pthread_mutex_lock(&w->mu);
+    bool shut = c->shut;
+    pthread_mutex_unlock(&w->mu);
+    return shut;
+}
+
+void watch_keepalive(struct watch *w, struct watch_conn *c)
+{
+    watch_set(w, c, WATCH_STATE_IDLE, true);
+}
+
+bool watch_evict_idle(struct watch *w)
+{
+    if (!w)
+        return false;
+    pthread_mutex_lock(&w->mu);
+    struct watch_conn *oldest = NULL;
+    for (struct watch_conn *c = w->head; c; c = c->next) {
+        int pending = 0;
+        if (!c->evictable || c->shut || (oldest && c->since >= oldest->since))
+            continue;
+        if (ioctl(c->fd, FIONREAD, &pending) == 0 && pending == 0)
+            oldest = c; /* a request that has begun to arrive is never cut */
+    }
+    if (oldest) {
+        shutdown(oldest->fd, SHUT_RDWR); /* its thread sees the end and closes it */
+        oldest->shut = true;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return oldest != NULL;
+}
+
 void watch_head_begins(struct watch *w, struct watch_conn *c)
 {
-    watch_set(w, c, WATCH_STATE_HEAD);
+    watch_set(w, c, WATCH_STATE_HEAD, false);
 }
 
 void watch_busy(struct watch *w, struct watch_conn *c)
 {
-    watch_set(w, c, WATCH_STATE_BUSY);
+    watch_set(w, c, WATCH_STATE_BUSY, false);
 }
 
 void watch_idle(struct watch *w, struct watch_conn *c)
 {
-    watch_set(w, c, WATCH_STATE_IDLE);
+    watch_set(w, c, WATCH_STATE_IDLE, false);
 }
 
 void watch_remove(struct watch *w, struct watch_conn *c)

@@ -1,7 +1,8 @@
 """HTTP edges of `hearth serve` over raw sockets, each answered as nginx answers it: one
 status line per reply, 400 for a bad Content-Length or request line, 501 for an unknown
 Transfer-Encoding, 413 before the body (and before any 100 Continue) for a body above the
-limit, and a client that half-closes after its request still gets the whole reply.
+limit, and a client that half-closes after its request still gets the whole reply; the
+same answers for each bad head sent as the second request of a keep-alive connection.
 
 usage: python3 tests/e2e/http_edges.py PORT
 Every socket has a timeout; prints checks and "RESULT passed=N failed=N"."""
@@ -130,6 +131,77 @@ for k in range(2):
         got += b
 s.close()
 check("keep-alive: two requests on one connection get two 200s", got.count(b"HTTP/1.1 200") == 2)
+
+def after_good(bad, wait=5.0):
+    """A good request, its whole reply, then bad on the same keep-alive connection: returns
+    (the statuses of what came after the first reply, seconds, whether the server closed)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=wait)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    first, t0 = b"", time.time()
+    while b"\r\n\r\n" not in first or len(first) < first.index(b"\r\n\r\n") + 4 + int(
+            (first.split(b"Content-Length: ")[1:] or [b"0\r"])[0].split(b"\r")[0] or 0):
+        b = s.recv(65536)
+        if not b or time.time() - t0 > wait:
+            s.close()
+            return None, 0.0, True
+        first += b
+    t0 = time.time()
+    s.sendall(bad)
+    out, closed = b"", False
+    try:
+        while time.time() - t0 < wait:
+            s.settimeout(max(0.05, wait - (time.time() - t0)))
+            b = s.recv(65536)
+            if not b:
+                closed = True
+                break
+            out += b
+    except (socket.timeout, ConnectionResetError):
+        pass
+    s.close()
+    return statuses(out), time.time() - t0, closed
+
+
+# each bad head as the SECOND request of a keep-alive connection gets the answer it gets
+# as a first request (the gate checks only the first; the rest are checked before
+# libmicrohttpd reads them): one status line, at once, then the connection closes
+second = [
+    ("a negative Content-Length", head + b"Content-Length: -1\r\n\r\n", 400),
+    ("an overflowing Content-Length", head + b"Content-Length: 99999999999999999999999\r\n\r\n", 400),
+    ("a Content-Length that is not a number", head + b"Content-Length: 12abc\r\n\r\n", 400),
+    ("a request line of garbage", b"GARBAGE\r\n\r\n", 400),
+    ("Transfer-Encoding: gzip", head + b"Transfer-Encoding: gzip\r\n\r\nabc", 501),
+    ("a Content-Length above the limit", head + b"Content-Length: 100000000\r\n\r\n", 413),
+    ("a Content-Length above the limit with Expect: 100-continue",
+     head + b"Content-Length: 100000000\r\nExpect: 100-continue\r\n\r\n", 413),
+    ("HTTP/1.1 without Host", b"GET /health HTTP/1.1\r\n\r\n", 400),
+]
+for name, bad, want in second:
+    st, t, closed = after_good(bad)
+    check("keep-alive, second request: %s gets one %d at once, then a close (got %s in %.1f s%s)"
+          % (name, want, st, t, ", closed" if closed else ""), st == [want] and t < 3 and closed)
+st, t, closed = after_good(post(small)[:-len(small)].replace(b"Connection: close\r\n", b"") + small, wait=10)
+check("keep-alive, second request: a good one is served (got %s)" % st, st == [200])
+
+# two requests sent at once (pipelined): libmicrohttpd has read the second before anyone
+# could check it, so the first reply closes the connection (the client resends); no hang
+s = socket.create_connection(("127.0.0.1", port), timeout=10)
+s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 2)
+got, t0, closed = b"", time.time(), False
+try:
+    while time.time() - t0 < 10:
+        b = s.recv(65536)
+        if not b:
+            closed = True
+            break
+        got += b
+except socket.timeout:
+    pass
+s.close()
+check("pipelined: the first request is answered, then the connection closes at once (%d replies, %.1f s)"
+      % (got.count(b"HTTP/1.1 200"), time.time() - t0), got.count(b"HTTP/1.1 200") >= 1 and closed and
+      time.time() - t0 < 5)
+
 raw, _, _ = exchange(post(small), wait=10)
 check("still serving (got %s)" % statuses(raw), statuses(raw) == [200])
 print("RESULT passed=%d failed=%d" % (passed, failed))

@@ -5,7 +5,9 @@
 #   fuzz_openai       OpenAI request parsing and validation (/v1/completions, /v1/chat/completions)
 #   fuzz_template     the Jinja chat-template parser and renderer
 #   fuzz_http         one HTTP request as the server's glue sees it: the head (gate.c's
-#                     framing checks), the route, the body by Content-Length, the OpenAI parse
+#                     framing checks), the server's router, the body by Content-Length, the
+#                     Responses translation and the OpenAI parse (links the whole library,
+#                     built instrumented into build-fuzz/lib/ by the Makefile)
 #   fuzz_grammar      GBNF / JSON Schema / regex / choice compilers, the matcher and its masks
 # With FUZZ_SECONDS=N (or `build.sh N`) also runs each for N seconds over its corpus;
 # new inputs go to build-fuzz/corpus-<target>/ (copy crashers into tests/fuzz/corpus/<target>/).
@@ -24,8 +26,11 @@ $cc $flags -o "$out/fuzz_grammar" tests/fuzz/fuzz_grammar.c $grammar src/grammar
   src/grammar/grammar_mask.c src/grammar/grammar_cache.c $(ls src/tokenizer/*.c) $base \
   -ljansson -lonig -lxxhash -lm -pthread
 $cc $flags -o "$out/fuzz_template" tests/fuzz/fuzz_template.c src/template/template*.c $base -ljansson -lm
-$cc $flags -o "$out/fuzz_http" tests/fuzz/fuzz_http.c src/server/gate.c src/server/openai.c src/server/structured.c \
-  $grammar $base -ljansson -lm -pthread
+make -s -j"$(nproc)" CUDA=0 CC="$cc" BUILD="$out/lib" OPT=-O1 \
+  SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
+  "$out/lib/libhearth.a"
+$cc $flags -o "$out/fuzz_http" tests/fuzz/fuzz_http.c "$out/lib/libhearth.a" \
+  -ljansson -lonig -lmicrohttpd -lxxhash -ledit -lm -pthread
 echo "built $out/fuzz_safetensors $out/fuzz_config $out/fuzz_openai $out/fuzz_template $out/fuzz_http $out/fuzz_grammar"
 secs=${1:-${FUZZ_SECONDS:-0}}
 if [ "$secs" -gt 0 ]; then

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Hardening of `hearth serve` (issue 18), on 127.0.0.1 and free ports, each part bounded in
 # count and time: the reload wakeup, admin keys, salts per key combined with the client's,
-# amplification limits, HTTP edges answered like nginx, slow connections that must not lock
-# fresh clients out, stalled streams, the shutdown bound, --no-mmap and reload refusing
-# files that change.  HARDEN_ONLY="reload admin ..." runs some parts only.  Servers are
+# amplification limits, HTTP edges answered like nginx (on first and later requests of a
+# connection), slow connections that must not lock fresh clients out, nor idle keep-alive
+# ones, stalled streams, the shutdown bound, --no-mmap and reload refusing files that change.  HARDEN_ONLY="reload admin ..." runs some parts only.  Servers are
 # always killed at the end.  Ends with "RESULT passed=N failed=N".
 set -u
 cd "$(dirname "$0")/../.."
@@ -240,6 +240,21 @@ if part slow; then
     py_part slow "$PWD/tests/e2e/slow_clients.py" "$port_slow" 1030 15 2 64
     req GET "http://127.0.0.1:$port_slow/health"
     check "slow clients: still serving afterwards" [ "$code" = 200 ]
+  fi
+fi
+
+# ---- 2b. idle keep-alive connections holding every slot (4 addresses x the default 256 per
+#      client = the 1,024 slots): fresh clients are still served (idle ones are closed first,
+#      as nginx does); --keepalive-timeout-s closes an idle one long before --idle-timeout-s
+if part keepalive; then
+  ulimit -n 4096 2>/dev/null
+  if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt 2200 ]; then
+    fail "keep-alive slots: need 2,200 file descriptors, ulimit -n is $(ulimit -n)"
+  else
+    start_server ka "$tmp/model"
+    py_part keepalive "$PWD/tests/e2e/keepalive_slots.py" "$port_ka" 4 256 15 0
+    start_server kat "$tmp/model" --keepalive-timeout-s 2
+    py_part keepalive_timeout "$PWD/tests/e2e/keepalive_slots.py" "$port_kat" 0 0 0 2
   fi
 fi
 

@@ -334,6 +334,11 @@ static void test_bad_values(void)
         {M, "num_experts_per_tok", "129", HR_ERR_FORMAT, "range"},
         {M, "num_experts_per_tok", "0", HR_ERR_FORMAT, "range"},
         {M, "num_experts", "-1", HR_ERR_FORMAT, "range"},
+        /* MODEL_MAX_EXPERTS: the error names the limit; a crafted count never reaches the kernels */
+        {M, "num_experts", "1025", HR_ERR_FORMAT, "1024]"},
+        {M, "num_experts", "16384", HR_ERR_FORMAT, "1024]"},
+        {M, "num_local_experts", "16384", HR_ERR_FORMAT, "1024]"},
+        {M, "num_experts", "1024", HR_OK, ""},
         {M, "num_local_experts", "64", HR_ERR_FORMAT, "disagree"},
         {M, "decoder_sparse_step", "0", HR_ERR_FORMAT, "range"},
         {M, "mlp_only_layers", "[48]", HR_ERR_FORMAT, "range"},

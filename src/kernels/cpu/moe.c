@@ -12,7 +12,7 @@
 struct moe_work {
     size_t gate;   /* [n * top_k, moe_inter] SwiGLU activations of the grouped rows */
     size_t proj;   /* [n, hidden] weighted sum of the experts */
-    size_t router; /* [n, n_experts] */
+    size_t router; /* [n, n_experts] router logits, then (in place) probabilities */
     size_t top_e;  /* [n, top_k] expert of each rank */
     size_t top_w;  /* [n, top_k] weight of each rank */
     size_t row_of; /* [n, top_k] grouped row of each (token, rank) */
@@ -64,17 +64,18 @@ size_t cpu_moe_work_bytes(struct backend *be, int n_tok)
 }
 
 /* Softmax over the router logits, top-k (ties to the lower expert), optional
- * renormalisation.  One token at a time, in a fixed order. */
-static void moe_route(const struct model_config *c, const float *logits, int32_t *top_e, float *top_w)
+ * renormalisation.  One token at a time, in a fixed order.  The probabilities
+ * replace the token's logits in place (the router row of the work region, sized
+ * from the config at reserve time), so no buffer depends on n_experts here. */
+static void moe_route(const struct model_config *c, float *p, int32_t *top_e, float *top_w)
 {
     int E = c->n_experts, K = c->n_experts_per_tok;
-    float p[1024];
     float mx = -INFINITY;
     for (int e = 0; e < E; e++)
-        mx = logits[e] > mx ? logits[e] : mx;
+        mx = p[e] > mx ? p[e] : mx;
     float sum = 0.0f;
     for (int e = 0; e < E; e++) {
-        p[e] = expf(logits[e] - mx);
+        p[e] = expf(p[e] - mx);
         sum = sum + p[e];
     }
     for (int e = 0; e < E; e++)
