@@ -706,7 +706,7 @@ static enum hr_status engine_kv_init(struct hearth_engine *e, enum kv_dtype kvd,
     if (st != HR_OK)
         return st;
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    log_info("engine: KV pool of %.1f MiB, %lld tokens (%s) allocated and touched in %.3f s",
+    log_info("engine: KV pool of %.1f MiB, %lld tokens (%s) allocated in %.3f s",
              (double)e->kv.n_blocks * (double)e->kv.block_bytes / 1048576.0,
              (long long)e->kv.n_blocks * e->kv.block_size,
              p->kv_cache_bytes ? "--kv-cache-mib"

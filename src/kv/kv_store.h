@@ -36,6 +36,7 @@ struct kv_store {
     /* [n_layers, n_blocks, 2, n_kv_heads, block_size, head_dim]: backend memory, allocated
      * by the backend (kv_alloc); only the backend's own code may dereference it. */
     uint8_t *slab;
+    void *be_slab;            /* the backend's own bookkeeping of the slab (its mapping) */
 };
 
 const char *kv_dtype_name(enum kv_dtype dt);

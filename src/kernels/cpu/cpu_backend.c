@@ -7,8 +7,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "kernels/cpu/cpu.h"
 #include "model/dtype.h"
 
@@ -434,9 +436,10 @@ static void *cpu_touch_run(void *arg)
     return NULL;
 }
 
-/* Touches (zeroes) the slab so that start-up, not the first steps, pays for the
- * pages: one thread per core, each over its own run of 2 MiB, since the page faults
- * of a large pool cost seconds on one thread.  Falls back to this thread alone. */
+/* Touches (zeroes) the slab at once where the kernel cannot populate it in the
+ * background (before Linux 5.14): one thread per core, each over its own run of 2 MiB,
+ * since the page faults of a large pool cost seconds on one thread.  Falls back to
+ * this thread alone. */
 static void cpu_touch(unsigned char *slab, size_t bytes)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -460,28 +463,87 @@ static void cpu_touch(unsigned char *slab, size_t bytes)
     }
 }
 
+/* A slab straight from the kernel: anonymous memory is zero (the store's contract) and
+ * 2 MiB aligned so that it may be backed by huge pages (attention walks slices all
+ * over it).  Its pages are populated (MADV_POPULATE_WRITE: faulted in writable, their
+ * contents untouched) by a thread of its own while the server starts and serves, so
+ * that start-up does not wait seconds per GiB for the hypervisor to hand memory over,
+ * and a step that reaches a page first simply faults it in itself. */
+struct cpu_slab {
+    void *map;               /* the whole mapping */
+    size_t map_len;
+    uint8_t *p;              /* the slab within it */
+    size_t len;
+    pthread_t thread;
+    bool thread_started;
+    atomic_bool stop;        /* kv_free: stop between chunks */
+};
+
+#define CPU_POPULATE_CHUNK ((size_t)64 << 20)
+
+static void *cpu_populate_run(void *arg)
+{
+    struct cpu_slab *s = arg;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    size_t off = CPU_POPULATE_CHUNK; /* the first chunk was populated by kv_alloc */
+    for (; off < s->len && !atomic_load(&s->stop); off += CPU_POPULATE_CHUNK) {
+        size_t n = s->len - off < CPU_POPULATE_CHUNK ? s->len - off : CPU_POPULATE_CHUNK;
+        if (madvise(s->p + off, n, MADV_POPULATE_WRITE) != 0)
+            break; /* out of memory now: the rest faults in as steps reach it */
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (off >= s->len)
+        log_debug("cpu backend: KV pool pages populated in the background in %.3f s",
+                  (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    return NULL;
+}
+
 static enum hr_status cpu_kv_alloc(struct backend *be, struct kv_store *kv, char *err, size_t errlen)
 {
     (void)be;
-    size_t bytes = kv_store_slab_bytes(kv);
-    /* 2 MiB aligned so that the kernel may back it with huge pages (opt-in on many
-     * systems): attention walks slices all over the slab. */
-    if (posix_memalign((void **)&kv->slab, (size_t)2 << 20, bytes) != 0) {
+    size_t bytes = kv_store_slab_bytes(kv), align = (size_t)2 << 20;
+    struct cpu_slab *s = calloc(1, sizeof *s);
+    if (!s)
+        return hr_err(err, errlen, HR_ERR_NOMEM, "cannot allocate the KV pool (%zu bytes)", bytes);
+    s->map_len = bytes + align;
+    s->map = mmap(NULL, s->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (s->map == MAP_FAILED) {
+        free(s);
         kv->slab = NULL;
         return hr_err(err, errlen, HR_ERR_NOMEM, "cannot allocate the KV pool (%zu bytes)", bytes);
     }
+    s->p = (uint8_t *)(((uintptr_t)s->map + align - 1) & ~(uintptr_t)(align - 1));
+    s->len = bytes;
+    atomic_init(&s->stop, false);
 #ifdef MADV_HUGEPAGE
-    madvise(kv->slab, bytes, MADV_HUGEPAGE); /* advice only: failure is harmless */
+    madvise(s->p, bytes, MADV_HUGEPAGE); /* advice only: failure is harmless */
 #endif
-    cpu_touch(kv->slab, bytes);
+    size_t first = bytes < CPU_POPULATE_CHUNK ? bytes : CPU_POPULATE_CHUNK;
+    if (madvise(s->p, first, MADV_POPULATE_WRITE) != 0) {
+        cpu_touch(s->p, bytes); /* a kernel before 5.14: touch it all now, one thread per core */
+    } else if (first < bytes) {
+        s->thread_started = pthread_create(&s->thread, NULL, cpu_populate_run, s) == 0;
+        /* without a thread the pages fault in as steps reach them */
+    }
+    kv->slab = s->p;
+    kv->be_slab = s;
     return HR_OK;
 }
 
 static void cpu_kv_free(struct backend *be, struct kv_store *kv)
 {
     (void)be;
-    free(kv->slab);
+    struct cpu_slab *s = kv->be_slab;
+    if (s) {
+        atomic_store(&s->stop, true);
+        if (s->thread_started)
+            pthread_join(s->thread, NULL);
+        munmap(s->map, s->map_len);
+        free(s);
+    }
     kv->slab = NULL;
+    kv->be_slab = NULL;
 }
 
 /* The CPU reads the mapped checkpoint where it lies. */
