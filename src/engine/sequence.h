@@ -73,6 +73,9 @@ struct group {
     int64_t admitted;          /* admission order: the most recent is preempted first */
     int cached_tokens;
     int completion_tokens;
+    struct disk_read *disk;    /* blocks of its prompt read from the disk tier (kv_restore.h), or NULL */
+    bool disk_wait;            /* that read is in flight: not admitted until it is back */
+    bool disk_looked_up;
 };
 
 /* A doubly linked list of groups (the engine's intake queue, the scheduler's lists). */
