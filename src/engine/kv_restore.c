@@ -22,7 +22,7 @@ static void kv_restore_on_evict(void *ctx, const struct prefix_block *b)
         return;
     }
     if (rs->be->ops->kv_export(rs->be, rs->kv, b->block, buf, err, sizeof err) != HR_OK) {
-        log_warn("disk cache: %s", err);
+        log_warn("%s", err);
         free(buf);
         return;
     }
@@ -69,12 +69,15 @@ static void kv_restore_flush_one(void *ctx, const struct prefix_block *b)
 {
     struct kv_restore *rs = ctx;
     char err[HR_ERRLEN];
-    if (disk_tier_has(&rs->dt, b->key))
+    if (rs->flush_failed || disk_tier_has(&rs->dt, b->key))
         return;
     if (rs->be->ops->kv_export(rs->be, rs->kv, b->block, rs->export_buf, err, sizeof err) != HR_OK ||
         disk_tier_write_now(&rs->dt, rs->pc->ns_desc, b->salt, b->key, b->parent, b->tokens, rs->export_buf, err,
-                            sizeof err) != HR_OK)
-        log_warn("disk cache: %s", err);
+                            sizeof err) != HR_OK) {
+        /* One failure (a full disk, a directory gone) ends the flush: the rest would fail alike. */
+        log_warn("%s; the other cached blocks are not written", err);
+        rs->flush_failed = true;
+    }
 }
 
 void kv_restore_flush(struct kv_restore *rs)
@@ -155,7 +158,7 @@ int kv_restore_apply(struct kv_restore *rs, struct seq *s, int k)
         for (int b = k; b < rd->first + rd->n_ok && b < s->n_table; b++) {
             const unsigned char *src = rd->data + (size_t)(b - rd->first) * rs->kv->block_bytes;
             if (rs->be->ops->kv_import(rs->be, rs->kv, s->table[b], src, err, sizeof err) != HR_OK) {
-                log_warn("disk cache: %s", err);
+                log_warn("%s", err);
                 break;
             }
             n++;

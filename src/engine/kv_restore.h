@@ -36,6 +36,7 @@ struct kv_restore {
     bool sync_reads;           /* no engine thread: read at once */
     size_t inflight, inflight_max; /* bytes of reads not yet imported */
     void *export_buf;          /* [block_bytes]: the shutdown flush's */
+    bool flush_failed;
 };
 
 /* Opens the tier (disk_tier_init) and hooks it to pc's evictions.  wake(ctx) runs on
