@@ -370,15 +370,14 @@ static void *disk_tier_thread(void *arg)
             dt->busy++;
             pthread_mutex_unlock(&dt->mu);
             char err[HR_ERRLEN];
-            if (!stale && disk_write_block(dt, w->ns, w->salt, w->key, w->parent, w->tokens, w->data, err,
-                                           sizeof err) != HR_OK) {
-                /* A full disk fails every write: say so at the 1st, 2nd, 4th, 8th... */
-                int64_t n = dt->st.write_errors_total;
-                if ((n & (n - 1)) == 0)
-                    log_warn("%s (%lld failed writes so far)", err, (long long)n);
-            }
+            bool failed = !stale && disk_write_block(dt, w->ns, w->salt, w->key, w->parent, w->tokens, w->data,
+                                                     err, sizeof err) != HR_OK;
             disk_write_free(w);
             pthread_mutex_lock(&dt->mu);
+            /* A full disk fails every write: say so at the 1st, 2nd, 4th, 8th... */
+            int64_t n = dt->st.write_errors_total;
+            if (failed && (n & (n - 1)) == 0)
+                log_warn("%s (%lld failed writes so far)", err, (long long)n);
             dt->busy--;
             if (!dt->w_head && !dt->busy)
                 pthread_cond_broadcast(&dt->cv_idle);
