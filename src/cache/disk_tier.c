@@ -230,7 +230,8 @@ static enum hr_status disk_scan(struct disk_tier *dt, char *err, size_t errlen)
     }
     closedir(d);
     if (st == HR_OK) {
-        qsort(found, n, sizeof *found, disk_found_cmp);
+        if (n > 1)
+            qsort(found, n, sizeof *found, disk_found_cmp);
         for (size_t i = 0; i < n && st == HR_OK; i++)
             if (disk_index_add(dt, found[i].key, found[i].bytes) < 0)
                 st = hr_err(err, errlen, HR_ERR_NOMEM, "disk cache: out of memory indexing %s", dt->dir);
