@@ -432,10 +432,14 @@ static void engine_intake(struct hearth_engine *e)
 
     if (e->disk_on) {
         kv_restore_poll(&e->restore);
-        /* Newcomers join the back of the list: look each up on disk once. */
-        for (struct group *g = e->sched.waiting.tail; g && !g->disk_looked_up; g = g->prev) {
+        /* Newcomers join the back of the list: look each up on disk once, in arrival
+         * order (the first of several sharing a prefix reads it, the others follow). */
+        struct group *first = NULL;
+        for (struct group *g = e->sched.waiting.tail; g && !g->disk_looked_up; g = g->prev)
+            first = g;
+        for (struct group *g = first; g; g = g->next) {
             g->disk_looked_up = true;
-            kv_restore_start(&e->restore, g);
+            kv_restore_start(&e->restore, g, &e->sched.waiting);
         }
     }
 

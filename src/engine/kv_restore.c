@@ -88,7 +88,28 @@ void kv_restore_flush(struct kv_restore *rs)
     prefix_cache_for_each(rs->pc, kv_restore_flush_one, rs);
 }
 
-void kv_restore_start(struct kv_restore *rs, struct group *g)
+/* The waiting group (not g) that reads first block `key` at index `first`, or NULL. */
+static const struct group *kv_restore_leader(const struct group_list *waiting, const struct group *g, int first,
+                                             struct path_key key)
+{
+    for (const struct group *w = waiting->head; w; w = w->next)
+        if (w != g && w->disk && w->disk->first == first && path_key_eq(w->disk->keys[1], key) &&
+            !strcmp(w->salt, g->salt))
+            return w;
+    return NULL;
+}
+
+bool kv_restore_follower_waits(const struct group *g, const struct group_list *waiting)
+{
+    if (!g->disk_follow)
+        return false;
+    for (const struct group *w = waiting->head; w; w = w->next)
+        if (w != g && w->disk && path_key_eq(w->disk->keys[1], g->disk_follow_key))
+            return true;
+    return false;
+}
+
+void kv_restore_start(struct kv_restore *rs, struct group *g, const struct group_list *waiting)
 {
     struct seq *s0 = &g->seqs[0];
     int bs = rs->block_size, max = (s0->n_tokens - 1) / bs;
@@ -105,6 +126,12 @@ void kv_restore_start(struct kv_restore *rs, struct group *g)
         keys[b + 1] = path_key_child(keys[b], s0->tokens + (size_t)b * bs, bs);
     int c = disk_tier_count_run(&rs->dt, keys + m + 1, max - m);
     disk_tier_count_lookup(&rs->dt, c);
+    if (c > 0 && kv_restore_leader(waiting, g, m, keys[m + 1])) {
+        g->disk_follow = true;
+        g->disk_follow_key = keys[m + 1];
+        free(keys);
+        return;
+    }
     size_t bytes = (size_t)c * rs->kv->block_bytes;
     struct disk_read *rd = NULL;
     if (c > 0 && rs->inflight + bytes <= rs->inflight_max)

@@ -25,6 +25,7 @@
 #include "kv/kv_store.h"
 
 struct group;
+struct group_list;
 struct seq;
 
 struct kv_restore {
@@ -51,8 +52,13 @@ void kv_restore_free(struct kv_restore *rs);
 void kv_restore_flush(struct kv_restore *rs);
 
 /* A group that just arrived: starts the read of the blocks of its prompt that are on
- * disk past its memory hit (g waits for it), if any. */
-void kv_restore_start(struct kv_restore *rs, struct group *g);
+ * disk past its memory hit (g waits for it), if any.  When a group of waiting already
+ * reads the same first block, g follows it instead (it reads nothing; the scheduler
+ * holds it until that group is admitted, then in-batch sharing until the blocks are
+ * published). */
+void kv_restore_start(struct kv_restore *rs, struct group *g, const struct group_list *waiting);
+/* g follows a group of waiting whose read it shares and which is not admitted yet. */
+bool kv_restore_follower_waits(const struct group *g, const struct group_list *waiting);
 /* Takes the reads the I/O thread finished: their groups may be admitted. */
 void kv_restore_poll(struct kv_restore *rs);
 /* At admission of s (sample 0 of its group), whose blocks [0, k) came from the memory

@@ -181,7 +181,7 @@ static struct group *sched_pick(struct sched *sc)
 {
     /* Groups whose blocks are being read from disk wait for them; the others go on. */
     struct group *head = sc->waiting.head;
-    while (head && head->disk_wait)
+    while (head && (head->disk_wait || kv_restore_follower_waits(head, &sc->waiting)))
         head = head->next;
     if (!head)
         return NULL;
@@ -192,7 +192,7 @@ static struct group *sched_pick(struct sched *sc)
     /* The scan looks at the oldest SCHED_PICK_WINDOW groups: the cost of a step
      * must not grow with the length of the queue. */
     for (struct group *g = head; g && seen++ < SCHED_PICK_WINDOW; g = g->next) {
-        if (g->disk_wait)
+        if (g->disk_wait || kv_restore_follower_waits(g, &sc->waiting))
             continue;
         int cached = sc->pc && !g->prompt_lp
                          ? prefix_cache_match_len(sc->pc, g->salt, g->seqs[0].tokens, g->seqs[0].n_tokens)
