@@ -503,8 +503,8 @@ void disk_tier_put(struct disk_tier *dt, const char *ns, const char *salt, struc
         data = NULL;
     }
     pthread_mutex_lock(&dt->mu);
-    if (!w || !w->ns || !w->salt || !w->tokens || dt->w_bytes + dt->block_bytes > dt->write_queue_max ||
-        dt->stopping) {
+    if (!w || !w->ns || !w->salt || !w->tokens || !w->data ||
+        dt->w_bytes + dt->block_bytes > dt->write_queue_max || dt->stopping) {
         dt->st.writes_dropped_total++;
         pthread_mutex_unlock(&dt->mu);
         free(data);

@@ -86,7 +86,9 @@ void disk_tier_free(struct disk_tier *dt);
 int disk_tier_count_run(struct disk_tier *dt, const struct path_key *keys, int n);
 bool disk_tier_has(struct disk_tier *dt, struct path_key key);
 
-/* Queues a block for writing; takes data [block_bytes] (malloc'd) in every case. */
+/* Queues a block for writing; takes data [block_bytes] (malloc'd) in every case.
+ * NULL data (the caller ran out of memory), a full queue or a stopping tier: the
+ * block is dropped and counted. */
 void disk_tier_put(struct disk_tier *dt, const char *ns, const char *salt, struct path_key key,
                    struct path_key parent, const int32_t *tokens, void *data);
 /* Writes a block on the calling thread (the shutdown flush); data stays the caller's. */
