@@ -126,11 +126,18 @@ void kv_restore_start(struct kv_restore *rs, struct group *g, const struct group
         keys[b + 1] = path_key_child(keys[b], s0->tokens + (size_t)b * bs, bs);
     int c = disk_tier_count_run(&rs->dt, keys + m + 1, max - m);
     disk_tier_count_lookup(&rs->dt, c);
-    if (c > 0 && kv_restore_leader(waiting, g, m, keys[m + 1])) {
+    const struct group *leader = c > 0 ? kv_restore_leader(waiting, g, m, keys[m + 1]) : NULL;
+    if (leader) {
+        /* The blocks both read come from the leader (through memory, once it has
+         * published them); g reads only those past them. */
+        const struct disk_read *lr = leader->disk;
+        int j = 0;
+        while (j < lr->n && j < c && path_key_eq(lr->keys[j + 1], keys[m + j + 1]))
+            j++;
         g->disk_follow = true;
         g->disk_follow_key = keys[m + 1];
-        free(keys);
-        return;
+        m += j;
+        c -= j;
     }
     size_t bytes = (size_t)c * rs->kv->block_bytes;
     struct disk_read *rd = NULL;

@@ -53,9 +53,9 @@ void kv_restore_flush(struct kv_restore *rs);
 
 /* A group that just arrived: starts the read of the blocks of its prompt that are on
  * disk past its memory hit (g waits for it), if any.  When a group of waiting already
- * reads the same first block, g follows it instead (it reads nothing; the scheduler
- * holds it until that group is admitted, then in-batch sharing until the blocks are
- * published). */
+ * reads the same first block, g follows it: it reads only its blocks past those the
+ * two share, and the scheduler holds it until that group is admitted, then in-batch
+ * sharing until the shared blocks are published and g hits them in memory. */
 void kv_restore_start(struct kv_restore *rs, struct group *g, const struct group_list *waiting);
 /* g follows a group of waiting whose read it shares and which is not admitted yet. */
 bool kv_restore_follower_waits(const struct group *g, const struct group_list *waiting);
