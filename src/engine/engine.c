@@ -432,15 +432,13 @@ static void engine_intake(struct hearth_engine *e)
 
     if (e->disk_on) {
         kv_restore_poll(&e->restore);
-        /* Newcomers join the back of the list: look each up on disk once, in arrival
+        /* Newcomers, and groups preempted since, are looked up on disk once, in list
          * order (the first of several sharing a prefix reads it, the others follow). */
-        struct group *first = NULL;
-        for (struct group *g = e->sched.waiting.tail; g && !g->disk_looked_up; g = g->prev)
-            first = g;
-        for (struct group *g = first; g; g = g->next) {
-            g->disk_looked_up = true;
-            kv_restore_start(&e->restore, g, &e->sched.waiting);
-        }
+        for (struct group *g = e->sched.waiting.head; g; g = g->next)
+            if (!g->disk_looked_up) {
+                g->disk_looked_up = true;
+                kv_restore_start(&e->restore, g, &e->sched.waiting);
+            }
     }
 
     struct group_list *lists[2] = {&e->sched.waiting, &e->sched.running};

@@ -113,7 +113,8 @@ void kv_restore_start(struct kv_restore *rs, struct group *g, const struct group
 {
     struct seq *s0 = &g->seqs[0];
     int bs = rs->block_size, max = (s0->n_tokens - 1) / bs;
-    if (g->prompt_lp || max < 1)
+    g->disk_follow = false;
+    if (g->prompt_lp || max < 1 || g->disk || s0->finished)
         return;
     int m = prefix_cache_match_len(rs->pc, g->salt, s0->tokens, s0->n_tokens);
     if (m >= max)

@@ -22,6 +22,7 @@ void sched_preempt(struct sched *sc, struct group *g)
     }
     group_list_remove(&sc->running, g);
     g->state = GROUP_STATE_WAITING;
+    g->disk_looked_up = false; /* its blocks may be on disk by the time it is admitted again */
     group_list_push_front(&sc->waiting, g);
     sc->n_preemptions++;
 }

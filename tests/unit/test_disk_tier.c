@@ -367,10 +367,10 @@ static void test_warm_restart(void)
     testfs_rmtree(kvdir);
 }
 
-/* A pool of 40 blocks and 16 requests over 4 shared prefixes: blocks are evicted to
+/* A pool of 40 (then 24) blocks and 16 requests over 4 shared prefixes: blocks are evicted to
  * disk while they run and read back by later requests; outputs equal the cache-off
  * runs, and no block or lease leaks. */
-static void test_evict_to_disk_and_back(void)
+static void evict_to_disk_and_back(int pool_blocks)
 {
     char kvdir[512];
     if (!testfs_mkdtemp(kvdir, sizeof kvdir, "disk-evict")) {
@@ -379,7 +379,7 @@ static void test_evict_to_disk_and_back(void)
     }
     static struct job jobs[16];
     make_jobs(jobs, 16, 4, "s");
-    struct hearth_engine *e = disk_engine(kvdir, 40, 1);
+    struct hearth_engine *e = disk_engine(kvdir, pool_blocks, 1);
     CHECK(e != NULL);
     if (!e)
         return;
@@ -392,11 +392,21 @@ static void test_evict_to_disk_and_back(void)
         CHECK(engine_max_block_refcount(e) <= 1);
     }
     struct hearth_disk_cache_stats d = disk_stats(e);
+    struct hearth_stats hs;
+    hearth_engine_stats(e, &hs);
+    fprintf(stderr, "  %d blocks, 16 requests, 3 rounds: %lld blocks written, %lld restored, %lld preemptions\n",
+            pool_blocks, (long long)d.written_blocks_total, (long long)d.blocks_restored_total, (long long)hs.preemptions);
     CHECK_MSG(d.written_blocks_total > 0 && d.blocks_restored_total > 0, "written %lld, restored %lld",
               (long long)d.written_blocks_total, (long long)d.blocks_restored_total);
     CHECK(d.files_rejected_total == 0 && d.write_errors_total == 0);
     hearth_engine_free(e);
     testfs_rmtree(kvdir);
+}
+
+static void test_evict_to_disk_and_back(void)
+{
+    evict_to_disk_and_back(40);
+    evict_to_disk_and_back(24);
 }
 
 /* Files damaged between two runs — truncated, a bit flipped, one namespace's file
