@@ -189,7 +189,12 @@ for round in $(seq 1 20); do
         -d "{\"model\":\"tiny\",\"prompt\":$(cat "$tmp/prompt$i"),\"max_tokens\":4,\"cache_salt\":\"$salt\"}" &
     done
   done
-  sleep "0.$((RANDOM % 5))"
+  # Once evictions are being written (at most 10 s), a little more, then the kill.
+  for _ in $(seq 1 200); do
+    [ "$(metric hearth_disk_cache_written_blocks_total)" -gt 0 ] 2>/dev/null && break
+    sleep 0.05
+  done
+  sleep "0.$((RANDOM % 3))"
   [ $((round % 2)) = 0 ] && kill -TERM "$pid" && sleep "0.0$((RANDOM % 10))"
   kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
   wait
