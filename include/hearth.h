@@ -80,6 +80,11 @@ struct hearth_engine_params {
     double gpu_memory_utilization; /* a device backend with kv_cache_bytes 0: the KV pool takes what
                                    is left of this fraction of the card's memory once weights and
                                    scratch are in (vLLM's meaning; 0: 0.9) */
+    const char *kv_cache_dir;   /* the prefix cache's disk tier: full blocks evicted from the pool, and
+                                   every cached block at a clean shutdown, are kept there and read back
+                                   on a later miss, across restarts (NULL: no disk tier) */
+    size_t kv_cache_disk_bytes; /* the directory's files at most, least recently used go first
+                                   (0: 1 GiB) */
 };
 
 void hearth_engine_params_default(struct hearth_engine_params *p);
@@ -292,6 +297,24 @@ struct hearth_prefix_cache_stats {
     int64_t collisions_total, invalidations_total;
 };
 
+/* The prefix cache's disk tier (--kv-cache-dir). */
+struct hearth_disk_cache_stats {
+    bool enabled;
+    int64_t files, bytes;       /* block files in the directory, and their bytes */
+    int64_t quota_bytes;
+    int64_t lookups_total;      /* prompts that missed in memory and were looked up on disk */
+    int64_t hits_total, misses_total; /* lookups that found at least one block / none */
+    int64_t hit_blocks_total;   /* blocks those lookups found in the directory */
+    int64_t blocks_restored_total; /* blocks read, verified and imported into the pool */
+    int64_t hit_tokens_total;   /* prompt tokens served from restored blocks (in cached_tokens) */
+    int64_t read_bytes_total;
+    int64_t written_blocks_total, written_bytes_total;
+    int64_t write_errors_total; /* writes that failed (a full disk, a read-only directory) */
+    int64_t writes_dropped_total; /* blocks not written: the write queue was full, or over the quota */
+    int64_t files_rejected_total; /* truncated, torn, foreign or corrupt files: removed, never loaded */
+    int64_t files_evicted_total; /* removed to stay within the quota */
+};
+
 struct hearth_stats {
     int blocks_total, blocks_free, blocks_used;
     int running, waiting;       /* sequences */
@@ -301,6 +324,7 @@ struct hearth_stats {
     int64_t requests_total, requests_finished;
     int64_t requests_stalled;   /* cancelled: their consumer let max_queued_bytes pile up */
     struct hearth_prefix_cache_stats prefix_cache;
+    struct hearth_disk_cache_stats disk_cache;
 };
 
 void hearth_engine_stats(struct hearth_engine *e, struct hearth_stats *out);

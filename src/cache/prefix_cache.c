@@ -6,6 +6,7 @@
  * node with no block whose key is the namespace (its salt compared exactly). */
 #include "cache/prefix_cache.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -22,6 +23,8 @@ struct prefix_node {
     int32_t lru_prev, lru_next; /* block nodes only */
     bool used;
     char *salt;                /* roots: the namespace's cache_salt ("" when none) */
+    int32_t root;              /* the namespace's root node (roots: itself) */
+    struct path_key key;       /* of the path from the root (path_key.h) */
 };
 
 /* ------------------------------------------------------------------ hashing */
@@ -215,6 +218,8 @@ static int prefix_root(struct prefix_cache *pc, const char *salt, bool create)
         return -1;
     }
     pc->nodes[idx].salt = copy;
+    pc->nodes[idx].root = idx;
+    pc->nodes[idx].key = path_key_root(pc->ns_desc, salt);
     return idx;
 }
 
@@ -314,6 +319,8 @@ int prefix_cache_insert(struct prefix_cache *pc, const char *salt, const int32_t
             if (child < 0)
                 break;
             memcpy(pc->tokens + (size_t)child * pc->block_size, t, (size_t)pc->block_size * sizeof *t);
+            pc->nodes[child].root = pc->nodes[node].root;
+            pc->nodes[child].key = path_key_child(pc->nodes[node].key, t, pc->block_size);
             pc->nodes[child].block = blocks[k];
             block_pool_retain(pc->pool, blocks[k]);
             pc->st.entries++;
@@ -335,6 +342,10 @@ int prefix_cache_evict_one(struct prefix_cache *pc, int keep)
         if (i == keep || n->n_children > 0 || block_pool_refcount(pc->pool, n->block) != 1)
             continue;
         int parent = n->parent, block = n->block;
+        if (pc->on_evict)
+            pc->on_evict(pc->evict_ctx, &(struct prefix_block){
+                .salt = pc->nodes[n->root].salt, .key = n->key, .parent = pc->nodes[parent].key,
+                .tokens = pc->tokens + (size_t)i * pc->block_size, .block = block});
         prefix_node_drop(pc, i);
         pc->st.evicted_blocks_total++;
         /* A root left without children goes too (unless an insert is under way below it). */
@@ -374,6 +385,22 @@ void prefix_cache_invalidate(struct prefix_cache *pc)
     pc->st.entries = 0;
     pc->epoch++;
     pc->st.invalidations_total++;
+}
+
+void prefix_cache_set_ns_desc(struct prefix_cache *pc, const char *desc)
+{
+    snprintf(pc->ns_desc, sizeof pc->ns_desc, "%s", desc);
+}
+
+void prefix_cache_for_each(struct prefix_cache *pc, void (*fn)(void *ctx, const struct prefix_block *b), void *ctx)
+{
+    for (int i = 0; i < pc->cap; i++) {
+        const struct prefix_node *n = &pc->nodes[i];
+        if (n->used && n->block >= 0)
+            fn(ctx, &(struct prefix_block){.salt = pc->nodes[n->root].salt, .key = n->key,
+                                           .parent = pc->nodes[n->parent].key,
+                                           .tokens = pc->tokens + (size_t)i * pc->block_size, .block = n->block});
+    }
 }
 
 int64_t prefix_cache_blocks_held(const struct prefix_cache *pc) { return pc->st.entries; }

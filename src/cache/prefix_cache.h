@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "cache/path_key.h"
 #include "kv/block_pool.h"
 
 struct prefix_node;
@@ -31,8 +32,23 @@ struct prefix_cache_stats {
     int64_t collisions_total, invalidations_total;
 };
 
+/* A cached block as the tiers below the pool see it. */
+struct prefix_block {
+    const char *salt;          /* its namespace's cache_salt ("" for none) */
+    struct path_key key, parent; /* path keys (path_key.h) of the block and its parent */
+    const int32_t *tokens;     /* [block_size] */
+    int block;                 /* the KV block */
+};
+
+#define PREFIX_NS_DESC_MAX 256
+
 struct prefix_cache {
     struct block_pool *pool;   /* not owned */
+    char ns_desc[PREFIX_NS_DESC_MAX]; /* what ns_base hashes, the root of every path key */
+    /* Called with every block evicted to make room, before its reference goes (the
+     * disk tier writes it); never on invalidation. */
+    void (*on_evict)(void *ctx, const struct prefix_block *b);
+    void *evict_ctx;
     int block_size;
     int max_entries;           /* block nodes at most (>= 1) */
     uint64_t ns_base;          /* hash of what every namespace of this engine shares */
@@ -95,6 +111,12 @@ int prefix_cache_evict(struct prefix_cache *pc, int want);
 
 /* Evicts one such leaf other than node `keep` (-1: any); returns its block or -1. */
 int prefix_cache_evict_one(struct prefix_cache *pc, int keep);
+
+/* The namespace description path keys start from (prefix_cache_init leaves it ""). */
+void prefix_cache_set_ns_desc(struct prefix_cache *pc, const char *desc);
+
+/* Calls fn with every cached block. */
+void prefix_cache_for_each(struct prefix_cache *pc, void (*fn)(void *ctx, const struct prefix_block *b), void *ctx);
 
 /* Drops every node (a reset or a reload): bumps the epoch. */
 void prefix_cache_invalidate(struct prefix_cache *pc);

@@ -8,19 +8,27 @@
  * the hit tokens, the refcount high-water mark and the leases open at the end.
  * All digests equal: exit 0 and JSON; any mismatch: exit 2, no JSON.
  *
+ * With --restart a fourth mode, disk: an engine with a disk tier (--kv-cache-dir, or
+ * a temporary directory) runs the priming request and shuts down cleanly (writing
+ * its cached blocks), the files are dropped from the page cache, and a fresh engine
+ * on the same directory runs the measured request: its prefix comes from disk.
+ *
  * With --workload chat|fewshot|rag|none: many clients with a shared prefix and
  * unique questions, run with the cache off and on; throughput, TTFT p50/p99, hit
  * rate, and every request's output compared bitwise between the two runs. */
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/bench.h"
 #include "cli/bench_util.h"
 #include "cli/engine_opts.h"
 
-#define PREFIX_MODES 3
+#define PREFIX_MODES 4 /* the last one with --restart only */
 #define PREFIX_MAX_REPEATS 64
 
 struct prefix_opts {
@@ -30,6 +38,7 @@ struct prefix_opts {
     const char *workload;
     int clients, arrival_steps;
     int shared_set, suffix_set;
+    bool restart;
 };
 
 struct prefix_run {
@@ -41,7 +50,7 @@ struct prefix_run {
     struct bench_digest ids, logits;
 };
 
-static const char *prefix_mode_name[PREFIX_MODES] = {"disabled", "cold", "warm"};
+static const char *prefix_mode_name[PREFIX_MODES] = {"disabled", "cold", "warm", "disk"};
 
 static void prefix_usage(void)
 {
@@ -49,6 +58,7 @@ static void prefix_usage(void)
             "usage: hearth bench prefix --model DIR [--shared-prefix-tokens P] [--suffix-tokens S]\n"
             "                           [--max-tokens N] [--repeats R] [--output-json FILE]\n"
             "                           [--workload chat|fewshot|rag|none --clients N --arrival-steps K]\n"
+            "                           [--restart]   (also: warm from disk after a restart)\n"
             "Defaults: P 1024, S 64, max-tokens 16, repeats 3; workloads: 8 clients.\n\n%s",
             engine_opts_help);
 }
@@ -162,6 +172,54 @@ static int prefix_run_request(struct hearth_engine *e, const int32_t *prompt, in
     return done == 1;
 }
 
+/* Each block file of dir: removed (remove) or dropped from the page cache. */
+static void prefix_dir_files(const char *dir, bool remove)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        const char *dot = strrchr(de->d_name, '.');
+        if (!dot || strcmp(dot, ".kvb"))
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (remove) {
+            unlink(path);
+            continue;
+        }
+        int fd = open(path, O_RDONLY);
+        if (fd >= 0) {
+            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+            close(fd);
+        }
+    }
+    if (d)
+        closedir(d);
+}
+
+/* The disk mode's run: prime on one engine, shut it down, measure on a fresh one. */
+static int prefix_run_restart(const struct prefix_opts *o, const char *dir, const int32_t *prime,
+                              const int32_t *prompt, int n, struct prefix_run *r)
+{
+    struct hearth_engine_params ep = o->ep;
+    ep.prefix_cache = true;
+    ep.kv_cache_dir = dir;
+    prefix_dir_files(dir, true);
+    struct hearth_engine *e = bench_engine(&ep);
+    int ok = e && prefix_run_request(e, prime, n, o->max_tokens, false, r);
+    hearth_engine_free(e); /* the clean shutdown writes the cached blocks */
+    sync();
+    prefix_dir_files(dir, false);
+    if (!ok || !(e = bench_engine(&ep)))
+        return 0;
+    ok = prefix_run_request(e, prompt, n, o->max_tokens, true, r);
+    struct hearth_stats hs;
+    hearth_engine_stats(e, &hs);
+    r->open_leases = hs.prefix_cache.open_leases;
+    hearth_engine_free(e);
+    return ok;
+}
+
 static int prefix_protocol(struct prefix_opts *o)
 {
     int n = o->shared + o->suffix;
@@ -170,10 +228,29 @@ static int prefix_protocol(struct prefix_opts *o)
     memset(runs, 0, sizeof runs);
     int ok = prompt && prime;
     int vocab = 0;
-    for (int mode = 0; ok && mode < PREFIX_MODES; mode++) {
+    int n_modes = o->restart ? PREFIX_MODES : PREFIX_MODES - 1;
+    char tmpdir[64] = "";
+    const char *dir = o->ep.kv_cache_dir;
+    if (o->restart && !dir) {
+        snprintf(tmpdir, sizeof tmpdir, "/tmp/hearth-bench-kv-XXXXXX");
+        if (!mkdtemp(tmpdir)) {
+            fprintf(stderr, "hearth bench prefix: cannot make a temporary directory\n");
+            ok = 0;
+        }
+        dir = tmpdir;
+    }
+    for (int mode = 0; ok && mode < n_modes; mode++) {
         for (int rep = 0; ok && rep < o->repeats; rep++) {
+            if (mode == 3) {
+                struct prefix_run *r = &runs[mode][rep];
+                ok = prefix_run_restart(o, dir, prime, prompt, n, r);
+                fprintf(stderr, "%-8s repeat %d: ttft %.3f s  e2e %.3f s  hit %d tokens  first step q=%d ctx=%d kv=%d\n",
+                        prefix_mode_name[mode], rep, r->ttft, r->e2e, r->hit_tokens, r->q_len, r->ctx_len, r->kv_len);
+                continue;
+            }
             struct hearth_engine_params ep = o->ep;
             ep.prefix_cache = mode != 0;
+            ep.kv_cache_dir = NULL;
             struct hearth_engine *e = bench_engine(&ep);
             if (!e) {
                 ok = 0;
@@ -199,12 +276,16 @@ static int prefix_protocol(struct prefix_opts *o)
     }
     free(prompt);
     free(prime);
+    if (tmpdir[0]) {
+        prefix_dir_files(tmpdir, true);
+        rmdir(tmpdir);
+    }
     if (!ok)
         return 1;
 
     /* Every run of every mode must give the same bits. */
     const struct prefix_run *ref = &runs[0][0];
-    for (int mode = 0; mode < PREFIX_MODES; mode++)
+    for (int mode = 0; mode < n_modes; mode++)
         for (int rep = 0; rep < o->repeats; rep++) {
             const struct prefix_run *r = &runs[mode][rep];
             if (memcmp(&r->ids, &ref->ids, sizeof r->ids) || memcmp(&r->logits, &ref->logits, sizeof r->logits)) {
@@ -220,7 +301,7 @@ static int prefix_protocol(struct prefix_opts *o)
         }
 
     double med_ttft[PREFIX_MODES], med_e2e[PREFIX_MODES], med_fwd[PREFIX_MODES];
-    for (int mode = 0; mode < PREFIX_MODES; mode++) {
+    for (int mode = 0; mode < n_modes; mode++) {
         double t[PREFIX_MAX_REPEATS], e2[PREFIX_MAX_REPEATS], fw[PREFIX_MAX_REPEATS];
         for (int rep = 0; rep < o->repeats; rep++) {
             t[rep] = runs[mode][rep].ttft;
@@ -242,7 +323,7 @@ static int prefix_protocol(struct prefix_opts *o)
                      "  \"logits_digest\": \"%s\",\n  \"modes\": {\n",
                      o->ep.model_dir, o->ep.n_threads, o->shared, o->suffix, o->max_tokens, o->repeats, ids_hex,
                      lg_hex);
-    for (int mode = 0; mode < PREFIX_MODES; mode++) {
+    for (int mode = 0; mode < n_modes; mode++) {
         const struct prefix_run *r = &runs[mode][0];
         int hw = 0;
         for (int rep = 0; rep < o->repeats; rep++)
@@ -252,10 +333,17 @@ static int prefix_protocol(struct prefix_opts *o)
                       "\"first_step\": {\"query_len\": %d, \"context_len\": %d, \"kv_len\": %d}, "
                       "\"hit_tokens\": %d, \"refcount_high_water\": %d, \"open_leases_end\": 0}%s\n",
                       prefix_mode_name[mode], med_ttft[mode], med_e2e[mode], med_fwd[mode], r->q_len, r->ctx_len,
-                      r->kv_len, r->hit_tokens, hw, mode + 1 < PREFIX_MODES ? "," : "");
+                      r->kv_len, r->hit_tokens, hw, mode + 1 < n_modes ? "," : "");
     }
     k += snprintf(json + k, sizeof json - (size_t)k,
-                  "  },\n  \"warm_ttft_speedup_vs_cold\": %.3f,\n"
+                  "  },\n");
+    if (o->restart)
+        k += snprintf(json + k, sizeof json - (size_t)k,
+                      "  \"disk_ttft_speedup_vs_cold\": %.3f,\n  \"disk_ttft_over_warm\": %.3f,\n",
+                      med_ttft[3] > 0 ? med_ttft[1] / med_ttft[3] : 0.0,
+                      med_ttft[2] > 0 ? med_ttft[3] / med_ttft[2] : 0.0);
+    k += snprintf(json + k, sizeof json - (size_t)k,
+                  "  \"warm_ttft_speedup_vs_cold\": %.3f,\n"
                   "  \"warm_ttft_over_its_forward\": %.4f\n}\n",
                   med_ttft[2] > 0 ? med_ttft[1] / med_ttft[2] : 0.0, med_fwd[2] > 0 ? med_ttft[2] / med_fwd[2] : 0.0);
     fputs(json, stdout);
@@ -507,6 +595,8 @@ int bench_prefix(int argc, char **argv)
         if (args_is(a, "--output-json")) {
             if (!(o.output_json = args_value(argc, argv, &i)))
                 return 2;
+        } else if (!strcmp(a, "--restart")) {
+            o.restart = true;
         } else if (args_is(a, "--workload")) {
             if (!(o.workload = args_value(argc, argv, &i)))
                 return 2;

@@ -32,6 +32,12 @@ const char engine_opts_help[] =
     "  --max-waiting N               queued requests at most (default: no limit)\n"
     "  --prefix-cache on|off         exact prefix KV reuse (default on)\n"
     "  --prefix-cache-max-entries N  cached blocks at most (N >= 1; default: the pool)\n"
+    "  --kv-cache-dir DIR            the prefix cache's disk tier: blocks evicted from the pool, and\n"
+    "                                every cached block at a clean shutdown, are written to DIR and\n"
+    "                                read back (verified) when a prompt misses in memory, also after\n"
+    "                                a restart; DIR must be this server's alone\n"
+    "  --kv-cache-disk-mib N         the files in --kv-cache-dir at most, least recently used go\n"
+    "                                first (default 1024)\n"
     "  --schedule lpm|fcfs           admission order (default lpm: longest cached prefix first)\n"
     "  --max-wait-steps N            lpm: steps a request may wait before it goes first (default 32)\n"
     "  --no-mmap                     read the weights into memory instead of mapping the files (a file\n"
@@ -130,6 +136,14 @@ int engine_opts_parse(struct hearth_engine_params *p, int argc, char **argv, int
     } else if (args_is(a, "--prefix-cache-max-entries")) {
         return engine_opts_int("--prefix-cache-max-entries", args_value(argc, argv, i), 1, 1 << 30,
                                &p->prefix_cache_max_entries);
+    } else if (args_is(a, "--kv-cache-dir")) {
+        return (p->kv_cache_dir = args_value(argc, argv, i)) ? 1 : -1;
+    } else if (args_is(a, "--kv-cache-disk-mib")) {
+        int mib;
+        if (engine_opts_int("--kv-cache-disk-mib", args_value(argc, argv, i), 1, 1 << 30, &mib) < 0)
+            return -1;
+        p->kv_cache_disk_bytes = (size_t)mib << 20;
+        return 1;
     } else if (args_is(a, "--schedule")) {
         const char *v = args_value(argc, argv, i);
         if (!v || (strcmp(v, "lpm") && strcmp(v, "fcfs"))) {

@@ -119,6 +119,8 @@ static void engine_done(struct hearth_engine *e, struct group *g, struct group_l
         group_list_remove(from, g);
     g->state = GROUP_STATE_DONE;
     engine_emit(g, &ev, NULL, 0);
+    if (e->disk_on)
+        kv_restore_drop(&e->restore, g);
     request_unref(g->req);
     atomic_fetch_add(&e->st_finished, 1);
     group_free(g);
@@ -265,6 +267,7 @@ void hearth_prefix_cache_reset(struct hearth_engine *e)
 }
 
 static uint64_t engine_namespace_base(const struct hearth_engine *e);
+static void engine_namespace_desc(const struct hearth_engine *e, char desc[PREFIX_NS_DESC_MAX]);
 
 /* On the engine thread, with e->mu held and nothing in flight: loads the model
  * directory again; the old model keeps serving when that fails or when the new
@@ -307,6 +310,9 @@ static void engine_reload_now(struct hearth_engine *e)
             if (e->pc_on) {
                 prefix_cache_invalidate(&e->pc);
                 e->pc.ns_base = engine_namespace_base(e);
+                char desc[PREFIX_NS_DESC_MAX];
+                engine_namespace_desc(e, desc);
+                prefix_cache_set_ns_desc(&e->pc, desc);
             }
         } else {
             model_free(&e->m);
@@ -408,8 +414,11 @@ enum hr_status hearth_token_bytes(struct hearth_engine *e, int32_t id, const cha
 static void engine_intake(struct hearth_engine *e)
 {
     e->sched.step_no++;
-    if (atomic_exchange(&e->reset_requested, 0) && e->pc_on)
+    if (atomic_exchange(&e->reset_requested, 0) && e->pc_on) {
         prefix_cache_invalidate(&e->pc);
+        if (e->disk_on)
+            disk_tier_clear(&e->restore.dt);
+    }
     pthread_mutex_lock(&e->mu);
     if (e->reload_requested && !e->reload_done && !e->sched.running.head && !e->sched.waiting.head)
         engine_reload_now(e);
@@ -424,6 +433,17 @@ static void engine_intake(struct hearth_engine *e)
         group_list_push_back(&e->sched.waiting, g);
     }
     pthread_mutex_unlock(&e->mu);
+
+    if (e->disk_on) {
+        kv_restore_poll(&e->restore);
+        /* Newcomers, and groups preempted since, are looked up on disk once, in list
+         * order (the first of several sharing a prefix reads it, the others follow). */
+        for (struct group *g = e->sched.waiting.head; g; g = g->next)
+            if (!g->disk_looked_up) {
+                g->disk_looked_up = true;
+                kv_restore_start(&e->restore, g, &e->sched.waiting);
+            }
+    }
 
     struct group_list *lists[2] = {&e->sched.waiting, &e->sched.running};
     for (int l = 0; l < 2; l++)
@@ -468,6 +488,8 @@ static void engine_publish_stats(struct hearth_engine *e)
         ps->collisions_total = c->collisions_total;
         ps->invalidations_total = c->invalidations_total;
     }
+    if (e->disk_on)
+        disk_tier_stats(&e->restore.dt, &e->disk_snapshot);
     pthread_mutex_unlock(&e->stats_mu);
 }
 
@@ -656,13 +678,21 @@ static void *engine_thread(void *arg)
 
 /* What every prefix-cache namespace of this engine shares: the model, the KV dtype,
  * the block size and the kernel variant (the epoch and the salt come on top). */
+static void engine_namespace_desc(const struct hearth_engine *e, char desc[PREFIX_NS_DESC_MAX])
+{
+    snprintf(desc, PREFIX_NS_DESC_MAX, "%016llx|%s|%d|%s", (unsigned long long)e->fingerprint,
+             kv_dtype_name(e->kv.dtype), e->kv.block_size, e->be.name);
+}
+
 static uint64_t engine_namespace_base(const struct hearth_engine *e)
 {
-    char desc[256];
-    int n = snprintf(desc, sizeof desc, "%016llx|%s|%d|%s", (unsigned long long)e->fingerprint,
-                     kv_dtype_name(e->kv.dtype), e->kv.block_size, e->be.name);
-    return XXH3_64bits(desc, (size_t)n);
+    char desc[PREFIX_NS_DESC_MAX];
+    engine_namespace_desc(e, desc);
+    return XXH3_64bits(desc, strlen(desc));
 }
+
+/* The disk tier's reads wake the engine thread (a group may now be admitted). */
+static void engine_wake_cb(void *ctx) { engine_wake(ctx); }
 
 /* ------------------------------------------------------------------ init / free */
 
@@ -809,9 +839,27 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
                                p->prefix_cache_max_entries > 0 ? p->prefix_cache_max_entries : e->kv.n_blocks,
                                engine_namespace_base(e), err, errlen);
         e->pc_on = st == HR_OK;
+        char desc[PREFIX_NS_DESC_MAX];
+        engine_namespace_desc(e, desc);
+        prefix_cache_set_ns_desc(&e->pc, desc);
     }
+    if (st == HR_OK && p->kv_cache_dir && *p->kv_cache_dir) {
+        if (!e->pc_on)
+            st = hr_err(err, errlen, HR_ERR_INVALID, "--kv-cache-dir needs the prefix cache (--prefix-cache on)");
+        else
+            st = kv_restore_init(&e->restore, p->kv_cache_dir,
+                                 p->kv_cache_disk_bytes ? p->kv_cache_disk_bytes : (uint64_t)1 << 30, &e->pc, &e->be,
+                                 &e->kv, !start_thread, engine_wake_cb, e, err, errlen);
+        e->disk_on = st == HR_OK;
+        if (e->disk_on)
+            log_info("engine: disk tier in %s: %lld block files (%.1f MiB) of at most %.1f MiB", p->kv_cache_dir,
+                     (long long)e->restore.dt.st.files, (double)e->restore.dt.st.bytes / 1048576.0,
+                     (double)e->restore.dt.quota / 1048576.0);
+    }
+    e->p.kv_cache_dir = NULL; /* borrowed: the tier keeps its own copy */
     e->sched.pool = &e->pool;
     e->sched.pc = e->pc_on ? &e->pc : NULL;
+    e->sched.restore = e->disk_on ? &e->restore : NULL;
     e->sched.block_size = p->block_size;
     e->sched.max_num_seqs = p->max_num_seqs;
     e->sched.max_batched_tokens = p->max_batched_tokens;
@@ -870,8 +918,13 @@ void hearth_engine_free(struct hearth_engine *e)
     engine_detach_all(e, &e->incoming);
     engine_detach_all(e, &e->sched.waiting);
     engine_detach_all(e, &e->sched.running);
+    /* A clean shutdown keeps every cached block for the next start. */
+    if (e->disk_on)
+        kv_restore_flush(&e->restore);
     if (e->pc_on)
         prefix_cache_free(&e->pc);
+    if (e->disk_on)
+        kv_restore_free(&e->restore);
     sampler_scratch_free(&e->ss);
     grammar_cache_free(&e->gcache);
     batch_free(&e->batch);
@@ -966,5 +1019,6 @@ void hearth_engine_stats(struct hearth_engine *e, struct hearth_stats *out)
     out->requests_stalled = atomic_load(&e->st_stalled);
     pthread_mutex_lock(&e->stats_mu);
     out->prefix_cache = e->pc_snapshot;
+    out->disk_cache = e->disk_snapshot;
     pthread_mutex_unlock(&e->stats_mu);
 }

@@ -22,6 +22,7 @@ void sched_preempt(struct sched *sc, struct group *g)
     }
     group_list_remove(&sc->running, g);
     g->state = GROUP_STATE_WAITING;
+    g->disk_looked_up = false; /* its blocks may be on disk by the time it is admitted again */
     group_list_push_front(&sc->waiting, g);
     sc->n_preemptions++;
 }
@@ -179,7 +180,10 @@ static int sched_shared_in_flight(const struct sched *sc, const struct group *g)
  * sequence waits for it (in-batch sharing), for at most max_wait_steps. */
 static struct group *sched_pick(struct sched *sc)
 {
+    /* Groups whose blocks are being read from disk wait for them; the others go on. */
     struct group *head = sc->waiting.head;
+    while (head && (head->disk_wait || kv_restore_follower_waits(head, &sc->waiting)))
+        head = head->next;
     if (!head)
         return NULL;
     if (sc->step_no - head->arrival_step > sc->max_wait_steps)
@@ -189,9 +193,14 @@ static struct group *sched_pick(struct sched *sc)
     /* The scan looks at the oldest SCHED_PICK_WINDOW groups: the cost of a step
      * must not grow with the length of the queue. */
     for (struct group *g = head; g && seen++ < SCHED_PICK_WINDOW; g = g->next) {
+        if (g->disk_wait || kv_restore_follower_waits(g, &sc->waiting))
+            continue;
         int cached = sc->pc && !g->prompt_lp
                          ? prefix_cache_match_len(sc->pc, g->salt, g->seqs[0].tokens, g->seqs[0].n_tokens)
                          : 0;
+        /* Blocks read from disk continue a memory hit that reaches them. */
+        if (g->disk && cached >= g->disk->first && g->disk->first + g->disk->n_ok > cached)
+            cached = g->disk->first + g->disk->n_ok;
         if (sc->pc && !g->prompt_lp && sched_shared_in_flight(sc, g) > cached &&
             sc->step_no - g->arrival_step <= sc->max_wait_steps)
             continue;
@@ -241,6 +250,11 @@ static bool sched_admit_group(struct sched *sc, struct group *g)
         HR_ASSERT(block_pool_alloc(sc->pool, seq_last_block(s), s->table + s->n_table, nb - s->n_table, NULL, 0) ==
                   HR_OK);
         s->n_table = nb;
+        if (sc->restore && g->disk) {
+            /* Blocks read from disk follow the memory hit: imported, they are committed. */
+            int r = kv_restore_apply(sc->restore, s, s->committed / bs);
+            s->committed += r * bs;
+        }
         if (s->lease.state == PREFIX_LEASE_OPEN) {
             prefix_cache_lease_prepare(sc->pc, &s->lease, s);
             prefix_cache_lease_commit(sc->pc, &s->lease, s);

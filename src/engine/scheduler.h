@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "cache/prefix_cache.h"
+#include "engine/kv_restore.h"
 #include "engine/sequence.h"
 #include "kv/batch.h"
 #include "kv/block_pool.h"
@@ -27,6 +28,7 @@ enum sched_order {
 struct sched {
     struct block_pool *pool;   /* not owned */
     struct prefix_cache *pc;   /* not owned; NULL: no prefix cache */
+    struct kv_restore *restore; /* not owned; NULL: no disk tier */
     int block_size;
     int max_num_seqs, max_batched_tokens, max_wait_steps;
     enum sched_order order;

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cache/path_key.h"
 #include "cache/prefix_cache.h"
 #include "engine/sampler.h"
 #include "engine/stop.h"
@@ -73,6 +74,11 @@ struct group {
     int64_t admitted;          /* admission order: the most recent is preempted first */
     int cached_tokens;
     int completion_tokens;
+    struct disk_read *disk;    /* blocks of its prompt read from the disk tier (kv_restore.h), or NULL */
+    bool disk_wait;            /* that read is in flight: not admitted until it is back */
+    bool disk_looked_up;
+    bool disk_follow;          /* another waiting group reads the same first blocks: wait for it, */
+    struct path_key disk_follow_key; /* ... the key of that first block, then take them from memory */
 };
 
 /* A doubly linked list of groups (the engine's intake queue, the scheduler's lists). */

@@ -275,14 +275,29 @@ static void api_stats(struct server *s, struct api_reply *out)
                               (json_int_t)pc->evicted_blocks_total, "collisions_total",
                               (json_int_t)pc->collisions_total, "invalidations_total",
                               (json_int_t)pc->invalidations_total);
-    json_t *o = json_pack("{s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "status",
+    const struct hearth_disk_cache_stats *dc = &st.disk_cache;
+    json_t *disk = json_pack("{s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "enabled",
+                             dc->enabled, "files", (json_int_t)dc->files, "bytes", (json_int_t)dc->bytes,
+                             "quota_bytes", (json_int_t)dc->quota_bytes, "lookups_total",
+                             (json_int_t)dc->lookups_total, "hits_total", (json_int_t)dc->hits_total, "misses_total",
+                             (json_int_t)dc->misses_total, "hit_blocks_total", (json_int_t)dc->hit_blocks_total,
+                             "blocks_restored_total", (json_int_t)dc->blocks_restored_total, "hit_tokens_total",
+                             (json_int_t)dc->hit_tokens_total, "read_bytes_total", (json_int_t)dc->read_bytes_total,
+                             "written_blocks_total", (json_int_t)dc->written_blocks_total, "written_bytes_total",
+                             (json_int_t)dc->written_bytes_total, "write_errors_total",
+                             (json_int_t)dc->write_errors_total, "writes_dropped_total",
+                             (json_int_t)dc->writes_dropped_total, "files_rejected_total",
+                             (json_int_t)dc->files_rejected_total, "files_evicted_total",
+                             (json_int_t)dc->files_evicted_total);
+    json_t *o = json_pack("{s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o}", "status",
                           api_state_name(server_get_state(s)), "model", s->model_name, "active_requests",
                           atomic_load(&s->active_jobs), "blocks_total", st.blocks_total, "blocks_free", st.blocks_free,
                           "blocks_used", st.blocks_used, "running", st.running, "waiting", st.waiting, "steps",
                           (json_int_t)st.steps, "preemptions", (json_int_t)st.preemptions, "prompt_tokens_total",
                           (json_int_t)st.prompt_tokens_total, "generation_tokens_total",
                           (json_int_t)st.generation_tokens_total, "requests_total", (json_int_t)st.requests_total,
-                          "requests_finished", (json_int_t)st.requests_finished, "prefix_cache", cache);
+                          "requests_finished", (json_int_t)st.requests_finished, "prefix_cache", cache,
+                          "disk_cache", disk);
     api_json(out, 200, o);
 }
 

@@ -61,7 +61,36 @@
     X("hearth_prefix_cache_collisions_total", "counter", "hash matches whose tokens differed", \
       prefix_cache.collisions_total) \
     X("hearth_prefix_cache_invalidations_total", "counter", "cache epochs bumped (reset, reload)", \
-      prefix_cache.invalidations_total)
+      prefix_cache.invalidations_total) \
+    X("hearth_disk_cache_enabled", "gauge", "1 when the prefix cache has a disk tier (--kv-cache-dir)", \
+      disk_cache.enabled) \
+    X("hearth_disk_cache_files", "gauge", "block files in the disk tier", disk_cache.files) \
+    X("hearth_disk_cache_bytes", "gauge", "bytes of the disk tier's block files", disk_cache.bytes) \
+    X("hearth_disk_cache_quota_bytes", "gauge", "the disk tier's quota (--kv-cache-disk-mib)", \
+      disk_cache.quota_bytes) \
+    X("hearth_disk_cache_lookups_total", "counter", "prompts that missed in memory and were looked up on disk", \
+      disk_cache.lookups_total) \
+    X("hearth_disk_cache_hits_total", "counter", "disk lookups that found at least one block", \
+      disk_cache.hits_total) \
+    X("hearth_disk_cache_misses_total", "counter", "disk lookups that found no block", disk_cache.misses_total) \
+    X("hearth_disk_cache_hit_blocks_total", "counter", "blocks disk lookups found", disk_cache.hit_blocks_total) \
+    X("hearth_disk_cache_blocks_restored_total", "counter", "blocks read, verified and imported into the pool", \
+      disk_cache.blocks_restored_total) \
+    X("hearth_disk_cache_hit_tokens_total", "counter", "prompt tokens served from blocks restored from disk", \
+      disk_cache.hit_tokens_total) \
+    X("hearth_disk_cache_read_bytes_total", "counter", "bytes of block files read and verified", \
+      disk_cache.read_bytes_total) \
+    X("hearth_disk_cache_written_blocks_total", "counter", "block files written", disk_cache.written_blocks_total) \
+    X("hearth_disk_cache_written_bytes_total", "counter", "bytes of block files written", \
+      disk_cache.written_bytes_total) \
+    X("hearth_disk_cache_write_errors_total", "counter", "block writes that failed (full disk, read-only)", \
+      disk_cache.write_errors_total) \
+    X("hearth_disk_cache_writes_dropped_total", "counter", "blocks not written (write queue full, over quota)", \
+      disk_cache.writes_dropped_total) \
+    X("hearth_disk_cache_files_rejected_total", "counter", \
+      "truncated, torn, foreign or corrupt block files: removed, never loaded", disk_cache.files_rejected_total) \
+    X("hearth_disk_cache_files_evicted_total", "counter", "block files removed to stay within the quota", \
+      disk_cache.files_evicted_total)
 
 enum metrics_endpoint {
     METRICS_ENDPOINT_COMPLETIONS,

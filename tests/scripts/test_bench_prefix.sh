@@ -20,6 +20,14 @@ check "warm first step computes only the suffix" "grep -q '\"warm\": .*\"query_l
 check "warm hits 192 tokens" "grep -q '\"warm\": .*\"hit_tokens\": 192' $tmp/p.json"
 check "cold hits nothing" "grep -q '\"cold\": .*\"hit_tokens\": 0,' $tmp/p.json"
 
+# --restart: the fourth mode reads the prefix from the disk tier after a restart.
+"$bin" bench prefix --model "$model" --shared-prefix-tokens 200 --suffix-tokens 40 --repeats 1 --threads 2 \
+  --restart --output-json "$tmp/d.json" >"$tmp/dout" 2>"$tmp/derr"
+rc=$?
+check "--restart exits 0 with equal digests" "[ $rc -eq 0 ] && grep -q '\"digests_equal\": true' $tmp/d.json"
+check "--restart: the disk mode hits 192 tokens and computes only the suffix" \
+  "grep -q '\"disk\": .*\"query_len\": 48, \"context_len\": 192, \"kv_len\": 240}, \"hit_tokens\": 192' $tmp/d.json"
+
 HEARTH_TEST_FLIP_WARM_LOGIT=1 "$bin" bench prefix --model "$model" --shared-prefix-tokens 200 --suffix-tokens 40 \
   --repeats 1 --threads 2 --output-json "$tmp/bad.json" >"$tmp/out2" 2>"$tmp/err2"
 rc=$?
