@@ -4,7 +4,7 @@
 # `bench forward` (prefill 512, decode at batch 1, 8, 32, context 512) and of
 # `bench throughput` (1, 8, 32 concurrent requests, prompt 256, output 128), the two
 # binaries taking turns and swapping who goes first every round; bf16 compute where
-# the CPU has it, else f32.  Prints JSON: per binary the median of each figure, and
+# the CPU has it, else f32 (AB_KERNEL=avx512 or another variant name forces one).  Prints JSON: per binary the median of each figure, and
 # new/old.  Not part of `make bench` (it needs a second binary).
 # Usage: bench/ab.sh OLD_BIN NEW_BIN [ROUNDS]
 set -euo pipefail
@@ -13,6 +13,7 @@ old=$1; new=$2; rounds=${3:-3}
 model=$(bash bench/model.sh)
 kernel=()
 grep -q avx512_bf16 /proc/cpuinfo 2>/dev/null && kernel=(--kernel avx512bf16)
+[ -n "${AB_KERNEL:-}" ] && kernel=(--kernel "$AB_KERNEL")
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 for r in $(seq 1 "$rounds"); do
   order=(old new); [ $((r % 2)) -eq 0 ] && order=(new old)

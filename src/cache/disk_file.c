@@ -136,6 +136,14 @@ enum hr_status disk_file_write(const char *dir, const struct disk_block_id *id, 
         return hr_err(err, errlen, HR_ERR_IO, "disk cache: writing %s: %s", path,
                       saved ? strerror(saved) : "short write");
     }
+    /* The rename itself is durable once the directory is: without this a power loss
+     * could take back a name just given (never leave a torn file).  A directory that
+     * cannot be synced keeps the file all the same. */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
     return HR_OK;
 }
 
