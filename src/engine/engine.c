@@ -278,10 +278,7 @@ static void engine_reload_now(struct hearth_engine *e)
     memset(&m2, 0, sizeof m2);
     char err[HR_ERRLEN];
     safetensors_set_read_into_memory(e->p.no_mmap);
-    enum model_load_format lf = MODEL_LOAD_FORMAT_SAFETENSORS;
-    enum hr_status st = model_load_format_parse(e->p.load_format, &lf, err, sizeof err);
-    if (st == HR_OK)
-        st = model_load_as(&m2, e->model_dir, lf, err, sizeof err);
+    enum hr_status st = model_load_as(&m2, e->model_dir, e->load_format, err, sizeof err);
     safetensors_set_read_into_memory(false);
     if (st == HR_OK) /* a file written to in place while it was read: refuse what was read */
         st = safetensors_check_unchanged(&m2.w.st, err, sizeof err);
@@ -797,10 +794,9 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
     }
     if (st == HR_OK) {
         safetensors_set_read_into_memory(p->no_mmap);
-        enum model_load_format lf = MODEL_LOAD_FORMAT_SAFETENSORS;
-        st = model_load_format_parse(p->load_format, &lf, err, errlen);
+        st = model_load_format_parse(p->load_format, &e->load_format, err, errlen);
         if (st == HR_OK)
-            st = model_load_as(&e->m, e->model_dir, lf, err, errlen);
+            st = model_load_as(&e->m, e->model_dir, e->load_format, err, errlen);
         safetensors_set_read_into_memory(false);
     }
     if (st == HR_OK) {

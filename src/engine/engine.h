@@ -32,6 +32,7 @@ struct engine_step_info {
 };
 
 struct hearth_engine {
+    enum model_load_format load_format; /* parsed once: reload loads the same way */
     struct hearth_engine_params p;
     char model_dir[PATH_MAX];
     struct model m;

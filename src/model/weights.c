@@ -263,6 +263,7 @@ static enum hr_status bind_layer(const struct binder *b, int l, struct weights_l
     L->experts = calloc((size_t)E, sizeof *L->experts);
     if (!L->experts)
         return hr_err(b->err, b->errlen, HR_ERR_NOMEM, "out of memory for %lld experts", (long long)E);
+    L->n_experts = (int)E;
     if (safetensors_find(&b->w->st, P("mlp.experts.gate_up_proj")))
         return bind_fused_experts(b, l, L);
     for (int e = 0; e < E; e++) {
@@ -338,10 +339,32 @@ enum hr_status weights_load_dummy(struct weights *w, const struct model_config *
     return rc;
 }
 
-void weights_dummy_fill(const struct weights_mat *m, uint16_t *dst, int64_t first, int64_t n)
+void weights_dummy_fill(const struct weights_mat *m, uint16_t *dst)
 {
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = dummy_fill_bf16(m->fill_seed, (uint64_t)(first + i), DUMMY_FILL_SCALE);
+    for (int64_t i = 0; i < m->rows * m->cols; i++)
+        dst[i] = dummy_fill_bf16(m->fill_seed, (uint64_t)i, DUMMY_FILL_SCALE);
+}
+
+/* Calls fn on every matrix of dummy weights w but a tied lm_head (the embedding's
+ * seed: it is the embedding), stopping at the first failure. */
+static enum hr_status each_mat(struct weights *w, enum hr_status (*fn)(struct weights_mat *m, char *err, size_t errlen),
+                               char *err, size_t errlen)
+{
+    enum hr_status st = fn(&w->embed, err, errlen);
+    if (st == HR_OK && w->lm_head.fill_seed != w->embed.fill_seed)
+        st = fn(&w->lm_head, err, errlen);
+    for (int l = 0; st == HR_OK && w->layers && l < w->n_layers; l++) {
+        struct weights_layer *L = &w->layers[l];
+        struct weights_mat *m[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down, &L->router};
+        for (int i = 0; st == HR_OK && i < 8; i++)
+            st = fn(m[i], err, errlen);
+        for (int e = 0; st == HR_OK && L->experts && e < L->n_experts; e++) {
+            struct weights_expert *x = &L->experts[e];
+            if ((st = fn(&x->gate, err, errlen)) == HR_OK && (st = fn(&x->up, err, errlen)) == HR_OK)
+                st = fn(&x->down, err, errlen);
+        }
+    }
+    return st;
 }
 
 static enum hr_status fill_mat(struct weights_mat *m, char *err, size_t errlen)
@@ -352,44 +375,33 @@ static enum hr_status fill_mat(struct weights_mat *m, char *err, size_t errlen)
     size_t bytes = (size_t)m->rows * (size_t)m->cols * 2;
     if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
         return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for %zu bytes of dummy weights", bytes);
-    weights_dummy_fill(m, p, 0, m->rows * m->cols);
+    weights_dummy_fill(m, p);
     m->data = p;
     return HR_OK;
 }
 
-static void free_mat(struct weights_mat *m)
+static enum hr_status free_mat(struct weights_mat *m, char *err, size_t errlen)
 {
+    (void)err;
+    (void)errlen;
     if (m->fill_seed)
         free((void *)m->data);
     m->data = NULL;
+    return HR_OK;
 }
 
 void weights_host_free(struct weights *w)
 {
     if (!w)
         return;
-    if (w->lm_head.data == w->embed.data)
-        w->lm_head.data = NULL;
-    free_mat(&w->embed);
-    free_mat(&w->lm_head);
-    for (int l = 0; w->layers && l < w->n_layers; l++) {
-        struct weights_layer *L = &w->layers[l];
-        struct weights_mat *m[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down, &L->router};
-        for (int i = 0; i < 8; i++)
-            free_mat(m[i]);
-        for (int e = 0; L->experts && e < L->n_experts_alloc; e++) {
-            free_mat(&L->experts[e].gate);
-            free_mat(&L->experts[e].up);
-            free_mat(&L->experts[e].down);
-        }
-        free(L->experts);
-    }
+    each_mat(w, free_mat, NULL, 0);
+    for (int l = 0; w->layers && l < w->n_layers; l++)
+        free(w->layers[l].experts);
     free(w->layers);
     free(w);
 }
 
-enum hr_status weights_host_materialize(const struct weights *src, int n_experts, struct weights **out, char *err,
-                                        size_t errlen)
+enum hr_status weights_host_materialize(const struct weights *src, struct weights **out, char *err, size_t errlen)
 {
     *out = NULL;
     struct weights *w = calloc(1, sizeof *w);
@@ -406,40 +418,18 @@ enum hr_status weights_host_materialize(const struct weights *src, int n_experts
         struct weights_layer *L = &w->layers[l];
         *L = src->layers[l];
         L->experts = NULL;
-        L->n_experts_alloc = 0;
         if (src->layers[l].experts) {
-            L->experts = malloc((size_t)n_experts * sizeof *L->experts);
-            if (!L->experts) {
+            size_t bytes = (size_t)L->n_experts * sizeof *L->experts;
+            if (!(L->experts = malloc(bytes)))
                 st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory");
-                break;
-            }
-            memcpy(L->experts, src->layers[l].experts, (size_t)n_experts * sizeof *L->experts);
-            L->n_experts_alloc = n_experts;
+            else
+                memcpy(L->experts, src->layers[l].experts, bytes);
         }
     }
-    if (st != HR_OK) {
-        weights_host_free(w);
-        return st;
-    }
-    bool tied = src->lm_head.fill_seed && src->lm_head.fill_seed == src->embed.fill_seed;
-    if (tied)
-        w->lm_head.fill_seed = 0; /* one copy, shared below */
-    st = fill_mat(&w->embed, err, errlen);
-    if (st == HR_OK && tied)
-        w->lm_head = w->embed;
-    else if (st == HR_OK)
-        st = fill_mat(&w->lm_head, err, errlen);
-    for (int l = 0; st == HR_OK && l < w->n_layers; l++) {
-        struct weights_layer *L = &w->layers[l];
-        struct weights_mat *m[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down, &L->router};
-        for (int i = 0; st == HR_OK && i < 8; i++)
-            st = fill_mat(m[i], err, errlen);
-        for (int e = 0; st == HR_OK && e < L->n_experts_alloc; e++) {
-            if ((st = fill_mat(&L->experts[e].gate, err, errlen)) == HR_OK &&
-                (st = fill_mat(&L->experts[e].up, err, errlen)) == HR_OK)
-                st = fill_mat(&L->experts[e].down, err, errlen);
-        }
-    }
+    if (st == HR_OK)
+        st = each_mat(w, fill_mat, err, errlen);
+    if (w->lm_head.fill_seed == w->embed.fill_seed)
+        w->lm_head = w->embed; /* tied: one copy */
     if (st != HR_OK) {
         weights_host_free(w);
         return st;

@@ -45,7 +45,7 @@ struct weights_layer {
     /* MoE (is_moe) */
     struct weights_mat router;        /* [n_experts, hidden] */
     struct weights_expert *experts;   /* [n_experts] */
-    int n_experts_alloc;              /* weights_host_materialize's copies: experts' length */
+    int n_experts;                    /* experts' length (0 for a dense layer) */
 };
 
 struct weights {
@@ -75,12 +75,11 @@ enum hr_status weights_load(struct weights *w, const struct model_config *cfg, c
 enum hr_status weights_load_dummy(struct weights *w, const struct model_config *cfg, uint64_t seed, char *err,
                                   size_t errlen);
 /* dst[i] = the bf16 bits of element first + i of dummy matrix m, for i < n. */
-void weights_dummy_fill(const struct weights_mat *m, uint16_t *dst, int64_t first, int64_t n);
+void weights_dummy_fill(const struct weights_mat *m, uint16_t *dst);
 /* A copy of src whose dummy matrices are generated into host memory (a backend that
  * computes on the host binds this); everything else is shared with src, which must
  * outlive it.  weights_host_free frees the copy and what it generated. */
-enum hr_status weights_host_materialize(const struct weights *src, int n_experts, struct weights **out, char *err,
-                                        size_t errlen);
+enum hr_status weights_host_materialize(const struct weights *src, struct weights **out, char *err, size_t errlen);
 void weights_host_free(struct weights *w);
 void weights_free(struct weights *w);
 
