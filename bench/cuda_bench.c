@@ -309,7 +309,7 @@ static void bench_attn(const struct cuda_kernels *K, int nh, int nkv, int n_rows
 int main(int argc, char **argv)
 {
     const char *variant = "all";
-    int only_m = 0, gemm_only = 0;
+    int only_m = 0, gemm_only = 0, ceilings_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--variant") && i + 1 < argc)
             variant = argv[++i];
@@ -317,8 +317,10 @@ int main(int argc, char **argv)
             only_m = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gemm-only"))
             gemm_only = 1;
+        else if (!strcmp(argv[i], "--ceilings-only"))
+            ceilings_only = 1;
         else {
-            fprintf(stderr, "usage: cuda_bench [--variant sm90a|sm80|all] [--m M] [--gemm-only]\n");
+            fprintf(stderr, "usage: cuda_bench [--variant sm90a|sm80|all] [--m M] [--gemm-only | --ceilings-only]\n");
             return 2;
         }
     }
@@ -359,9 +361,14 @@ int main(int argc, char **argv)
            info.name, info.major, info.minor, info.sm_count, info.runtime_version, info.driver_version);
     printf("  \"ceilings\": {\"read_gbs\": %.0f, \"copy_gbs\": %.0f, \"cublas_bf16_tflops_8192\": ", read_gbs, copy_gbs);
     if (peak > 0)
-        printf("%.1f},\n", peak);
+        printf("%.1f}", peak);
     else
-        printf("null},\n");
+        printf("null}");
+    if (ceilings_only) {
+        printf("\n}\n");
+        return 0;
+    }
+    printf(",\n");
     static const char *names[] = {"sm90a", "sm80"};
     printf("  \"gemm\": [");
     for (int v = 0; v < 2; v++) {

@@ -22,7 +22,11 @@ def main():
     ap.add_argument("--greedy", type=int, default=12)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = ap.parse_args()
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float64, attn_implementation="eager")
+    kw = dict(dtype=torch.float64, attn_implementation="eager")
+    try:  # transformers 5 runs MoE experts through grouped_mm by default, which has no float64
+        model = AutoModelForCausalLM.from_pretrained(a.model, experts_implementation="eager", **kw)
+    except (TypeError, ValueError):
+        model = AutoModelForCausalLM.from_pretrained(a.model, **kw)
     model = model.to(a.device).eval()
     vocab = model.config.vocab_size
     g = torch.Generator().manual_seed(1234)

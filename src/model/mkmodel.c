@@ -26,24 +26,29 @@ struct mk_shape {
     int experts, top_k, moe_inter;
     bool norm_topk;
     int bos, eos, eos2; /* eos2: the second stop id of generation_config.json, -1 if none */
+    int dense_layer;    /* an MoE shape's layer with a dense MLP (mlp_only_layers), -1 if none */
 };
 
 /* Hub values of the published checkpoints (config.json and generation_config.json);
  * tiny is the qwen3-tiny fixture's shape. */
 static const struct mk_shape shapes[] = {
-    {"tiny", MODEL_ARCH_QWEN3, 512, 64, 128, 2, 4, 2, 32, 4096, true, 0, 0, 0, false, 1, 2, -1},
+    {"tiny", MODEL_ARCH_QWEN3, 512, 64, 128, 2, 4, 2, 32, 4096, true, 0, 0, 0, false, 1, 2, -1, -1},
     {"qwen3-0.6b", MODEL_ARCH_QWEN3, 151936, 1024, 3072, 28, 16, 8, 128, 40960, true, 0, 0, 0, false, 151643,
-     151645, 151643},
+     151645, 151643, -1},
     {"qwen3-8b", MODEL_ARCH_QWEN3, 151936, 4096, 12288, 36, 32, 8, 128, 40960, false, 0, 0, 0, false, 151643,
-     151645, 151643},
+     151645, 151643, -1},
     {"qwen3-30b-a3b", MODEL_ARCH_QWEN3_MOE, 151936, 2048, 6144, 48, 32, 4, 128, 40960, false, 128, 8, 768, true,
-     151643, 151645, 151643},
+     151643, 151645, 151643, -1},
+    /* small enough for a float64 transformers reference on one GPU, with Qwen3's
+     * head_dim and a dense layer among the sparse ones */
+    {"qwen3-moe-small", MODEL_ARCH_QWEN3_MOE, 151936, 1024, 2048, 6, 16, 4, 128, 40960, false, 32, 4, 256, true,
+     151643, 151645, 151643, 2},
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
 const char *mkmodel_shape_names(void)
 {
-    return "tiny qwen3-0.6b qwen3-8b qwen3-30b-a3b";
+    return "tiny qwen3-0.6b qwen3-8b qwen3-30b-a3b qwen3-moe-small";
 }
 
 enum hr_status mkmodel_shape_config(const char *shape, struct model_config *cfg, char *err, size_t errlen)
@@ -71,7 +76,7 @@ enum hr_status mkmodel_shape_config(const char *shape, struct model_config *cfg,
         cfg->decoder_sparse_step = 1;
         cfg->norm_topk_prob = s->norm_topk;
         for (int l = 0; l < s->layers; l++)
-            cfg->layer_is_moe[l] = s->experts > 0;
+            cfg->layer_is_moe[l] = s->experts > 0 && l != s->dense_layer;
         cfg->bos_token_id = s->bos;
         cfg->n_eos = 1;
         cfg->eos_token_ids[0] = s->eos;
@@ -375,7 +380,11 @@ static json_t *config_json(const struct model_config *c, enum safetensors_dtype 
         json_object_set_new(j, "moe_intermediate_size", json_integer(c->moe_intermediate_size));
         json_object_set_new(j, "decoder_sparse_step", json_integer(c->decoder_sparse_step));
         json_object_set_new(j, "norm_topk_prob", json_boolean(c->norm_topk_prob));
-        json_object_set_new(j, "mlp_only_layers", json_array());
+        json_t *dense = json_array();
+        for (int l = 0; l < c->n_layers; l++)
+            if (!c->layer_is_moe[l])
+                json_array_append_new(dense, json_integer(l));
+        json_object_set_new(j, "mlp_only_layers", dense);
     }
     return j;
 }

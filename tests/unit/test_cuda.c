@@ -800,6 +800,194 @@ static void test_attn_prep(void)
     cuda_dev_free(f.kv.slab);
 }
 
+/* ------------------------------------------------------------------ MoE */
+
+/* One MoE layer on the device (hidden 512, 64 experts of 256, top 8).  Every token
+ * has a feature that the router's expert 0 weighs heavily, so expert 0 is in every
+ * token's top-k and its group holds all the step's rows: 1, 7, 64 or 900.  A token's
+ * row of h is the same bytes in each, with other companions, and run to run; parity
+ * with a float64 host reference over the experts the device chose (within 1e-2 of the
+ * output's scale), and the routing equals the host's top-k where the host's margin
+ * is clear. */
+#define MOE_H 512
+#define MOE_I 256
+#define MOE_E 64
+#define MOE_K 8
+#define MOE_N 900
+
+struct moe_rig {
+    uint16_t *router, *gate, *up, *down; /* device */
+    float *d_h, *d_x;
+    void *work;
+    size_t work_bytes;
+    int norm;
+};
+
+static void moe_run(struct moe_rig *r, const float *h0, const float *x, int n, float *h_out, int32_t *trace)
+{
+    up(r->d_h, h0, (size_t)n * MOE_H * 4);
+    up(r->d_x, x, (size_t)n * MOE_H * 4);
+    struct cuda_moe a = {.h = r->d_h, .xn = r->d_x, .router = r->router, .gate = r->gate, .up = r->up,
+                         .down = r->down, .n_tok = n, .hidden = MOE_H, .inter = MOE_I, .n_experts = MOE_E,
+                         .top_k = MOE_K, .norm_topk = r->norm, .work = r->work, .work_bytes = r->work_bytes,
+                         .trace = trace};
+    CHECK_OK(K->moe(&a, NULL, err, sizeof err), err);
+    CHECK_OK(cuda_dev_sync(err, sizeof err), err);
+    down(h_out, r->d_h, (size_t)n * MOE_H * 4);
+}
+
+static double bf(uint16_t v) { return (double)dtype_bf16_to_f32(v); }
+
+static void moe_case(int norm)
+{
+    struct moe_rig r = {.norm = norm};
+    size_t ge = (size_t)MOE_E * MOE_I * MOE_H;
+    r.router = dmust((size_t)MOE_E * MOE_H * 2);
+    r.gate = dmust(ge * 2);
+    r.up = dmust(ge * 2);
+    r.down = dmust(ge * 2);
+    CHECK_OK(cuda_dev_fill_bf16(r.router, (size_t)MOE_E * MOE_H, 11, 0.1f, err, sizeof err), err);
+    CHECK_OK(cuda_dev_fill_bf16(r.gate, ge, 12, DUMMY_FILL_SCALE, err, sizeof err), err);
+    CHECK_OK(cuda_dev_fill_bf16(r.up, ge, 13, DUMMY_FILL_SCALE, err, sizeof err), err);
+    CHECK_OK(cuda_dev_fill_bf16(r.down, ge, 14, DUMMY_FILL_SCALE, err, sizeof err), err);
+    uint16_t heavy = dtype_f32_to_bf16(2.0f); /* router[0][0]: expert 0 for every token */
+    up(r.router, &heavy, 2);
+    r.work_bytes = K->moe_workspace(MOE_N, MOE_H, MOE_I, MOE_E, MOE_K);
+    r.work = dmust(r.work_bytes);
+    CHECK_OK(cuda_dev_memset(r.work, 0x7f, r.work_bytes, err, sizeof err), err); /* poisoned */
+    r.d_h = dmust((size_t)MOE_N * MOE_H * 4);
+    r.d_x = dmust((size_t)MOE_N * MOE_H * 4);
+
+    size_t nh = (size_t)MOE_N * MOE_H;
+    float *x = hmust(nh * 4), *x2 = hmust(nh * 4), *h0 = hmust(nh * 4), *h0b = hmust(nh * 4);
+    float *all = hmust(nh * 4), *part = hmust(nh * 4);
+    int32_t *trace = hmust((size_t)MOE_N * MOE_K * 4);
+    fill_f32(x, nh, 1.0);
+    fill_f32(x2, nh, 1.0);
+    fill_f32(h0, nh, 1.0);
+    fill_f32(h0b, nh, 1.0);
+    for (int t = 0; t < MOE_N; t++)
+        x[(size_t)t * MOE_H] = x2[(size_t)t * MOE_H] = 3.0f;
+
+    moe_run(&r, h0, x, MOE_N, all, trace);
+    int with0 = 0;
+    for (int t = 0; t < MOE_N; t++)
+        for (int k = 0; k < MOE_K; k++)
+            with0 += trace[t * MOE_K + k] == 0;
+    CHECK_MSG(with0 == MOE_N, "expert 0 chosen by %d of %d tokens", with0, MOE_N);
+
+    /* run to run */
+    moe_run(&r, h0, x, MOE_N, part, NULL);
+    CHECK_MSG(memcmp(all, part, nh * 4) == 0, "norm=%d: run to run differ", norm);
+    /* the first n tokens alone: expert 0's group of n rows */
+    static const int ns[] = {1, 7, 64};
+    for (int i = 0; i < 3; i++) {
+        moe_run(&r, h0, x, ns[i], part, NULL);
+        CHECK_MSG(memcmp(all, part, (size_t)ns[i] * MOE_H * 4) == 0, "norm=%d: %d tokens differ from %d", norm,
+                  ns[i], MOE_N);
+    }
+    /* token 0 among other companions (and other residuals) */
+    memcpy(x2, x, (size_t)MOE_H * 4);
+    memcpy(h0b, h0, (size_t)MOE_H * 4);
+    moe_run(&r, h0b, x2, 300, part, NULL);
+    CHECK_MSG(memcmp(all, part, (size_t)MOE_H * 4) == 0, "norm=%d: token 0 depends on its companions", norm);
+
+    /* float64 reference for tokens 0..11 over the device's routing */
+    uint16_t *hr = hmust((size_t)MOE_E * MOE_H * 2), *hg = hmust(ge * 2), *hu = hmust(ge * 2), *hd = hmust(ge * 2);
+    down(hr, r.router, (size_t)MOE_E * MOE_H * 2);
+    down(hg, r.gate, ge * 2);
+    down(hu, r.up, ge * 2);
+    down(hd, r.down, ge * 2);
+    double max_err = 0, max_ref = 0;
+    int route_bad = 0;
+    for (int t = 0; t < 12; t++) {
+        const float *xt = x + (size_t)t * MOE_H;
+        double p[MOE_E], mx = -1e300, sum = 0;
+        for (int e = 0; e < MOE_E; e++) {
+            double l = 0;
+            for (int d = 0; d < MOE_H; d++)
+                l += (double)xt[d] * bf(hr[(size_t)e * MOE_H + d]);
+            p[e] = l;
+            mx = l > mx ? l : mx;
+        }
+        for (int e = 0; e < MOE_E; e++)
+            sum += p[e] = exp(p[e] - mx);
+        int top[MOE_K + 1];
+        double q[MOE_E];
+        memcpy(q, p, sizeof q);
+        for (int k = 0; k <= MOE_K; k++) { /* the host's top k + 1, for the margin */
+            int b = 0;
+            for (int e = 1; e < MOE_E; e++)
+                b = q[e] > q[b] ? e : b;
+            top[k] = b;
+            q[b] = -1;
+        }
+        double margin = (p[top[MOE_K - 1]] - p[top[MOE_K]]) / sum;
+        for (int k = 0; k < MOE_K; k++) {
+            int found = 0;
+            for (int j = 0; j < MOE_K; j++)
+                found |= trace[t * MOE_K + j] == top[k];
+            route_bad += !found && margin > 1e-5;
+        }
+        double wsum = 0, y[MOE_H] = {0};
+        for (int k = 0; k < MOE_K; k++)
+            wsum += p[trace[t * MOE_K + k]] / sum;
+        for (int k = 0; k < MOE_K; k++) {
+            int e = trace[t * MOE_K + k];
+            double w = p[e] / sum / (norm ? wsum : 1.0);
+            double act[MOE_I];
+            for (int i = 0; i < MOE_I; i++) {
+                double g = 0, u = 0;
+                for (int d = 0; d < MOE_H; d++) {
+                    double xb = (double)dtype_bf16_to_f32(dtype_f32_to_bf16(xt[d]));
+                    g += xb * bf(hg[((size_t)e * MOE_I + i) * MOE_H + d]);
+                    u += xb * bf(hu[((size_t)e * MOE_I + i) * MOE_H + d]);
+                }
+                act[i] = g / (1 + exp(-g)) * u;
+            }
+            for (int d = 0; d < MOE_H; d++) {
+                double o = 0;
+                for (int i = 0; i < MOE_I; i++)
+                    o += act[i] * bf(hd[((size_t)e * MOE_H + d) * MOE_I + i]);
+                y[d] += w * o;
+            }
+        }
+        for (int d = 0; d < MOE_H; d++) {
+            double got = (double)all[(size_t)t * MOE_H + d] - (double)h0[(size_t)t * MOE_H + d];
+            max_err = fmax(max_err, fabs(got - y[d]));
+            max_ref = fmax(max_ref, fabs(y[d]));
+        }
+    }
+    CHECK_MSG(route_bad == 0, "norm=%d: %d routing choices differ from the host's clear top-k", norm, route_bad);
+    CHECK_MSG(max_ref > 1e-4 && max_err <= 1e-2 * max_ref, "norm=%d: max error %.3g against a scale of %.3g", norm,
+              max_err, max_ref);
+    printf("  moe norm=%d: max error %.3g of %.3g\n", norm, max_err, max_ref);
+    free(hr);
+    free(hg);
+    free(hu);
+    free(hd);
+    free(x);
+    free(x2);
+    free(h0);
+    free(h0b);
+    free(all);
+    free(part);
+    free(trace);
+    cuda_dev_free(r.router);
+    cuda_dev_free(r.gate);
+    cuda_dev_free(r.up);
+    cuda_dev_free(r.down);
+    cuda_dev_free(r.work);
+    cuda_dev_free(r.d_h);
+    cuda_dev_free(r.d_x);
+}
+
+static void test_moe(void)
+{
+    moe_case(1);
+    moe_case(0);
+}
+
 /* --load-format dummy generates a matrix on the device with the fill kernel and on the
  * host with weights_dummy_fill: the same bits, or a dummy model would be another model
  * on each backend. */
@@ -856,6 +1044,7 @@ int main(int argc, char **argv)
         TEST_RUN(test_attn_prep);
         TEST_RUN(test_attention);
         TEST_RUN(test_gemm_reference);
+        TEST_RUN(test_moe);
         if (!quick)
             TEST_RUN(test_gemm_rows);
         else

@@ -517,6 +517,22 @@ static void test_mkmodel_shapes(void)
     CHECK(c.arch == MODEL_ARCH_QWEN3_MOE && c.hidden_size == 2048 && c.n_layers == 48 && c.n_heads == 32 &&
           c.n_kv_heads == 4 && c.n_experts == 128 && c.n_experts_per_tok == 8 && c.moe_intermediate_size == 768 &&
           c.norm_topk_prob && !c.tie_word_embeddings && c.layer_is_moe[0] && c.layer_is_moe[47]);
+    CHECK_OK(mkmodel_shape_config("qwen3-moe-small", &c, err, sizeof err), err);
+    CHECK(c.arch == MODEL_ARCH_QWEN3_MOE && c.head_dim == 128 && c.n_layers == 6 && c.n_experts == 32 &&
+          c.moe_intermediate_size == 256 && c.layer_is_moe[1] && !c.layer_is_moe[2] && c.layer_is_moe[3]);
+    /* its dense layer goes into config.json as mlp_only_layers and comes back from it */
+    char out[1024];
+    snprintf(out, sizeof out, "%s/mk_moe_small", tmp);
+    struct mkmodel_opts o = {.shape = "qwen3-moe-small", .dtype = SAFETENSORS_DTYPE_BF16, .seed = 1,
+                             .out_dir = out, .config_only = true};
+    CHECK_OK(mkmodel_write(&o, err, sizeof err), err);
+    struct model_config back;
+    CHECK_OK(model_config_load(&back, out, err, sizeof err), err);
+    int moe_layers = 0;
+    for (int l = 0; l < back.n_layers; l++)
+        moe_layers += back.layer_is_moe[l];
+    CHECK_MSG(back.n_layers == 6 && moe_layers == 5 && !back.layer_is_moe[2], "%d layers, %d MoE", back.n_layers,
+              moe_layers);
 }
 
 static void test_mkmodel_tokenizer(void)

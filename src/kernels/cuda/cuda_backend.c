@@ -140,8 +140,8 @@ static enum hr_status cb_size_attention(struct cuda_backend *c, char *err, size_
 static int cb_max_k(const struct model_config *c)
 {
     int k = c->hidden_size;
-    int dims[] = {c->n_heads * c->head_dim, c->intermediate_size};
-    for (int i = 0; i < 2; i++)
+    int dims[] = {c->n_heads * c->head_dim, c->intermediate_size, c->n_experts > 0 ? c->moe_intermediate_size : 0};
+    for (int i = 0; i < 3; i++)
         k = dims[i] > k ? dims[i] : k;
     return k;
 }
@@ -152,14 +152,18 @@ static enum hr_status cb_reserve(struct backend *be, const struct model_config *
     struct cuda_backend *c = cb_of(be);
     if (max_tok < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda backend: steps of %d tokens", max_tok);
-    if (cfg->n_experts > 0)
-        return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
-                      "the CUDA backend serves dense Qwen3 only for now (this model has %d experts); use --device cpu",
-                      cfg->n_experts);
     if (cfg->head_dim != 128)
         return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
                       "the CUDA attention kernels are built for head_dim 128 (this model has %d); use --device cpu",
                       cfg->head_dim);
+    if (cfg->n_experts > CUDA_MOE_MAX_EXPERTS)
+        return hr_err(err, errlen, HR_ERR_UNSUPPORTED, "the CUDA MoE block takes up to %d experts (this model has %d)",
+                      CUDA_MOE_MAX_EXPERTS, cfg->n_experts);
+    if (cfg->n_experts > 0 && (cfg->moe_intermediate_size % 64 || cfg->hidden_size % 64))
+        return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
+                      "the CUDA MoE block needs hidden and moe_intermediate sizes that are multiples of 64 (%d, %d); "
+                      "use --device cpu",
+                      cfg->hidden_size, cfg->moe_intermediate_size);
     c->cfg = cfg;
     c->max_tok = max_tok;
     /* the largest bf16 input of any matmul */
@@ -275,6 +279,62 @@ static enum hr_status cb_upload_vec(const float *h, int n, float **d, char *err,
     return st;
 }
 
+/* One matrix of every expert (which: 0 gate, 1 up, 2 down) into one allocation
+ * [n_experts, rows, cols], which the grouped GEMM indexes by expert; the layer owns
+ * it from the start (out0->data, expert 0's view), so the caller's unbind frees it
+ * whatever fails. */
+static const struct weights_mat *cb_expert_mat(const struct weights_expert *x, int which)
+{
+    return which == 0 ? &x->gate : which == 1 ? &x->up : &x->down;
+}
+
+static enum hr_status cb_upload_stack(const struct weights_layer *h, struct weights_layer *d, int which,
+                                      const char *what, char *err, size_t errlen)
+{
+    const struct weights_mat *m0 = cb_expert_mat(&h->experts[0], which);
+    size_t per = (size_t)m0->rows * (size_t)m0->cols;
+    uint16_t *base = NULL;
+    enum hr_status st = cuda_dev_alloc((void **)&base, per * 2 * (size_t)h->n_experts, err, errlen);
+    if (st != HR_OK)
+        return st;
+    *(struct weights_mat *)cb_expert_mat(&d->experts[0], which) = (struct weights_mat){.data = base};
+    for (int e = 0; st == HR_OK && e < h->n_experts; e++) {
+        const struct weights_mat *m = cb_expert_mat(&h->experts[e], which);
+        struct weights_mat *o = (struct weights_mat *)cb_expert_mat(&d->experts[e], which);
+        if (m->dtype != SAFETENSORS_DTYPE_BF16 || m->rows != m0->rows || m->cols != m0->cols)
+            return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
+                          "the CUDA backend needs bf16 experts of one shape (%s, expert %d is %s [%lld, %lld]); use "
+                          "--device cpu",
+                          what, e, safetensors_dtype_name(m->dtype), (long long)m->rows, (long long)m->cols);
+        *o = *m;
+        o->data = base + (size_t)e * per;
+        if (!m->data && m->fill_seed) /* --load-format dummy: generated here */
+            st = cuda_dev_fill_bf16(base + (size_t)e * per, per, m->fill_seed, DUMMY_FILL_SCALE, err, errlen);
+        else
+            st = cuda_dev_copy(base + (size_t)e * per, m->data, per * 2, err, errlen);
+    }
+    return st;
+}
+
+/* The router and the experts of an MoE layer. */
+static enum hr_status cb_upload_experts(const struct weights_layer *h, struct weights_layer *d,
+                                        const struct model_config *cfg, const char *what, char *err, size_t errlen)
+{
+    if (h->n_experts != cfg->n_experts || !h->experts)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda backend: %s has %d experts, the config %d", what,
+                      h->n_experts, cfg->n_experts);
+    enum hr_status st = cb_upload_mat(&h->router, &d->router, what, err, errlen);
+    if (st != HR_OK)
+        return st;
+    d->experts = calloc((size_t)h->n_experts, sizeof *d->experts);
+    if (!d->experts)
+        return hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: out of memory");
+    d->n_experts = h->n_experts;
+    for (int which = 0; st == HR_OK && which < 3; which++)
+        st = cb_upload_stack(h, d, which, what, err, errlen);
+    return st;
+}
+
 static void cb_unbind_weights(struct backend *be, const struct weights *bound)
 {
     (void)be;
@@ -291,9 +351,15 @@ static void cb_unbind_weights(struct backend *be, const struct weights *bound)
         cuda_dev_free(L->ffn_norm);
         cuda_dev_free(L->q_norm);
         cuda_dev_free(L->k_norm);
-        const struct weights_mat *m[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
-        for (int i = 0; i < 7; i++)
+        const struct weights_mat *m[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down, &L->router};
+        for (int i = 0; i < 8; i++)
             cuda_dev_free((void *)m[i]->data);
+        if (L->experts) { /* each of gate, up, down: one allocation for every expert */
+            cuda_dev_free((void *)L->experts[0].gate.data);
+            cuda_dev_free((void *)L->experts[0].up.data);
+            cuda_dev_free((void *)L->experts[0].down.data);
+            free(L->experts);
+        }
     }
     free(w->layers);
     free(w);
@@ -337,8 +403,10 @@ static enum hr_status cb_bind_weights(struct backend *be, const struct weights *
             break;
         const struct weights_mat *hm[] = {&h->q, &h->k, &h->v, &h->o, &h->gate, &h->up, &h->down};
         struct weights_mat *dm[] = {&d->q, &d->k, &d->v, &d->o, &d->gate, &d->up, &d->down};
-        for (int i = 0; st == HR_OK && i < 7; i++)
+        for (int i = 0; st == HR_OK && i < (h->is_moe ? 4 : 7); i++)
             st = cb_upload_mat(hm[i], dm[i], what, err, errlen);
+        if (st == HR_OK && h->is_moe)
+            st = cb_upload_experts(h, d, cfg, what, err, errlen);
     }
     if (st != HR_OK) {
         cb_unbind_weights(be, w);
@@ -639,21 +707,28 @@ static void cb_attention(struct backend *be, float *out, const float *q, const s
 
 static size_t cb_moe_work_bytes(struct backend *be, int n_tok)
 {
-    (void)be;
-    (void)n_tok;
-    return 0;
+    const struct model_config *cfg = cb_of(be)->cfg;
+    if (!cfg || cfg->n_experts < 1)
+        return 0;
+    return cb_of(be)->K->moe_workspace(n_tok, cfg->hidden_size, cfg->moe_intermediate_size, cfg->n_experts,
+                                       cfg->n_experts_per_tok);
 }
 
 static void cb_moe(struct backend *be, float *h, const float *xn, int n_tok, const struct weights_layer *L,
                    void *work, int32_t *trace)
 {
-    (void)h;
-    (void)xn;
-    (void)n_tok;
-    (void)L;
-    (void)work;
-    (void)trace;
-    cb_fail(cb_of(be), HR_ERR_UNSUPPORTED, "the CUDA backend has no MoE block yet");
+    struct cuda_backend *c = cb_of(be);
+    if (!cb_ok(c) || n_tok == 0)
+        return;
+    const struct model_config *cfg = c->cfg;
+    char err[HR_ERRLEN];
+    struct cuda_moe a = {.h = h, .xn = xn, .router = L->router.data, .gate = L->experts[0].gate.data,
+                         .up = L->experts[0].up.data, .down = L->experts[0].down.data, .n_tok = n_tok,
+                         .hidden = cfg->hidden_size, .inter = cfg->moe_intermediate_size,
+                         .n_experts = cfg->n_experts, .top_k = cfg->n_experts_per_tok,
+                         .norm_topk = cfg->norm_topk_prob, .work = work,
+                         .work_bytes = cb_moe_work_bytes(be, n_tok), .trace = trace};
+    cb_fail(c, c->K->moe(&a, NULL, err, sizeof err), err);
 }
 
 static void cb_gather_logit_rows(struct backend *be, float *dst, const float *src, int first, int n, int dim)

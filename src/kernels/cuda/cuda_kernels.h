@@ -119,6 +119,22 @@ struct cuda_block_copy {
     int n;
 };
 
+/* The MoE block of one layer (moe.cu): h += the rank-order weighted sum of the top-k
+ * experts' SwiGLU MLPs of xn, routed, sorted and computed on the device. */
+struct cuda_moe {
+    float *h;                  /* [n_tok, hidden]: += the block's output */
+    const float *xn;           /* [n_tok, hidden]: the normed input */
+    const uint16_t *router;    /* bf16 [n_experts, hidden] (computed in f32) */
+    const uint16_t *gate, *up; /* bf16 [n_experts, inter, hidden] */
+    const uint16_t *down;      /* bf16 [n_experts, hidden, inter] */
+    int n_tok, hidden, inter, n_experts, top_k;
+    int norm_topk;             /* renormalise the top-k weights to sum 1 */
+    void *work;                /* moe_workspace bytes */
+    size_t work_bytes;
+    int32_t *trace;            /* host [n_tok, top_k]: the experts chosen (a synchronous copy), or NULL */
+};
+#define CUDA_MOE_MAX_EXPERTS 1024
+
 /* Positions per KV split of attention: a row's walk is cut at multiples of this
  * (absolute positions), and the pieces combined in order. */
 #define CUDA_ATTN_SPLIT 256
@@ -150,6 +166,9 @@ struct cuda_kernels {
     /* dst[i] = src[rows[i]] for i < n: rows of dim floats (device rows[n]). */
     enum hr_status (*gather_rows)(float *dst, const float *src, const int32_t *rows, int n, int dim, void *stream,
                                   char *err, size_t errlen);
+    /* Bytes of work memory the MoE block needs for n_tok tokens of a shape. */
+    size_t (*moe_workspace)(int n_tok, int hidden, int inter, int n_experts, int top_k);
+    enum hr_status (*moe)(const struct cuda_moe *a, void *stream, char *err, size_t errlen);
 };
 
 extern const struct cuda_kernels cuda_kernels_sm90a;

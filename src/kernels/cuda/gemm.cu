@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace CUK_NS {
 
@@ -53,37 +54,6 @@ struct params {
     int *tickets; /* [m_tiles, n_tiles], zero between launches */
     int m, n, k, split, n_tiles;
 };
-
-__device__ __forceinline__ void cp16(void *dst, const void *src, bool valid)
-{
-    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    int sz = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(sz));
-}
-__device__ __forceinline__ void cp_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cp_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldsm_x4(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, const void *p)
-{
-    unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(a));
-}
-
-__device__ __forceinline__ void mma16816(float *c, const unsigned *a, const unsigned *b)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 /* One block: tile (blockIdx.y, blockIdx.x) of y, k tiles of split blockIdx.z.  For
  * SwiGLU the tile's columns 0..BN/2-1 are gate rows and BN/2.. the same up rows. */

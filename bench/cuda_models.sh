@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Whole-model GPU benchmarks on --load-format dummy shapes (no files): the card's
+# ceilings first (cuda_bench --ceilings-only: HBM read bandwidth by our copy kernel,
+# bf16 rate by cuBLAS at 8192^3), then for each shape: batch-1 decode (256 tokens after
+# a 4-token prompt), a 2,048-token prefill (time to the first token), `bench prefix`
+# (P = 1,024, S = 64: digests of disabled / cold / warm, TTFT) and `bench throughput`
+# (512 + 128 at the concurrency levels of LEVELS) and the chat workload of `bench prefix`
+# with and without the cache (CHAT_CLIENTS clients).  Logs and JSON under $OUT.
+#   SHAPES="qwen3-0.6b qwen3-8b qwen3-30b-a3b" LEVELS=1,32,64 CHAT_CLIENTS=32 bash bench/cuda_models.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-bench/out}
+mkdir -p "$out"
+bin=${HEARTH_BIN:-build/hearth}
+bench=${HEARTH_CUDA_BENCH:-build/cuda_bench}
+export LD_LIBRARY_PATH="$PWD/.devlib:${LD_LIBRARY_PATH:-}"
+if [ -z "${HEARTH_CUBLAS:-}" ]; then
+  for d in /usr/local/cuda/lib64 /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib \
+           /opt/torch/.venv/lib/python3*/site-packages/nvidia/cublas/lib; do
+    if [ -e "$d/libcublas.so.13" ]; then export HEARTH_CUBLAS="$d/libcublas.so.13"; break; fi
+  done
+fi
+timeout 120 "$bench" --ceilings-only >"$out/ceilings.json" 2>"$out/ceilings.err"
+echo "ceilings: $(tr -d '\n' <"$out/ceilings.json" | sed 's/  */ /g')"
+P=$(python3 -c "print(','.join(str((i*7919)%150000+10) for i in range(2048)))")
+for s in ${SHAPES:-qwen3-0.6b qwen3-8b qwen3-30b-a3b}; do
+  d=$(mktemp -d)
+  "$bin" mkmodel --shape "$s" --config-only --out "$d" >/dev/null || continue
+  m=(--device cuda --model "$d" --load-format dummy)
+  timeout 180 "$bin" generate "${m[@]}" --prompt-ids 1,2,3,4 --max-tokens 256 --ignore-eos \
+    >/dev/null 2>"$out/$s.decode.log"
+  echo "$s decode b1: $(grep -E 'generated' "$out/$s.decode.log" | tail -1)"
+  grep -iE "KV pool|error" "$out/$s.decode.log" | head -2
+  timeout 180 "$bin" generate "${m[@]}" --prompt-ids "$P" --max-tokens 2 >/dev/null 2>"$out/$s.prefill.log"
+  echo "$s prefill 2048: $(grep -E 'generated|rror' "$out/$s.prefill.log" | tail -1)"
+  timeout 240 "$bin" bench prefix "${m[@]}" --shared-prefix-tokens 1024 --suffix-tokens 64 --max-tokens 16 \
+    --repeats 1 --output-json "$out/$s.prefix.json" >/dev/null 2>"$out/$s.prefix.log"
+  echo "$s prefix (rc $?):"; grep -E 'digests_equal|"(disabled|cold|warm)"' "$out/$s.prefix.json" | cut -c1-150
+  if [ -n "${CHAT_CLIENTS:-}" ]; then
+    timeout 300 "$bin" bench prefix "${m[@]}" --workload chat --clients "$CHAT_CLIENTS" \
+      --output-json "$out/$s.chat.json" >/dev/null 2>"$out/$s.chat.log"
+    echo "$s chat workload (rc $?):"; grep -E 'cache_(off|on)' "$out/$s.chat.json" | cut -c1-200
+  fi
+  if [ -n "${LEVELS:-}" ]; then
+    timeout 400 "$bin" bench throughput "${m[@]}" --prompt-tokens 512 --output-tokens 128 --concurrency "$LEVELS" \
+      >"$out/$s.throughput.json" 2>"$out/$s.throughput.log"
+    grep -E "^concurrency|rror" "$out/$s.throughput.log"
+  fi
+  rm -rf "$d"
+done

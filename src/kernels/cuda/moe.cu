@@ -1,0 +1,462 @@
+/* The MoE block of one layer on the device, with no host round trip inside it:
+ *
+ *   router   logits[t, e] = xn[t] . router[e] in f32 (bf16 weights widened), one warp
+ *            per (token, expert) with a fixed lane split and a fixed butterfly
+ *   route    softmax, top-k (ties to the lower expert), optional renormalisation: one
+ *            thread per token, in the CPU's order
+ *   sort     a counting sort of the (token, rank) pairs into per-expert segments
+ *            (ballots, no atomics) and the work list of 64-row tiles, in one block
+ *   gate/up  a grouped GEMM over the work list, rows gathered from bf16(xn), SwiGLU
+ *            epilogue to bf16
+ *   down     the same grouped GEMM over the SwiGLU rows, f32 out
+ *   combine  h[t] += the weighted sum of the token's rows in rank order, in f32
+ *
+ * Batch invariance: every value a token gets is computed from that token's data alone
+ * with an order that depends only on the layer's shape.  The grouped GEMM's tile is
+ * fixed (64 x 128 x 64, no K split): a row's accumulators see the k16 steps in
+ * ascending order whatever tile, segment or group size it lands in, so an expert's
+ * rows give the same bits in a group of 1 or of 900, and whatever the other tokens
+ * chose.  The grid is sized for the most tiles the step can need (known on the host
+ * from n_tok alone); tiles past the list's end exit at once. */
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
+
+namespace CUK_NS {
+
+namespace {
+
+constexpr int MOE_BM = 64, MOE_BN = 128, MOE_BK = 64, MOE_STAGES = 4, MOE_THREADS = 256;
+constexpr int MOE_LDS = MOE_BK + 8; /* smem row stride (bf16): ldmatrix rows in distinct banks */
+constexpr int MOE_A_STAGE = MOE_BM * MOE_LDS, MOE_B_STAGE = MOE_BN * MOE_LDS;
+constexpr int MOE_PIPE = MOE_STAGES * (MOE_A_STAGE + MOE_B_STAGE) * 2;
+constexpr int MOE_EPI_LD = MOE_BN + 1;
+constexpr int MOE_SMEM = MOE_PIPE > MOE_BM * MOE_EPI_LD * 4 ? MOE_PIPE : MOE_BM * MOE_EPI_LD * 4;
+constexpr int ROUTER_TOK = 4;      /* tokens of one router block */
+constexpr int SORT_THREADS = 1024;
+constexpr int SORT_CHUNK = 4096;   /* (token, rank) pairs staged in shared memory at a time */
+
+/* Offsets of the block's buffers in the work region, for n tokens. */
+struct layout {
+    size_t xb, logits, top_e, top_w, row_of, tok_of_row, tiles, n_tiles, act, eo, bytes;
+    int t_max;
+};
+
+size_t put(size_t *off, size_t bytes)
+{
+    size_t at = (*off + 255) & ~(size_t)255;
+    *off = at + bytes;
+    return at;
+}
+
+/* The most 64-row tiles n * top_k rows can need: a segment of c rows takes
+ * ceil(c / 64) <= floor(c / 64) + 1 tiles, and at most min(E, rows) segments are
+ * not empty. */
+int max_tiles(int rows, int n_experts)
+{
+    return rows / MOE_BM + (n_experts < rows ? n_experts : rows);
+}
+
+layout layout_of(int n, int hidden, int inter, int n_experts, int top_k)
+{
+    layout o;
+    size_t N = (size_t)n, R = N * (size_t)top_k, off = 0;
+    o.t_max = max_tiles((int)R, n_experts);
+    o.xb = put(&off, N * hidden * 2);
+    o.logits = put(&off, N * n_experts * 4);
+    o.top_e = put(&off, R * 4);
+    o.top_w = put(&off, R * 4);
+    o.row_of = put(&off, R * 4);
+    o.tok_of_row = put(&off, R * 4);
+    o.tiles = put(&off, (size_t)o.t_max * 3 * 4);
+    o.n_tiles = put(&off, 4);
+    o.act = put(&off, R * inter * 2);
+    o.eo = put(&off, R * hidden * 4);
+    o.bytes = (off + 255) & ~(size_t)255;
+    return o;
+}
+
+__device__ __forceinline__ void bf16x8(uint4 v, float *f)
+{
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(u[i] << 16);
+        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+}
+
+/* logits[t, e] = xn[t] . w[e]: lane l sums the elements l*8 .. l*8+7 of every 256,
+ * in ascending order, then the lanes meet in a fixed butterfly (lane 0 keeps it). */
+__global__ void __launch_bounds__(256) router_kernel(float *logits, const float *xn, const uint16_t *w, int n, int H,
+                                                     int E)
+{
+    const int t0 = blockIdx.x * ROUTER_TOK, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nt = n - t0 < ROUTER_TOK ? n - t0 : ROUTER_TOK;
+    for (int e = warp; e < E; e += 8) {
+        float acc[ROUTER_TOK];
+#pragma unroll
+        for (int t = 0; t < ROUTER_TOK; t++)
+            acc[t] = 0.0f;
+        const uint16_t *we = w + (size_t)e * H;
+        for (int h0 = lane * 8; h0 < H; h0 += 256) {
+            float wf[8];
+            bf16x8(__ldg((const uint4 *)(we + h0)), wf);
+#pragma unroll
+            for (int t = 0; t < ROUTER_TOK; t++) {
+                if (t >= nt)
+                    break;
+                const float4 *xp = (const float4 *)(xn + (size_t)(t0 + t) * H + h0);
+                float4 a = __ldg(xp), b = __ldg(xp + 1);
+                float xf[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    acc[t] = __fmaf_rn(xf[i], wf[i], acc[t]);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < ROUTER_TOK; t++)
+#pragma unroll
+            for (int off = 16; off; off >>= 1)
+                acc[t] = __fadd_rn(acc[t], __shfl_xor_sync(0xffffffffu, acc[t], off));
+        if (lane == 0)
+            for (int t = 0; t < nt; t++)
+                logits[(size_t)(t0 + t) * E + e] = acc[t];
+    }
+}
+
+/* Softmax over the token's logits (in place), top-k by probability with ties to the
+ * lower expert, then the optional renormalisation; the CPU's steps in its order. */
+__global__ void route_kernel(float *logits, int32_t *top_e, float *top_w, int n, int E, int K, int norm)
+{
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n)
+        return;
+    float *p = logits + (size_t)t * E;
+    float mx = -INFINITY;
+    for (int e = 0; e < E; e++)
+        mx = p[e] > mx ? p[e] : mx;
+    float sum = 0.0f;
+    for (int e = 0; e < E; e++) {
+        p[e] = expf(__fsub_rn(p[e], mx));
+        sum = __fadd_rn(sum, p[e]);
+    }
+    for (int e = 0; e < E; e++)
+        p[e] = __fdiv_rn(p[e], sum);
+    int32_t *te = top_e + (size_t)t * K;
+    float *tw = top_w + (size_t)t * K;
+    for (int r = 0; r < K; r++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (p[e] >= 0.0f && (best < 0 || p[e] > p[best]))
+                best = e;
+        if (best < 0) { /* every probability NaN: any untaken expert, the weight NaN */
+            best = r;
+            tw[r] = NAN;
+        } else {
+            tw[r] = p[best];
+        }
+        te[r] = best;
+        p[best] = -1.0f; /* taken (probabilities are >= 0) */
+    }
+    if (norm) {
+        float s = 0.0f;
+        for (int r = 0; r < K; r++)
+            s = __fadd_rn(s, tw[r]);
+        for (int r = 0; r < K; r++)
+            tw[r] = __fdiv_rn(tw[r], s);
+    }
+}
+
+/* One block: pair i = t * K + r goes to row seg[top_e[i]] + (its rank among the pairs
+ * of that expert, in pair order); then the tiles of every expert, in expert order. */
+__global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const int32_t *top_e, int R, int K, int E,
+                                                            int32_t *row_of, int32_t *tok_of_row, int32_t *tiles,
+                                                            int32_t *n_tiles)
+{
+    __shared__ int32_t buf[SORT_CHUNK];
+    __shared__ int32_t cnt[CUDA_MOE_MAX_EXPERTS], base[CUDA_MOE_MAX_EXPERTS];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const unsigned below = (1u << lane) - 1;
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        cnt[e] = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int c0 = 0; c0 < R; c0 += SORT_CHUNK) {
+            int len = R - c0 < SORT_CHUNK ? R - c0 : SORT_CHUNK;
+            __syncthreads(); /* the last chunk's readers are done (and cnt/base are set) */
+            for (int i = threadIdx.x; i < len; i += blockDim.x)
+                buf[i] = top_e[c0 + i];
+            __syncthreads();
+            for (int e = warp; e < E; e += nw) {
+                int at = pass ? base[e] : cnt[e];
+                for (int i0 = 0; i0 < len; i0 += 32) {
+                    int i = i0 + lane;
+                    bool m = i < len && buf[i] == e;
+                    unsigned bal = __ballot_sync(0xffffffffu, m);
+                    if (pass && m) {
+                        int row = at + __popc(bal & below);
+                        row_of[c0 + i] = row;
+                        tok_of_row[row] = (c0 + i) / K;
+                    }
+                    at += __popc(bal);
+                }
+                if (lane == 0) {
+                    if (pass)
+                        base[e] = at;
+                    else
+                        cnt[e] = at;
+                }
+            }
+        }
+        __syncthreads();
+        if (pass == 0 && threadIdx.x == 0) {
+            int s = 0, nt = 0;
+            for (int e = 0; e < E; e++) {
+                base[e] = s;
+                for (int r0 = 0; r0 < cnt[e]; r0 += MOE_BM) {
+                    tiles[3 * nt] = e;
+                    tiles[3 * nt + 1] = s + r0;
+                    tiles[3 * nt + 2] = cnt[e] - r0 < MOE_BM ? cnt[e] - r0 : MOE_BM;
+                    nt++;
+                }
+                s += cnt[e];
+            }
+            *n_tiles = nt;
+        }
+    }
+}
+
+struct gparams {
+    const uint16_t *x;       /* bf16 A rows [*, k] */
+    const int32_t *a_rows;   /* grouped row -> row of x, or NULL: the grouped row itself */
+    const uint16_t *w, *w_up; /* bf16 [E, n, k] (SwiGLU: gate and up) */
+    void *y;                 /* [R, n]: bf16 (SwiGLU) or f32 */
+    const int32_t *tiles, *n_tiles;
+    int n, k;
+};
+
+/* One block: columns tile blockIdx.x of work-list tile blockIdx.y (expert e, rows
+ * row0 .. row0 + rows - 1 of the grouped order).  2 x 4 warps of 32 x 32; SwiGLU
+ * tiles hold 64 gate columns then the same 64 up columns. */
+template <bool SWIGLU> __global__ void __launch_bounds__(MOE_THREADS, 2) grouped_kernel(gparams p)
+{
+    constexpr int WM = MOE_BM / 2, MI = WM / 16, CPR = MOE_BK / 8;
+    constexpr int A_PER = MOE_BM * MOE_BK / 8 / MOE_THREADS, B_PER = MOE_BN * MOE_BK / 8 / MOE_THREADS;
+    if ((int)blockIdx.y >= *p.n_tiles)
+        return;
+    const int e = p.tiles[3 * blockIdx.y], row0 = p.tiles[3 * blockIdx.y + 1], rows = p.tiles[3 * blockIdx.y + 2];
+    extern __shared__ __align__(128) uint16_t smem[];
+    uint16_t *sa = smem, *sb = smem + MOE_STAGES * MOE_A_STAGE;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
+    const int nt = blockIdx.x, kt_n = p.k / MOE_BK;
+    const size_t w_off = (size_t)e * p.n * p.k;
+
+    const uint16_t *a_src[A_PER];
+    bool a_ok[A_PER];
+    int a_dst[A_PER];
+#pragma unroll
+    for (int i = 0; i < A_PER; i++) {
+        int idx = tid + i * MOE_THREADS, r = idx / CPR, ch = idx % CPR;
+        a_ok[i] = r < rows;
+        int src = a_ok[i] ? (p.a_rows ? p.a_rows[row0 + r] : row0 + r) : 0;
+        a_src[i] = p.x + (size_t)src * p.k + ch * 8;
+        a_dst[i] = r * MOE_LDS + ch * 8;
+    }
+    const uint16_t *b_src[B_PER];
+    bool b_ok[B_PER];
+    int b_dst[B_PER];
+#pragma unroll
+    for (int i = 0; i < B_PER; i++) {
+        int idx = tid + i * MOE_THREADS, r = idx / CPR, ch = idx % CPR, n_at;
+        const uint16_t *b = p.w;
+        if (SWIGLU) {
+            n_at = nt * (MOE_BN / 2) + (r & (MOE_BN / 2 - 1));
+            b = r < MOE_BN / 2 ? p.w : p.w_up;
+        } else {
+            n_at = nt * MOE_BN + r;
+        }
+        b_ok[i] = n_at < p.n;
+        b_src[i] = b + w_off + (size_t)(b_ok[i] ? n_at : 0) * p.k + ch * 8;
+        b_dst[i] = r * MOE_LDS + ch * 8;
+    }
+    auto load = [&](int stage, int kt) {
+        size_t ko = (size_t)kt * MOE_BK;
+#pragma unroll
+        for (int i = 0; i < A_PER; i++)
+            cp16(sa + stage * MOE_A_STAGE + a_dst[i], a_src[i] + ko, a_ok[i]);
+#pragma unroll
+        for (int i = 0; i < B_PER; i++)
+            cp16(sb + stage * MOE_B_STAGE + b_dst[i], b_src[i] + ko, b_ok[i]);
+    };
+
+    float acc[MI][4][4];
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                acc[i][j][r] = 0.0f;
+    int n_act = 0; /* this warp's m16 tiles that hold rows (warp-uniform) */
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+        n_act += wm * WM + i * 16 < rows;
+
+#pragma unroll
+    for (int st = 0; st < MOE_STAGES - 1; st++) {
+        if (st < kt_n)
+            load(st, st);
+        cp_commit();
+    }
+    for (int kt = 0; kt < kt_n; kt++) {
+        cp_wait<MOE_STAGES - 2>();
+        __syncthreads();
+        int nk = kt + MOE_STAGES - 1;
+        if (nk < kt_n)
+            load(nk % MOE_STAGES, nk);
+        cp_commit();
+        if (n_act == 0)
+            continue;
+        const uint16_t *ta = sa + (kt % MOE_STAGES) * MOE_A_STAGE, *tb = sb + (kt % MOE_STAGES) * MOE_B_STAGE;
+#pragma unroll
+        for (int kk = 0; kk < MOE_BK; kk += 16) {
+            unsigned a[MI][4], b[4][2];
+#pragma unroll
+            for (int j2 = 0; j2 < 2; j2++)
+                ldsm_x4(b[2 * j2][0], b[2 * j2][1], b[2 * j2 + 1][0], b[2 * j2 + 1][1],
+                        tb + (wn * 32 + j2 * 16 + ((lane >> 4) << 3) + (lane & 7)) * MOE_LDS + kk +
+                            ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int i = 0; i < MI; i++) {
+                if (i >= n_act)
+                    break;
+                ldsm_x4(a[i][0], a[i][1], a[i][2], a[i][3],
+                        ta + (wm * WM + i * 16 + (lane & 15)) * MOE_LDS + kk + (lane >> 4) * 8);
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    mma16816(acc[i][j], a[i], b[j]);
+            }
+        }
+    }
+    cp_wait<0>();
+
+    if constexpr (SWIGLU) {
+        __syncthreads(); /* every warp is done with the pipeline's smem */
+        float *tile = (float *)smem;
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    int lr = wm * WM + i * 16 + (lane >> 2) + (r >> 1) * 8;
+                    int lc = wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
+                    tile[lr * MOE_EPI_LD + lc] = acc[i][j][r];
+                }
+        __syncthreads();
+        uint16_t *y = (uint16_t *)p.y;
+        for (int x = tid; x < MOE_BM * (MOE_BN / 2); x += MOE_THREADS) {
+            int lr = x / (MOE_BN / 2), lc = x % (MOE_BN / 2), col = nt * (MOE_BN / 2) + lc;
+            if (lr >= rows || col >= p.n)
+                continue;
+            float g = tile[lr * MOE_EPI_LD + lc], u = tile[lr * MOE_EPI_LD + MOE_BN / 2 + lc];
+            float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+            y[(size_t)(row0 + lr) * p.n + col] = f32_to_bf16(__fmul_rn(silu, u));
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    int lr = wm * WM + i * 16 + (lane >> 2) + h * 8;
+                    int col = nt * MOE_BN + wn * 32 + j * 8 + (lane & 3) * 2;
+                    if (lr >= rows || col >= p.n)
+                        continue; /* n is even: col + 1 < n too */
+                    *(float2 *)((float *)p.y + (size_t)(row0 + lr) * p.n + col) =
+                        make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                }
+    }
+}
+
+/* h[t] += sum over ranks r (in order) of w[t, r] * eo[row_of[t, r]], in f32. */
+__global__ void combine_kernel(float *h, const float *eo, const int32_t *row_of, const float *top_w, int H, int K)
+{
+    const size_t t = blockIdx.x;
+    for (int d = threadIdx.x; d < H; d += blockDim.x) {
+        float y = 0.0f;
+        for (int r = 0; r < K; r++)
+            y = __fadd_rn(y, __fmul_rn(top_w[t * K + r], eo[(size_t)row_of[t * K + r] * H + d]));
+        h[t * H + d] = __fadd_rn(h[t * H + d], y);
+    }
+}
+
+} // namespace
+
+enum hr_status moe_prepare(char *err, size_t errlen)
+{
+    cudaFuncSetAttribute(grouped_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, MOE_SMEM);
+    cudaFuncSetAttribute(grouped_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, MOE_SMEM);
+    return launch_status("moe prepare", err, errlen);
+}
+
+size_t moe_workspace(int n_tok, int hidden, int inter, int n_experts, int top_k)
+{
+    if (n_tok < 1 || hidden < 1 || inter < 1 || n_experts < 1 || top_k < 1)
+        return 0;
+    return layout_of(n_tok, hidden, inter, n_experts, top_k).bytes;
+}
+
+enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t errlen)
+{
+    if (a->n_tok < 0 || a->hidden < 64 || a->hidden % 64 || a->inter < 64 || a->inter % 64 || a->n_experts < 1 ||
+        a->n_experts > CUDA_MOE_MAX_EXPERTS || a->top_k < 1 || a->top_k > a->n_experts)
+        return hr_err(err, errlen, HR_ERR_INVALID,
+                      "cuda moe: bad shape hidden=%d inter=%d experts=%d top_k=%d (hidden and inter multiples of 64, "
+                      "1..%d experts)",
+                      a->hidden, a->inter, a->n_experts, a->top_k, CUDA_MOE_MAX_EXPERTS);
+    if (!a->h || !a->xn || !a->router || !a->gate || !a->up || !a->down)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda moe: missing operand");
+    if (a->n_tok == 0)
+        return HR_OK;
+    const int n = a->n_tok, H = a->hidden, I = a->inter, E = a->n_experts, K = a->top_k, R = n * K;
+    layout o = layout_of(n, H, I, E, K);
+    if (!a->work || a->work_bytes < o.bytes)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda moe: a workspace of %zu bytes needed, %zu given", o.bytes,
+                      a->work_bytes);
+    if (o.t_max > 65535)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda moe: %d tokens are too many for one launch", n);
+    uint8_t *w = (uint8_t *)a->work;
+    uint16_t *xb = (uint16_t *)(w + o.xb), *act = (uint16_t *)(w + o.act);
+    float *logits = (float *)(w + o.logits), *top_w = (float *)(w + o.top_w), *eo = (float *)(w + o.eo);
+    int32_t *top_e = (int32_t *)(w + o.top_e), *row_of = (int32_t *)(w + o.row_of);
+    int32_t *tok_of_row = (int32_t *)(w + o.tok_of_row), *tiles = (int32_t *)(w + o.tiles);
+    int32_t *n_tiles = (int32_t *)(w + o.n_tiles);
+    cudaStream_t st = (cudaStream_t)stream;
+
+    enum hr_status s = to_bf16(xb, a->xn, (size_t)n * H, stream, err, errlen);
+    if (s != HR_OK)
+        return s;
+    router_kernel<<<(n + ROUTER_TOK - 1) / ROUTER_TOK, 256, 0, st>>>(logits, a->xn, a->router, n, H, E);
+    route_kernel<<<(n + 127) / 128, 128, 0, st>>>(logits, top_e, top_w, n, E, K, a->norm_topk);
+    sort_kernel<<<1, SORT_THREADS, 0, st>>>(top_e, R, K, E, row_of, tok_of_row, tiles, n_tiles);
+    if ((s = launch_status("moe routing", err, errlen)) != HR_OK)
+        return s;
+    gparams g = {xb, tok_of_row, a->gate, a->up, act, tiles, n_tiles, I, H};
+    grouped_kernel<true><<<dim3((I + MOE_BN / 2 - 1) / (MOE_BN / 2), o.t_max), MOE_THREADS, MOE_SMEM, st>>>(g);
+    g = gparams{act, NULL, a->down, NULL, eo, tiles, n_tiles, H, I};
+    grouped_kernel<false><<<dim3((H + MOE_BN - 1) / MOE_BN, o.t_max), MOE_THREADS, MOE_SMEM, st>>>(g);
+    combine_kernel<<<n, 256, 0, st>>>(a->h, eo, row_of, top_w, H, K);
+    if ((s = launch_status("moe experts", err, errlen)) != HR_OK)
+        return s;
+    if (a->trace) {
+        cudaError_t e = cudaMemcpyAsync(a->trace, top_e, (size_t)R * 4, cudaMemcpyDeviceToHost, st);
+        if (e == cudaSuccess)
+            e = cudaStreamSynchronize(st);
+        if (e != cudaSuccess)
+            return hr_err(err, errlen, HR_ERR_INTERNAL, "cuda moe: the routing trace: %s", cudaGetErrorString(e));
+    }
+    return HR_OK;
+}
+
+} // namespace CUK_NS
