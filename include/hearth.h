@@ -85,6 +85,8 @@ struct hearth_engine_params {
                                    on a later miss, across restarts (NULL: no disk tier) */
     size_t kv_cache_disk_bytes; /* the directory's files at most, least recently used go first
                                    (0: 1 GiB) */
+    bool enforce_eager;         /* a device backend runs every step op by op: no CUDA graphs for
+                                   decode steps (vLLM's name; graphs change no bit, only the speed) */
 };
 
 void hearth_engine_params_default(struct hearth_engine_params *p);

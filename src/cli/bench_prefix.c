@@ -516,18 +516,26 @@ static int prefix_workload(struct prefix_opts *o)
             goto out;
         }
     free(ref);
+    /* every client's output, in client order: equal across runs that must agree
+     * bitwise (a device's graphs against --enforce-eager, say) */
+    struct bench_digest all = {0};
+    for (int i = 0; i < n; i++)
+        bench_digest_add(&all, &cl[i].out, sizeof cl[i].out);
+    char all_hex[33];
+    bench_digest_hex(&all, all_hex);
     char json[4096];
     snprintf(json, sizeof json,
              "{\n  \"benchmark\": \"prefix-workload\",\n  \"workload\": \"%s\",\n  \"model\": \"%s\",\n"
              "  \"threads\": %d,\n  \"clients\": %d,\n  \"shared_tokens\": %d,\n  \"unique_tokens\": %d,\n"
              "  \"max_tokens\": %d,\n  \"arrival_steps\": %d,\n  \"outputs_equal\": true,\n"
+             "  \"outputs_digest\": \"%s\",\n"
              "  \"cache_off\": {\"seconds\": %.3f, \"tokens_per_s\": %.1f, \"generated_per_s\": %.2f, "
              "\"ttft_p50_s\": %.3f, \"ttft_p99_s\": %.3f},\n"
              "  \"cache_on\": {\"seconds\": %.3f, \"tokens_per_s\": %.1f, \"generated_per_s\": %.2f, "
              "\"ttft_p50_s\": %.3f, \"ttft_p99_s\": %.3f, \"hit_rate\": %.4f},\n"
              "  \"throughput_on_over_off\": %.3f\n}\n",
              o->workload, o->ep.model_dir, o->ep.n_threads, n, shared, unique, o->max_tokens, o->arrival_steps,
-             off.seconds, off.tokens_per_s, off.gen_per_s, off.ttft_p50, off.ttft_p99, on.seconds, on.tokens_per_s,
+             all_hex, off.seconds, off.tokens_per_s, off.gen_per_s, off.ttft_p50, off.ttft_p99, on.seconds, on.tokens_per_s,
              on.gen_per_s, on.ttft_p50, on.ttft_p99,
              on.prompt_tokens ? (double)on.hit_tokens / (double)on.prompt_tokens : 0.0,
              off.seconds > 0 && on.seconds > 0 ? off.seconds / on.seconds : 0.0);

@@ -86,14 +86,13 @@ static int eval_same_experts(const int32_t *a, const int32_t *b, int k)
 }
 
 /* Marks the positions whose experts differ from an f32-KV run; returns how many. */
-static int eval_mark_flips(struct qwen3 *q, struct eval_route_check *rc, const struct batch *b, float *scratch,
-                           int T)
+static int eval_mark_flips(struct qwen3 *q, struct eval_route_check *rc, const struct batch *b, int T)
 {
     char err[HR_ERRLEN];
     const struct model_config *c = &q->m->cfg;
     int K = c->n_experts_per_tok, n = 0;
     rc->q32.route_trace = rc->ref;
-    enum hr_status st = qwen3_forward(&rc->q32, b, &rc->kv32, scratch, err, sizeof err);
+    enum hr_status st = qwen3_forward(&rc->q32, b, &rc->kv32, NULL, err, sizeof err); /* experts only */
     rc->q32.route_trace = NULL;
     if (st != HR_OK)
         return -1;
@@ -161,7 +160,7 @@ static int eval_prompt(struct qwen3 *q, struct kv_store *kv, struct eval_route_c
     }
     const float *host = hp;
     int n_flip = 0;
-    if (rc && (n_flip = eval_mark_flips(q, rc, b, logits + (int64_t)T * V, T)) < 0) {
+    if (rc && (n_flip = eval_mark_flips(q, rc, b, T)) < 0) {
         fprintf(stderr, "hearth eval: prompt p%d: the f32-KV control run failed\n", pi);
         return -1;
     }
@@ -307,22 +306,25 @@ int cli_eval(int argc, char **argv)
         o.tol = o.kv_dtype == KV_DTYPE_F32 && !be.bf16_compute ? 2e-4 : 5e-2;
     table = malloc((size_t)kv.n_blocks * sizeof *table);
     logits = be.ops->alloc(&be, ((size_t)max_t * 2 + 1) * (size_t)m.cfg.vocab_size * sizeof *logits, err, sizeof err);
-    /* The control computes in f32: the variant itself, unless it rounds to bf16. */
+    /* The control computes in f32: the variant itself, unless it rounds to bf16; a
+     * device's control runs on the CPU (the best f32 variant there). */
     need_rc = m.cfg.arch == MODEL_ARCH_QWEN3_MOE && (o.kv_dtype != KV_DTYPE_F32 || be.bf16_compute);
+    bool rc_cpu = strcmp(be.device, "cpu") != 0;
     if (need_rc) {
         size_t nt = (size_t)m.cfg.n_layers * max_t * m.cfg.n_experts_per_tok;
         route.ref = calloc(nt, sizeof *route.ref);
         route.run = calloc(nt, sizeof *route.run);
         route.flip = calloc((size_t)max_t, 1);
         if (!route.ref || !route.run || !route.flip ||
-            backend_create(&route.be32, be.device,
-                           &(struct backend_opts){.n_threads = o.threads, .kernel = be.isa, .compute = "f32"}, err,
-                           sizeof err) != HR_OK ||
+            backend_create(&route.be32, rc_cpu ? "cpu" : be.device,
+                           &(struct backend_opts){.n_threads = o.threads, .kernel = rc_cpu ? NULL : be.isa,
+                                                  .compute = "f32"},
+                           err, sizeof err) != HR_OK ||
             qwen3_init(&route.q32, &m, &route.be32, max_t, err, sizeof err) != HR_OK ||
             model_kv_init(&route.kv32, &route.be32, &m.cfg, KV_DTYPE_F32, bs,
                           (size_t)kv.n_blocks * bs * model_kv_bytes_per_token(&m.cfg, KV_DTYPE_F32), err,
                           sizeof err) != HR_OK) {
-            fprintf(stderr, "hearth eval: cannot set up the f32-KV control run\n");
+            fprintf(stderr, "hearth eval: cannot set up the f32-KV control run: %s\n", err);
             goto out;
         }
     }

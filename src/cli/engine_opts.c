@@ -45,7 +45,9 @@ const char engine_opts_help[] =
     "  --load-format auto|dummy      dummy: random weights generated from config.json alone, on the\n"
     "                                device that runs them (benchmarks; outputs are meaningless)\n"
     "  --gpu-memory-utilization F    --device cuda without --kv-cache-mib: the KV pool takes what is\n"
-    "                                left of F of the card's memory after weights and scratch (0.9)\n";
+    "                                left of F of the card's memory after weights and scratch (0.9)\n"
+    "  --enforce-eager               --device cuda: run decode steps op by op, not as CUDA graphs\n"
+    "                                (the same bits either way; graphs cut the launch overhead)\n";
 
 void engine_opts_default(struct hearth_engine_params *p)
 {
@@ -76,6 +78,10 @@ int engine_opts_parse(struct hearth_engine_params *p, int argc, char **argv, int
             return engine_opts_int(ints[k], args_value(argc, argv, i), lo[k], hi[k], dst[k]);
     if (!strcmp(a, "--no-mmap")) {
         p->no_mmap = true;
+        return 1;
+    }
+    if (!strcmp(a, "--enforce-eager")) {
+        p->enforce_eager = true;
         return 1;
     }
     if (args_is(a, "--model")) {

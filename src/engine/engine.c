@@ -813,7 +813,8 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
 #endif
     }
     e->p.kv_dtype = kv_dtype_name(kvd);
-    struct backend_opts bo = {.n_threads = p->n_threads, .kernel = p->kernel, .compute = p->compute};
+    struct backend_opts bo = {.n_threads = p->n_threads, .kernel = p->kernel, .compute = p->compute,
+                              .enforce_eager = p->enforce_eager};
     if (st == HR_OK)
         st = backend_create(&e->be, p->device, &bo, err, errlen);
     /* A device's pool takes what the weights and scratch leave of its memory: they go

@@ -63,6 +63,15 @@ struct backend_ops {
 
     /* ---- the step */
 
+    /* NULL on a backend without graphs.  Asked right before begin_step: the tokens a
+     * step of batch b runs as when the backend replays it as one captured graph (a
+     * bucket >= b->n_tok), or 0 to run it op by op.  A positive answer arms the next
+     * begin_step, which must then get b padded to that many tokens: rows of one token
+     * each (token 0 at position 0, slot -1: nothing stored; a one-block table) whose
+     * outputs nobody reads.  Every row's bits are its own, so padding changes no bit of
+     * the real rows, and a replay computes what the ops would. */
+    int (*graph_rows)(struct backend *be, const struct batch *b);
+
     /* Takes the batch (built and validated) for the ops that follow, runs its block
      * copies in order, computes cos/sin of every token's position (in double, from
      * the position alone).  The batch stays the caller's and must not change until
@@ -127,6 +136,7 @@ struct backend_opts {
     int n_threads;             /* CPU threads (a device backend's host threads) */
     const char *kernel;        /* NULL, "" or "auto": the best this machine runs; else a variant name */
     const char *compute;       /* NULL or "f32"; "bf16": activations rounded to bf16 for matmuls */
+    bool enforce_eager;        /* a device backend runs every step op by op (no graphs) */
 };
 
 struct backend {

@@ -59,6 +59,9 @@ struct qwen3 {
     const float *last_h;       /* [last_n_tok, hidden] residual stream after the last layer, or NULL */
     float *last_lx;            /* [last_n_logits, hidden] room for the normed logits rows */
     int last_n_tok, last_n_logits;
+    /* A decode step the backend replays as a graph runs padded to its bucket (graph_rows). */
+    struct batch pad;          /* rows, tokens, positions, slots, tok_row, logit_tok: [max_tok] */
+    int32_t pad_table[1];      /* the padding rows' block table: block 0, read, never written */
 };
 
 /* Sizes the backend for m and steps of max_tok tokens, binds m's weights, and takes

@@ -8,6 +8,7 @@
  * computes offsets and calls ops, and never reads or writes an activation itself. */
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/model.h"
@@ -131,6 +132,71 @@ static enum hr_status qwen3_scratch_alloc(struct qwen3 *q, size_t bytes, char *e
     return HR_OK;
 }
 
+/* The padded batch's arrays (only a backend with graphs uses them). */
+static enum hr_status qwen3_pad_init(struct qwen3 *q, char *err, size_t errlen)
+{
+    struct batch *p = &q->pad;
+    size_t n = (size_t)q->max_tok;
+    p->max_rows = p->max_tok = q->max_tok;
+    p->rows = calloc(n, sizeof *p->rows);
+    p->tokens = calloc(n, sizeof *p->tokens);
+    p->positions = calloc(n, sizeof *p->positions);
+    p->slots = calloc(n, sizeof *p->slots);
+    p->tok_row = calloc(n, sizeof *p->tok_row);
+    p->logit_tok = calloc(n, sizeof *p->logit_tok);
+    if (!p->rows || !p->tokens || !p->positions || !p->slots || !p->tok_row || !p->logit_tok)
+        return hr_err(err, errlen, HR_ERR_NOMEM, "forward: out of memory");
+    return HR_OK;
+}
+
+static void qwen3_pad_free(struct qwen3 *q)
+{
+    struct batch *p = &q->pad;
+    free(p->rows);
+    free(p->tokens);
+    free(p->positions);
+    free(p->slots);
+    free(p->tok_row);
+    free(p->logit_tok);
+    memset(p, 0, sizeof *p);
+}
+
+/* b padded to B tokens for a graph step: rows of one token each (token 0 at position
+ * 0, reading block 0, storing nothing: slot -1), no logits.  Every row's bits are its
+ * own, so the real rows come out as they would alone; the padding's outputs are
+ * never read.  The copies are b's (the backend runs them before the graph). */
+static const struct batch *qwen3_pad(struct qwen3 *q, const struct batch *b, int B)
+{
+    struct batch *p = &q->pad;
+    int n = b->n_tok, extra = B - n;
+    HR_ASSERT(B <= p->max_tok && b->n_rows + extra <= p->max_rows);
+    p->block_size = b->block_size;
+    p->n_rows = b->n_rows + extra;
+    p->n_tok = B;
+    p->n_logits = b->n_logits;
+    memcpy(p->rows, b->rows, (size_t)b->n_rows * sizeof *p->rows);
+    memcpy(p->tokens, b->tokens, (size_t)n * sizeof *p->tokens);
+    memcpy(p->positions, b->positions, (size_t)n * sizeof *p->positions);
+    memcpy(p->slots, b->slots, (size_t)n * sizeof *p->slots);
+    memcpy(p->tok_row, b->tok_row, (size_t)n * sizeof *p->tok_row);
+    memcpy(p->logit_tok, b->logit_tok, (size_t)b->n_logits * sizeof *p->logit_tok);
+    q->pad_table[0] = 0;
+    for (int i = 0; i < extra; i++) {
+        int r = b->n_rows + i, t = n + i;
+        p->rows[r] = (struct batch_row){.seq_id = -1, .query_len = 1, .context_len = 0, .kv_len = 1,
+                                        .query_offset = t, .block_table = q->pad_table, .n_table = 1,
+                                        .logits = BATCH_LOGITS_NONE, .logit_offset = 0};
+        p->tokens[t] = 0;
+        p->positions[t] = 0;
+        p->slots[t] = -1;
+        p->tok_row[t] = r;
+    }
+    p->max_copies = b->max_copies;
+    p->n_copies = b->n_copies;
+    p->copies = b->copies;
+    return p;
+}
+
 enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend *be, int max_tok, char *err,
                           size_t errlen)
 {
@@ -144,6 +210,8 @@ enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend
         st = qwen3_bind(q, m, err, errlen);
     if (st == HR_OK)
         st = qwen3_scratch_alloc(q, qwen3_scratch_bytes(be, &m->cfg, max_tok), err, errlen);
+    if (st == HR_OK && be->ops->graph_rows)
+        st = qwen3_pad_init(q, err, errlen);
     if (st != HR_OK)
         qwen3_free(q);
     return st;
@@ -172,6 +240,7 @@ void qwen3_free(struct qwen3 *q)
     if (q->scratch_mem)
         q->be->ops->mem_free(q->be, q->scratch_mem);
     arena_free(&q->scratch);
+    qwen3_pad_free(q);
     q->w = NULL;
     q->scratch_mem = NULL;
 }
@@ -229,8 +298,15 @@ enum hr_status qwen3_forward(struct qwen3 *q, const struct batch *b, struct kv_s
             return hr_err(err, errlen, HR_ERR_INVALID, "forward: token id %d outside the vocabulary (%d)",
                           b->tokens[t], c->vocab_size);
 
-    /* The batch goes to the backend once; its block copies run before any kernel. */
-    st = be->ops->begin_step(be, b, kv, err, errlen);
+    /* The batch goes to the backend once; its block copies run before any kernel.  A
+     * decode step the backend replays as a graph goes padded to the graph's rows. */
+    const struct batch *run = b;
+    int B = be->ops->graph_rows && !q->route_trace && q->pad.rows ? be->ops->graph_rows(be, b) : 0;
+    if (B > n && B <= q->max_tok) {
+        run = qwen3_pad(q, b, B);
+        n = B;
+    }
+    st = be->ops->begin_step(be, run, kv, err, errlen);
     if (st != HR_OK)
         return st;
     struct qwen3_bufs bu;
@@ -254,7 +330,7 @@ enum hr_status qwen3_forward(struct qwen3 *q, const struct batch *b, struct kv_s
 
     q->last_h = bu.h;
     q->last_lx = bu.lx;
-    q->last_n_tok = n;
+    q->last_n_tok = b->n_tok; /* the caller's batch (last_h holds n rows, padding included) */
     q->last_n_logits = b->n_logits;
     if (logits && b->n_logits > 0)
         return qwen3_logits(q, b, 0, b->n_logits, logits, err, errlen);

@@ -33,6 +33,25 @@ for k in $([ "$dev" = cuda ] && echo sm90a sm80); do
   check "$k: warm computes only the suffix" \
     "grep -q '\"warm\": .*\"query_len\": 64, \"context_len\": 1024' $tmp/p_$k.json"
 done
+# CUDA graphs (decode steps replay captured graphs by default) against op by op
+# (--enforce-eager): one request (bucket 1), then 12 clients arriving a step apart
+# (buckets up to 16, padded rows), cache off and on; bytes of ids, logits, logprobs.
+for k in $([ "$dev" = cuda ] && echo sm90a sm80); do
+  "$bin" bench prefix --device cuda --kernel $k --model "$m" --shared-prefix-tokens 1024 --suffix-tokens 64 \
+    --max-tokens 16 --repeats 1 --enforce-eager --output-json "$tmp/pe_$k.json" >/dev/null 2>"$tmp/pe_$k.err"
+  check "$k: decode steps ran as graphs by default, op by op with --enforce-eager" \
+    "grep -q 'decode steps: [1-9][0-9]* as graphs' $tmp/p_$k.err && grep -q 'decode steps: 0 as graphs' $tmp/pe_$k.err"
+  check "$k: graph steps = eager steps (ids and logits digests)" \
+    "[ -s $tmp/pe_$k.json ] && [ \"\$(grep -E '\"(ids|logits)_digest\"' $tmp/p_$k.json)\" = \"\$(grep -E '\"(ids|logits)_digest\"' $tmp/pe_$k.json)\" ]"
+  for g in graph eager; do
+    "$bin" bench prefix --device cuda --kernel $k --model "$m" --workload chat --clients 12 --arrival-steps 1 \
+      --shared-prefix-tokens 256 --suffix-tokens 32 --max-tokens 24 $([ $g = eager ] && echo --enforce-eager) \
+      --output-json "$tmp/w_${k}_$g.json" >/dev/null 2>"$tmp/w_${k}_$g.err"
+  done
+  check "$k: 12 clients: graphs = eager, cache on = off (bytes of ids and logprobs)" \
+    "grep -q outputs_digest $tmp/w_${k}_graph.json && [ \"\$(grep outputs_digest $tmp/w_${k}_graph.json)\" = \"\$(grep outputs_digest $tmp/w_${k}_eager.json)\" ]"
+  grep -h "decode steps" "$tmp/w_${k}_graph.err" | tail -2
+done
 P=3,17,250,99,4,4,31,7,150,2,88,19,5,6,200,11,12,400,1000,77
 for r in $([ "$dev" = cuda ] && echo 1 2); do
   "$bin" generate --device cuda --model "$m" --prompt-ids $P -n 3 --max-tokens 24 --temperature 0.8 --seed 5 \
@@ -92,6 +111,10 @@ for k in sm90a sm80; do
     "grep -q '\"warm\": .*\"query_len\": 64, \"context_len\": 1024' $tmp/mp_$k.json"
   "$bin" bench prefix --device cuda --kernel $k --model "$mm" --shared-prefix-tokens 64 --suffix-tokens 8 \
     --max-tokens 8 --repeats 1 --output-json "$tmp/ms_$k.json" >/dev/null 2>"$tmp/ms_$k.err"
+  "$bin" bench prefix --device cuda --kernel $k --model "$mm" --shared-prefix-tokens 1024 --suffix-tokens 64 \
+    --max-tokens 16 --repeats 1 --enforce-eager --output-json "$tmp/mpe_$k.json" >/dev/null 2>"$tmp/mpe_$k.err"
+  check "moe $k: graph steps = eager steps (ids and logits digests)" \
+    "grep -q 'decode steps: [1-9][0-9]* as graphs' $tmp/mp_$k.err && [ -s $tmp/mpe_$k.json ] && [ \"\$(grep -E '\"(ids|logits)_digest\"' $tmp/mp_$k.json)\" = \"\$(grep -E '\"(ids|logits)_digest\"' $tmp/mpe_$k.json)\" ]"
   check "moe $k: a warm suffix of 8 on 64 gives the cold run's bytes" \
     "grep -q '\"digests_equal\": true' $tmp/ms_$k.json && grep -q '\"warm\": .*\"query_len\": 8, \"context_len\": 64' $tmp/ms_$k.json"
 done

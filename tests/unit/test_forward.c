@@ -37,6 +37,20 @@ static uint32_t rnd(uint32_t n)
     return (uint32_t)(rng_state % n);
 }
 
+/* When set, rig_init gives the CPU backend a graph_rows that asks for every decode
+ * step padded to the next power of two, as a device replaying graphs does. */
+static int pad_decode;
+static struct backend_ops pad_ops;
+
+static int pad_graph_rows(struct backend *be, const struct batch *b)
+{
+    (void)be;
+    int B = 1;
+    while (B < b->n_tok)
+        B *= 2;
+    return b->n_tok == b->n_rows ? B : 0;
+}
+
 static int rig_init(struct rig *r, const char *fixture, const char *variant, int threads, enum kv_dtype dt)
 {
     char dir[512], err[HR_ERRLEN];
@@ -48,6 +62,11 @@ static int rig_init(struct rig *r, const char *fixture, const char *variant, int
     enum hr_status st = model_load(&r->m, dir, err, sizeof err);
     if (st == HR_OK)
         st = backend_cpu_init(&r->be, &(struct backend_opts){.n_threads = threads, .kernel = variant}, err, sizeof err);
+    if (st == HR_OK && pad_decode) {
+        pad_ops = *r->be.ops;
+        pad_ops.graph_rows = pad_graph_rows;
+        r->be.ops = &pad_ops;
+    }
     if (st == HR_OK)
         st = model_kv_init(&r->kv, &r->be, &r->m.cfg, dt, BS,
                            (size_t)POOL_BLOCKS * BS * model_kv_bytes_per_token(&r->m.cfg, dt), err, sizeof err);
@@ -440,6 +459,46 @@ static int make_odd_model(char *dir, size_t n)
     return ok;
 }
 
+/* Decode steps padded to a graph's rows (rows of token 0 at position 0 that store
+ * nothing): every real row's logits are the bytes of the unpadded run, dense and MoE. */
+static void test_padded_decode(void)
+{
+    static const char *const fx[] = {"qwen3-tiny-bf16", "qwen3moe-tiny-bf16"};
+    for (int f = 0; f < 2; f++) {
+        struct rig plain, pad;
+        pad_decode = 0;
+        int ok = rig_init(&plain, fx[f], NULL, 2, KV_DTYPE_BF16);
+        pad_decode = 1;
+        ok = rig_init(&pad, fx[f], NULL, 2, KV_DTYPE_BF16) && ok;
+        pad_decode = 0;
+        CHECK_MSG(ok && pad.q.pad.rows && !plain.q.pad.rows, "%s: rigs", fx[f]);
+        if (ok) {
+            int V = plain.m.cfg.vocab_size;
+            struct set st;
+            float *ref[MAX_SEQ];
+            make_set(&st, MAX_SEQ, V);
+            for (int n = 3; n <= 7; n += 2) { /* padded to 4 and 8, then as it dwindles to 2 and 1 */
+                place(st.s, n, 1);
+                CHECK(run_seqs(&plain, st.s, n, chunk_one));
+                for (int i = 0; i < n; i++) {
+                    ref[i] = malloc((size_t)st.s[i].len * V * sizeof(float));
+                    memcpy(ref[i], st.s[i].out, (size_t)st.s[i].len * V * sizeof(float));
+                }
+                place(st.s, n, 1);
+                CHECK(run_seqs(&pad, st.s, n, chunk_one));
+                struct set sub = st;
+                sub.n = n;
+                CHECK_MSG(same(&pad, &sub, ref, "padded decode"), "%s: %d sequences", fx[f], n);
+                for (int i = 0; i < n; i++)
+                    free(ref[i]);
+            }
+            free_set(&st);
+        }
+        rig_free(&plain);
+        rig_free(&pad);
+    }
+}
+
 static void test_odd_shapes(void)
 {
     char dir[512];
@@ -516,6 +575,7 @@ int main(void)
     TEST_RUN(test_moe_f32);
     TEST_RUN(test_moe_bf16_sharded);
     TEST_RUN(test_shared_prefix);
+    TEST_RUN(test_padded_decode);
     TEST_RUN(test_odd_shapes);
     TEST_RUN(test_injected_failure);
     TEST_RUN(test_bad_token);

@@ -544,6 +544,8 @@ static void kvw_token(const struct cpu_variant *cv, struct kv_store *kv, int lay
                       const float *v)
 {
     int hd = kv->head_dim, bs = kv->block_size;
+    if (slot < 0)
+        return; /* a padding row's token (backend.h graph_rows): stores nothing */
     int blk = (int)(slot / bs), off = (int)(slot % bs);
     for (int h = 0; h < kv->n_kv_heads; h++) {
         for (int sel = 0; sel < 2; sel++) {

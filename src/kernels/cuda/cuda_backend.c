@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_dev.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -28,6 +29,24 @@ struct cuda_step_area {
     void *dev, *host;
     /* capacities */
     int max_tok, max_tables, max_qblocks, max_copies;
+};
+
+/* Decode steps replay captured graphs: one per bucket of rows (1, 2, 4, .. 256) and
+ * KV cap (the attention grid covers the cap's positions; splits past a row's own
+ * position exit at once, so the cap changes no bit). */
+#define CB_GRAPH_BUCKETS 9
+#define CB_GRAPH_CAPS 3
+static const int cb_graph_caps[CB_GRAPH_CAPS - 1] = {4096, 16384}; /* then the model's context */
+
+enum cb_mode {
+    CB_EAGER,   /* ops launch kernels */
+    CB_CAPTURE, /* ops launch into the stream's capture; sync instantiates and replays it */
+    CB_REPLAY,  /* ops only note their arguments; sync replays the graph captured for them */
+};
+
+struct cb_graph {
+    void *exec;     /* instantiated graph, or NULL */
+    uint64_t hash;  /* the ops and arguments it was captured from */
 };
 
 struct cuda_backend {
@@ -60,6 +79,16 @@ struct cuda_backend {
     /* the step's first error */
     enum hr_status st;
     char msg[HR_ERRLEN];
+    /* every kernel runs on this stream (it orders with cudaMemcpy's default stream) */
+    void *stream;
+    /* CUDA graphs of decode steps, per (rows bucket, KV cap) */
+    bool graphs_on;            /* !enforce_eager, and no graph went wrong */
+    int graph_next;            /* rows graph_rows armed for the next begin_step (0: op by op) */
+    enum cb_mode mode;
+    struct cb_graph *cur;      /* the step's graph (capture or replay) */
+    uint64_t hash;             /* the step's ops and their arguments so far */
+    struct cb_graph graphs[CB_GRAPH_BUCKETS][CB_GRAPH_CAPS];
+    uint64_t n_captured, n_replayed, n_eager; /* decode steps by how they ran (logged at free) */
 };
 
 static struct cuda_backend *cb_of(struct backend *be) { return be->impl; }
@@ -75,11 +104,136 @@ static void cb_fail(struct cuda_backend *c, enum hr_status st, const char *msg)
     }
 }
 
+/* ------------------------------------------------------------------ graphs */
+
+static void cb_graphs_drop(struct cuda_backend *c)
+{
+    for (int i = 0; i < CB_GRAPH_BUCKETS; i++)
+        for (int j = 0; j < CB_GRAPH_CAPS; j++) {
+            cuda_dev_graph_free(c->graphs[i][j].exec);
+            c->graphs[i][j] = (struct cb_graph){0};
+        }
+}
+
+static uint64_t cb_mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdull;
+}
+
+/* Notes an op and its arguments (under a graph); true when the op is to launch its
+ * kernels (not when its graph replays, nor after the step's first failure). */
+static bool cb_op(struct cuda_backend *c, int op, uint64_t a, uint64_t b, uint64_t d, uint64_t e)
+{
+    if (c->st != HR_OK)
+        return false;
+    if (c->mode != CB_EAGER)
+        c->hash = cb_mix(cb_mix(cb_mix(cb_mix(cb_mix(c->hash, (uint64_t)op), a), b), d), e);
+    return c->mode != CB_REPLAY;
+}
+#define CB_P(p) ((uint64_t)(uintptr_t)(p))
+
+static int cb_bucket(int n) /* index of the smallest power of two >= n */
+{
+    int i = 0;
+    while ((1 << i) < n)
+        i++;
+    return i;
+}
+
+static int cb_graph_rows(struct backend *be, const struct batch *b)
+{
+    struct cuda_backend *c = be->impl;
+    c->graph_next = 0;
+    if (!c->graphs_on || !c->cfg || b->n_tok < 1 || b->n_tok != b->n_rows || b->n_copies > c->area.max_copies)
+        return 0; /* not every row a single token: a prefill or a mixed step */
+    int k = cb_bucket(b->n_tok);
+    if (k >= CB_GRAPH_BUCKETS || (1 << k) > c->max_tok)
+        return 0;
+    c->graph_next = 1 << k;
+    return c->graph_next;
+}
+
+/* Begins the step's graph (capture, or replay of one captured before) when
+ * graph_rows armed it and the batch is the padded decode batch it asked for. */
+static void cb_graph_start(struct cuda_backend *c, const struct batch *b, int armed)
+{
+    c->mode = CB_EAGER;
+    c->cur = NULL;
+    if (b->n_rows == b->n_tok)
+        c->n_eager++; /* a decode step: back out below if it becomes a graph's */
+    if (!armed || b->n_tok != armed || b->n_rows != b->n_tok)
+        return;
+    int cap = 0;
+    while (cap < CB_GRAPH_CAPS - 1 && c->ab.max_kv > cb_graph_caps[cap])
+        cap++;
+    int cap_kv = cap < CB_GRAPH_CAPS - 1 ? cb_graph_caps[cap] : c->cfg->max_position_embeddings;
+    if (c->ab.max_kv > cap_kv ||
+        c->K->attn_workspace(b->n_tok, c->cfg->n_heads, c->cfg->head_dim, cap_kv) > c->attn_work_bytes)
+        return;
+    c->ab.max_kv = cap_kv; /* the kernels' arguments are the same at every step of the bucket */
+    c->cur = &c->graphs[cb_bucket(armed)][cap];
+    c->hash = 0x243f6a8885a308d3ull;
+    c->n_eager--;
+    if (c->cur->exec) {
+        c->mode = CB_REPLAY;
+        return;
+    }
+    char err[HR_ERRLEN];
+    if (cuda_dev_capture_begin(c->stream, err, sizeof err) == HR_OK) {
+        c->mode = CB_CAPTURE;
+    } else {
+        c->cur = NULL; /* op by op this time */
+        c->n_eager++;
+    }
+}
+
+/* At the step's sync: a capture is instantiated and replayed, a replay checked
+ * against its capture and replayed. */
+static void cb_graph_finish(struct cuda_backend *c)
+{
+    enum cb_mode mode = c->mode;
+    struct cb_graph *g = c->cur;
+    c->mode = CB_EAGER;
+    c->cur = NULL;
+    char err[HR_ERRLEN];
+    if (mode == CB_CAPTURE) {
+        void *exec = NULL;
+        enum hr_status st = cuda_dev_capture_end(c->stream, &exec, err, sizeof err);
+        if (c->st != HR_OK) {
+            cuda_dev_graph_free(exec); /* a failed step's ops are not a graph */
+            return;
+        }
+        if (st != HR_OK) {
+            cb_fail(c, st, err);
+            return;
+        }
+        g->exec = exec;
+        g->hash = c->hash;
+        c->n_captured++;
+    } else if (mode == CB_REPLAY) {
+        if (c->st != HR_OK)
+            return;
+        if (c->hash != g->hash) {
+            cb_fail(c, HR_ERR_INTERNAL,
+                    "cuda graph: this step's ops differ from those its graph was captured from; graphs are off "
+                    "from now on");
+            cb_graphs_drop(c);
+            c->graphs_on = false;
+            return;
+        }
+        c->n_replayed++;
+    } else {
+        return;
+    }
+    cb_fail(c, cuda_dev_graph_launch(g->exec, c->stream, err, sizeof err), err);
+}
+
 /* ------------------------------------------------------------------ memory */
 
 static void *cb_alloc(struct backend *be, size_t bytes, char *err, size_t errlen)
 {
-    (void)be;
+    cb_graphs_drop(cb_of(be)); /* graphs name buffers: any change of memory retires them */
     void *p = NULL;
     if (cuda_dev_alloc(&p, bytes, err, errlen) != HR_OK)
         return NULL;
@@ -88,7 +242,7 @@ static void *cb_alloc(struct backend *be, size_t bytes, char *err, size_t errlen
 
 static void cb_mem_free(struct backend *be, void *p)
 {
-    (void)be;
+    cb_graphs_drop(cb_of(be));
     cuda_dev_free(p);
 }
 
@@ -152,6 +306,7 @@ static enum hr_status cb_reserve(struct backend *be, const struct model_config *
     struct cuda_backend *c = cb_of(be);
     if (max_tok < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda backend: steps of %d tokens", max_tok);
+    cb_graphs_drop(c);
     if (cfg->head_dim != 128)
         return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
                       "the CUDA attention kernels are built for head_dim 128 (this model has %d); use --device cpu",
@@ -219,6 +374,7 @@ static enum hr_status cb_kv_alloc(struct backend *be, struct kv_store *kv, char 
         return hr_err(err, errlen, HR_ERR_UNSUPPORTED, "the CUDA attention kernels are built for head_dim 128, not %d",
                       kv->head_dim);
     void *p = NULL;
+    cb_graphs_drop(c);
     size_t bytes = kv_store_slab_bytes(kv);
     enum hr_status st = cuda_dev_alloc(&p, bytes, err, errlen);
     if (st == HR_OK)
@@ -235,7 +391,7 @@ static enum hr_status cb_kv_alloc(struct backend *be, struct kv_store *kv, char 
 
 static void cb_kv_free(struct backend *be, struct kv_store *kv)
 {
-    (void)be;
+    cb_graphs_drop(cb_of(be));
     cuda_dev_free(kv->slab);
     kv->slab = NULL;
 }
@@ -337,9 +493,9 @@ static enum hr_status cb_upload_experts(const struct weights_layer *h, struct we
 
 static void cb_unbind_weights(struct backend *be, const struct weights *bound)
 {
-    (void)be;
     if (!bound)
         return;
+    cb_graphs_drop(cb_of(be));
     struct weights *w = (struct weights *)bound;
     if (w->lm_head.data != w->embed.data)
         cuda_dev_free((void *)w->lm_head.data);
@@ -372,6 +528,7 @@ static enum hr_status cb_bind_weights(struct backend *be, const struct weights *
     *bound = NULL;
     if (!cfg)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda backend: weights bound before reserve");
+    cb_graphs_drop(cb_of(be));
     struct weights *w = calloc(1, sizeof *w);
     if (!w)
         return hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: out of memory");
@@ -482,6 +639,9 @@ static enum hr_status cb_begin_step(struct backend *be, const struct batch *b, s
 {
     struct cuda_backend *c = cb_of(be);
     struct cuda_step_area *a = &c->area;
+    int armed = c->graph_next;
+    c->graph_next = 0;
+    c->mode = CB_EAGER;
     c->st = HR_OK;
     c->msg[0] = 0;
     if (!a->dev || b->n_tok > a->max_tok)
@@ -504,11 +664,14 @@ static enum hr_status cb_begin_step(struct backend *be, const struct batch *b, s
                       "than the store was sized for)",
                       need, c->attn_work_bytes);
     /* lay out and fill the host copy, then one upload */
+    /* what a graph's kernels read lies at offsets that depend on the token, row and
+     * query-block counts alone (the same at every step of a bucket); tables and
+     * copies, whose lengths vary, come last */
     size_t off = 0;
     size_t o_pos = cb_take(&off, (size_t)b->n_tok, 4), o_slot = cb_take(&off, (size_t)b->n_tok, 8);
-    size_t o_row = cb_take(&off, (size_t)b->n_tok, 4), o_rt = cb_take(&off, (size_t)b->n_rows, 4);
-    size_t o_tab = cb_take(&off, (size_t)n_tab, 4), o_qb = cb_take(&off, (size_t)n_qb * 2, 4);
-    size_t o_tok = cb_take(&off, (size_t)b->n_tok, 4), o_lt = cb_take(&off, (size_t)b->n_logits, 4);
+    size_t o_row = cb_take(&off, (size_t)b->n_tok, 4), o_tok = cb_take(&off, (size_t)b->n_tok, 4);
+    size_t o_rt = cb_take(&off, (size_t)b->n_rows, 4), o_qb = cb_take(&off, (size_t)n_qb * 2, 4);
+    size_t o_lt = cb_take(&off, (size_t)b->n_tok, 4), o_tab = cb_take(&off, (size_t)n_tab, 4);
     size_t o_pairs = cb_take(&off, (size_t)b->n_copies * 2, 4);
     uint8_t *h = a->host;
     memcpy(h + o_pos, b->positions, (size_t)b->n_tok * 4);
@@ -551,14 +714,17 @@ static enum hr_status cb_begin_step(struct backend *be, const struct batch *b, s
     /* the copies in list order: one launch each, so a later copy into a block wins */
     for (int i = 0; i < b->n_copies && st == HR_OK; i++) {
         struct cuda_block_copy bc = {.kv = cb_kv(kv), .pairs = c->d_pairs + 2 * i, .n = 1};
-        st = c->K->block_copy(&bc, NULL, err, errlen);
+        st = c->K->block_copy(&bc, c->stream, err, errlen);
     }
+    if (st == HR_OK)
+        cb_graph_start(c, b, armed);
     return st;
 }
 
 static enum hr_status cb_sync(struct backend *be, char *err, size_t errlen)
 {
     struct cuda_backend *c = cb_of(be);
+    cb_graph_finish(c);
     enum hr_status st = cuda_dev_sync(err, errlen);
     if (c->st != HR_OK) {
         st = c->st;
@@ -592,12 +758,12 @@ static enum hr_status cb_to_host(struct backend *be, const void *src, size_t byt
 static void cb_embed(struct backend *be, float *out, const struct weights_mat *emb)
 {
     struct cuda_backend *c = cb_of(be);
-    if (!cb_ok(c))
+    if (!cb_op(c, 1, CB_P(out), CB_P(emb->data), CB_P(c->d_tokens), (uint64_t)c->b->n_tok))
         return;
     char err[HR_ERRLEN];
     struct cuda_embed a = {.out = out, .table = emb->data, .tokens = c->d_tokens, .n_tok = c->b->n_tok,
                            .dim = (int)emb->cols, .vocab = (int)emb->rows};
-    cb_fail(c, c->K->embed(&a, NULL, err, sizeof err), err);
+    cb_fail(c, c->K->embed(&a, c->stream, err, sizeof err), err);
 }
 
 /* x[m, k] f32 rounded to bf16 into the backend's buffer. */
@@ -608,7 +774,7 @@ static const uint16_t *cb_bf16_input(struct cuda_backend *c, const float *x, int
         cb_fail(c, HR_ERR_INVALID, "cuda backend: a matmul input larger than reserved");
         return NULL;
     }
-    enum hr_status st = c->K->to_bf16(c->xb, x, (size_t)m * (size_t)k, NULL, err, sizeof err);
+    enum hr_status st = c->K->to_bf16(c->xb, x, (size_t)m * (size_t)k, c->stream, err, sizeof err);
     cb_fail(c, st, err);
     return st == HR_OK ? c->xb : NULL;
 }
@@ -622,20 +788,20 @@ static void cb_gemm(struct cuda_backend *c, enum cuda_epi epi, void *y, const ui
     struct cuda_gemm g = {.epi = epi, .y = y, .x = xb, .w = w->data, .w_up = up ? up->data : NULL, .m = m,
                           .n = (int)w->rows, .k = (int)w->cols, .work = c->gemm_work,
                           .work_bytes = c->gemm_work_bytes, .tickets = c->tickets, .n_tickets = c->n_tickets};
-    cb_fail(c, c->K->gemm(&g, NULL, err, sizeof err), err);
+    cb_fail(c, c->K->gemm(&g, c->stream, err, sizeof err), err);
 }
 
 static void cb_matmul(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w)
 {
     struct cuda_backend *c = cb_of(be);
-    if (cb_ok(c) && m > 0)
+    if (cb_op(c, 2, CB_P(y), CB_P(x), (uint64_t)m, CB_P(w->data)) && m > 0)
         cb_gemm(c, CUDA_EPI_STORE_F32, y, cb_bf16_input(c, x, m, w->cols), m, w, NULL);
 }
 
 static void cb_matmul_add(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w)
 {
     struct cuda_backend *c = cb_of(be);
-    if (cb_ok(c) && m > 0)
+    if (cb_op(c, 3, CB_P(y), CB_P(x), (uint64_t)m, CB_P(w->data)) && m > 0)
         cb_gemm(c, CUDA_EPI_ADD_F32, y, cb_bf16_input(c, x, m, w->cols), m, w, NULL);
 }
 
@@ -643,7 +809,10 @@ static void cb_matmul_multi(struct backend *be, int n_mats, float *const *ys, co
                             const struct weights_mat *const *ws)
 {
     struct cuda_backend *c = cb_of(be);
-    if (!cb_ok(c) || m == 0)
+    bool run = cb_op(c, 4, CB_P(x), (uint64_t)m, (uint64_t)n_mats, 0);
+    for (int i = 0; i < n_mats; i++)
+        run = cb_op(c, 4, CB_P(ys[i]), CB_P(ws[i]->data), 0, 0);
+    if (!run || m == 0)
         return;
     const uint16_t *xb = cb_bf16_input(c, x, m, ws[0]->cols);
     for (int i = 0; i < n_mats; i++)
@@ -656,7 +825,7 @@ static void cb_matmul_swiglu(struct backend *be, float *out, const float *x, int
                              const struct weights_mat *up)
 {
     struct cuda_backend *c = cb_of(be);
-    if (!cb_ok(c) || m == 0)
+    if (!cb_op(c, 5, CB_P(out), CB_P(x), (uint64_t)m, CB_P(gate->data) ^ (CB_P(up->data) << 1)) || m == 0)
         return;
     size_t n = (size_t)m * (size_t)gate->rows;
     if (gate->rows > c->cfg->intermediate_size) {
@@ -667,42 +836,42 @@ static void cb_matmul_swiglu(struct backend *be, float *out, const float *x, int
     if (!cb_ok(c))
         return;
     char err[HR_ERRLEN];
-    cb_fail(c, c->K->from_bf16(out, c->sw, n, NULL, err, sizeof err), err);
+    cb_fail(c, c->K->from_bf16(out, c->sw, n, c->stream, err, sizeof err), err);
 }
 
 static void cb_rmsnorm(struct backend *be, float *y, const float *x, const float *w, int rows, int dim, float eps)
 {
     struct cuda_backend *c = cb_of(be);
-    if (!cb_ok(c) || rows == 0)
+    if (!cb_op(c, 6, CB_P(y), CB_P(x), CB_P(w), (uint64_t)rows << 32 | (uint32_t)dim) || rows == 0)
         return;
     char err[HR_ERRLEN];
     struct cuda_rmsnorm a = {.y_f32 = y, .x = x, .w = w, .rows = rows, .dim = dim, .eps = eps};
-    cb_fail(c, c->K->rmsnorm(&a, NULL, err, sizeof err), err);
+    cb_fail(c, c->K->rmsnorm(&a, c->stream, err, sizeof err), err);
 }
 
 static void cb_attn_prep(struct backend *be, float *q, float *k, const float *v, const float *q_norm,
                          const float *k_norm, float eps, int n_heads, struct kv_store *kv, int layer)
 {
     struct cuda_backend *c = cb_of(be);
-    if (!cb_ok(c))
+    if (!cb_op(c, 7, CB_P(q), CB_P(k) ^ (CB_P(v) << 1), CB_P(kv->slab), (uint64_t)layer << 32 | (uint32_t)n_heads))
         return;
     char err[HR_ERRLEN];
     struct cuda_attn_prep a = {.q = q, .k = k, .v = v, .q_norm = q_norm, .k_norm = k_norm, .eps = eps,
                                .rope_theta = c->cfg->rope_theta, .n_heads = n_heads, .layer = layer,
                                .kv = cb_kv(kv), .b = &c->ab};
-    cb_fail(c, c->K->attn_prep(&a, NULL, err, sizeof err), err);
+    cb_fail(c, c->K->attn_prep(&a, c->stream, err, sizeof err), err);
 }
 
 static void cb_attention(struct backend *be, float *out, const float *q, const struct kv_store *kv, int layer,
                          int n_heads, float scale)
 {
     struct cuda_backend *c = cb_of(be);
-    if (!cb_ok(c))
+    if (!cb_op(c, 8, CB_P(out), CB_P(q), CB_P(kv->slab), (uint64_t)layer << 32 | (uint32_t)n_heads))
         return;
     char err[HR_ERRLEN];
     struct cuda_attention a = {.out_f32 = out, .q = q, .n_heads = n_heads, .layer = layer, .scale = scale,
                                .kv = cb_kv(kv), .b = &c->ab, .work = c->attn_work, .work_bytes = c->attn_work_bytes};
-    cb_fail(c, c->K->attention(&a, NULL, err, sizeof err), err);
+    cb_fail(c, c->K->attention(&a, c->stream, err, sizeof err), err);
 }
 
 static size_t cb_moe_work_bytes(struct backend *be, int n_tok)
@@ -718,8 +887,12 @@ static void cb_moe(struct backend *be, float *h, const float *xn, int n_tok, con
                    void *work, int32_t *trace)
 {
     struct cuda_backend *c = cb_of(be);
-    if (!cb_ok(c) || n_tok == 0)
+    if (!cb_op(c, 9, CB_P(h), CB_P(xn), CB_P(work), CB_P(L->router.data) ^ (uint64_t)n_tok) || n_tok == 0)
         return;
+    if (trace && c->mode != CB_EAGER) { /* graph_rows is never asked for an evaluation's steps */
+        cb_fail(c, HR_ERR_INTERNAL, "cuda backend: a routing trace asked of a graph step");
+        return;
+    }
     const struct model_config *cfg = c->cfg;
     char err[HR_ERRLEN];
     struct cuda_moe a = {.h = h, .xn = xn, .router = L->router.data, .gate = L->experts[0].gate.data,
@@ -728,16 +901,16 @@ static void cb_moe(struct backend *be, float *h, const float *xn, int n_tok, con
                          .n_experts = cfg->n_experts, .top_k = cfg->n_experts_per_tok,
                          .norm_topk = cfg->norm_topk_prob, .work = work,
                          .work_bytes = cb_moe_work_bytes(be, n_tok), .trace = trace};
-    cb_fail(c, c->K->moe(&a, NULL, err, sizeof err), err);
+    cb_fail(c, c->K->moe(&a, c->stream, err, sizeof err), err);
 }
 
 static void cb_gather_logit_rows(struct backend *be, float *dst, const float *src, int first, int n, int dim)
 {
     struct cuda_backend *c = cb_of(be);
-    if (!cb_ok(c) || n == 0)
+    if (!cb_op(c, 10, CB_P(dst), CB_P(src), (uint64_t)first << 32 | (uint32_t)n, (uint64_t)dim) || n == 0)
         return;
     char err[HR_ERRLEN];
-    cb_fail(c, c->K->gather_rows(dst, src, c->d_logit_tok + first, n, dim, NULL, err, sizeof err), err);
+    cb_fail(c, c->K->gather_rows(dst, src, c->d_logit_tok + first, n, dim, c->stream, err, sizeof err), err);
 }
 
 static void cb_free(struct backend *be)
@@ -750,6 +923,12 @@ static void cb_free(struct backend *be)
     cuda_dev_free(c->gemm_work);
     cuda_dev_free(c->tickets);
     cuda_dev_free(c->attn_work);
+    if (c->n_captured + c->n_replayed + c->n_eager)
+        log_info("cuda: decode steps: %llu as graphs (%llu captured, %llu replays), %llu op by op",
+                 (unsigned long long)(c->n_captured + c->n_replayed), (unsigned long long)c->n_captured,
+                 (unsigned long long)c->n_replayed, (unsigned long long)c->n_eager);
+    cb_graphs_drop(c);
+    cuda_dev_stream_destroy(c->stream);
     cuda_dev_free(c->area.dev);
     free(c->area.host);
     free(c->host);
@@ -758,6 +937,7 @@ static void cb_free(struct backend *be)
 }
 
 static const struct backend_ops cuda_ops = {
+    .graph_rows = cb_graph_rows,
     .reserve = cb_reserve,
     .alloc = cb_alloc,
     .mem_free = cb_mem_free,
@@ -801,10 +981,13 @@ enum hr_status backend_cuda_init(struct backend *be, const struct backend_opts *
         st = HR_ERR_UNSUPPORTED;
     if (st == HR_OK)
         st = c->K->prepare(c->info.sm_count, err, errlen);
+    if (st == HR_OK)
+        st = cuda_dev_stream_create(&c->stream, err, errlen);
     if (st != HR_OK) {
         free(c);
         return st;
     }
+    c->graphs_on = !o->enforce_eager;
     be->ops = &cuda_ops;
     be->impl = c;
     be->n_threads = o->n_threads;

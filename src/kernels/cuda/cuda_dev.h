@@ -41,6 +41,17 @@ enum hr_status cuda_dev_mem_info(size_t *free_bytes, size_t *total_bytes, char *
 /* Waits for all work on the device; reports an error raised by any earlier kernel. */
 enum hr_status cuda_dev_sync(char *err, size_t errlen);
 
+/* A stream that orders with the legacy default stream (cudaMemcpy waits for its work
+ * and its work waits for earlier copies), and capturing its work into a CUDA graph:
+ * between capture_begin and capture_end nothing runs, the launches are recorded;
+ * capture_end instantiates them as *exec (NULL on failure), graph_launch replays it. */
+enum hr_status cuda_dev_stream_create(void **stream, char *err, size_t errlen);
+void cuda_dev_stream_destroy(void *stream);
+enum hr_status cuda_dev_capture_begin(void *stream, char *err, size_t errlen);
+enum hr_status cuda_dev_capture_end(void *stream, void **exec, char *err, size_t errlen);
+enum hr_status cuda_dev_graph_launch(void *exec, void *stream, char *err, size_t errlen);
+void cuda_dev_graph_free(void *exec);
+
 /* Timing with device events on the default stream. */
 struct cuda_dev_timer;
 enum hr_status cuda_dev_timer_init(struct cuda_dev_timer **t, char *err, size_t errlen);

@@ -73,6 +73,60 @@ extern "C" enum hr_status cuda_dev_memset(void *p, int byte, size_t bytes, char 
     return e == cudaSuccess ? HR_OK : dev_fail(e, "memset", err, errlen);
 }
 
+extern "C" enum hr_status cuda_dev_stream_create(void **stream, char *err, size_t errlen)
+{
+    cudaStream_t s = NULL;
+    cudaError_t e = cudaStreamCreate(&s);
+    *stream = e == cudaSuccess ? (void *)s : NULL;
+    return e == cudaSuccess ? HR_OK : dev_fail(e, "stream create", err, errlen);
+}
+
+extern "C" void cuda_dev_stream_destroy(void *stream)
+{
+    if (stream)
+        cudaStreamDestroy((cudaStream_t)stream);
+}
+
+extern "C" enum hr_status cuda_dev_capture_begin(void *stream, char *err, size_t errlen)
+{
+    cudaError_t e = cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeThreadLocal);
+    return e == cudaSuccess ? HR_OK : dev_fail(e, "graph capture", err, errlen);
+}
+
+extern "C" enum hr_status cuda_dev_capture_end(void *stream, void **exec, char *err, size_t errlen)
+{
+    *exec = NULL;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture((cudaStream_t)stream, &g);
+    if (e != cudaSuccess) {
+        if (g)
+            cudaGraphDestroy(g);
+        cudaGetLastError(); /* the capture's failure is reported here, not by the next launch */
+        return dev_fail(e, "graph capture", err, errlen);
+    }
+    cudaGraphExec_t x = NULL;
+    e = cudaGraphInstantiate(&x, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return dev_fail(e, "graph instantiate", err, errlen);
+    }
+    *exec = (void *)x;
+    return HR_OK;
+}
+
+extern "C" enum hr_status cuda_dev_graph_launch(void *exec, void *stream, char *err, size_t errlen)
+{
+    cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream);
+    return e == cudaSuccess ? HR_OK : dev_fail(e, "graph launch", err, errlen);
+}
+
+extern "C" void cuda_dev_graph_free(void *exec)
+{
+    if (exec)
+        cudaGraphExecDestroy((cudaGraphExec_t)exec);
+}
+
 extern "C" enum hr_status cuda_dev_sync(char *err, size_t errlen)
 {
     cudaError_t e = cudaDeviceSynchronize();

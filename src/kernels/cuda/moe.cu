@@ -2,8 +2,8 @@
  *
  *   router   logits[t, e] = xn[t] . router[e] in f32 (bf16 weights widened), one warp
  *            per (token, expert) with a fixed lane split and a fixed butterfly
- *   route    softmax, top-k (ties to the lower expert), optional renormalisation: one
- *            thread per token, in the CPU's order
+ *   route    softmax, top-k (ties to the lower expert), optional renormalisation: a
+ *            warp per token
  *   sort     a counting sort of the (token, rank) pairs into per-expert segments
  *            (ballots, no atomics) and the work list of 64-row tiles, in one block
  *   gate/up  a grouped GEMM over the work list, rows gathered from bf16(xn), SwiGLU
@@ -85,80 +85,105 @@ __device__ __forceinline__ void bf16x8(uint4 v, float *f)
     }
 }
 
-/* logits[t, e] = xn[t] . w[e]: lane l sums the elements l*8 .. l*8+7 of every 256,
- * in ascending order, then the lanes meet in a fixed butterfly (lane 0 keeps it). */
+/* logits[t, e] = xn[t] . w[e]: a warp per expert (blockIdx.y * 8 + warp) for the
+ * block's ROUTER_TOK tokens; lane l sums the elements l*8 .. l*8+7 of every 256 in
+ * ascending order, then the lanes meet in a fixed butterfly (lane 0 keeps it). */
 __global__ void __launch_bounds__(256) router_kernel(float *logits, const float *xn, const uint16_t *w, int n, int H,
                                                      int E)
 {
-    const int t0 = blockIdx.x * ROUTER_TOK, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int t0 = blockIdx.x * ROUTER_TOK, lane = threadIdx.x & 31, e = blockIdx.y * 8 + (threadIdx.x >> 5);
     const int nt = n - t0 < ROUTER_TOK ? n - t0 : ROUTER_TOK;
-    for (int e = warp; e < E; e += 8) {
-        float acc[ROUTER_TOK];
+    if (e >= E)
+        return;
+    float acc[ROUTER_TOK];
 #pragma unroll
-        for (int t = 0; t < ROUTER_TOK; t++)
-            acc[t] = 0.0f;
-        const uint16_t *we = w + (size_t)e * H;
-        for (int h0 = lane * 8; h0 < H; h0 += 256) {
-            float wf[8];
-            bf16x8(__ldg((const uint4 *)(we + h0)), wf);
+    for (int t = 0; t < ROUTER_TOK; t++)
+        acc[t] = 0.0f;
+    const uint16_t *we = w + (size_t)e * H;
+#pragma unroll 4
+    for (int h0 = lane * 8; h0 < H; h0 += 256) {
+        float wf[8];
+        bf16x8(__ldg((const uint4 *)(we + h0)), wf);
 #pragma unroll
-            for (int t = 0; t < ROUTER_TOK; t++) {
-                if (t >= nt)
-                    break;
-                const float4 *xp = (const float4 *)(xn + (size_t)(t0 + t) * H + h0);
-                float4 a = __ldg(xp), b = __ldg(xp + 1);
-                float xf[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        for (int t = 0; t < ROUTER_TOK; t++) {
+            if (t >= nt)
+                break;
+            const float4 *xp = (const float4 *)(xn + (size_t)(t0 + t) * H + h0);
+            float4 a = __ldg(xp), b = __ldg(xp + 1);
+            float xf[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-                for (int i = 0; i < 8; i++)
-                    acc[t] = __fmaf_rn(xf[i], wf[i], acc[t]);
-            }
+            for (int i = 0; i < 8; i++)
+                acc[t] = __fmaf_rn(xf[i], wf[i], acc[t]);
         }
-#pragma unroll
-        for (int t = 0; t < ROUTER_TOK; t++)
-#pragma unroll
-            for (int off = 16; off; off >>= 1)
-                acc[t] = __fadd_rn(acc[t], __shfl_xor_sync(0xffffffffu, acc[t], off));
-        if (lane == 0)
-            for (int t = 0; t < nt; t++)
-                logits[(size_t)(t0 + t) * E + e] = acc[t];
     }
+#pragma unroll
+    for (int t = 0; t < ROUTER_TOK; t++)
+#pragma unroll
+        for (int off = 16; off; off >>= 1)
+            acc[t] = __fadd_rn(acc[t], __shfl_xor_sync(0xffffffffu, acc[t], off));
+    if (lane == 0)
+        for (int t = 0; t < nt; t++)
+            logits[(size_t)(t0 + t) * E + e] = acc[t];
 }
 
 /* Softmax over the token's logits (in place), top-k by probability with ties to the
- * lower expert, then the optional renormalisation; the CPU's steps in its order. */
+ * lower expert, then the optional renormalisation: a warp per token.  The max is
+ * exact in any order; the sum is lane-strided partials in ascending order then a
+ * fixed butterfly; each top-k round is an exact argmax (larger, or equal and lower). */
 __global__ void route_kernel(float *logits, int32_t *top_e, float *top_w, int n, int E, int K, int norm)
 {
-    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (t >= n)
         return;
     float *p = logits + (size_t)t * E;
     float mx = -INFINITY;
-    for (int e = 0; e < E; e++)
+    for (int e = lane; e < E; e += 32)
         mx = p[e] > mx ? p[e] : mx;
+    for (int off = 16; off; off >>= 1) {
+        float o = __shfl_xor_sync(0xffffffffu, mx, off);
+        mx = o > mx ? o : mx;
+    }
     float sum = 0.0f;
-    for (int e = 0; e < E; e++) {
+    for (int e = lane; e < E; e += 32) {
         p[e] = expf(__fsub_rn(p[e], mx));
         sum = __fadd_rn(sum, p[e]);
     }
-    for (int e = 0; e < E; e++)
+    for (int off = 16; off; off >>= 1)
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
+    for (int e = lane; e < E; e += 32)
         p[e] = __fdiv_rn(p[e], sum);
+    __syncwarp();
     int32_t *te = top_e + (size_t)t * K;
     float *tw = top_w + (size_t)t * K;
     for (int r = 0; r < K; r++) {
         int best = -1;
-        for (int e = 0; e < E; e++)
-            if (p[e] >= 0.0f && (best < 0 || p[e] > p[best]))
+        float bv = 0.0f;
+        for (int e = lane; e < E; e += 32) /* ascending: a tie keeps the lower */
+            if (p[e] >= 0.0f && (best < 0 || p[e] > bv)) {
                 best = e;
-        if (best < 0) { /* every probability NaN: any untaken expert, the weight NaN */
-            best = r;
-            tw[r] = NAN;
-        } else {
-            tw[r] = p[best];
+                bv = p[e];
+            }
+        for (int off = 16; off; off >>= 1) {
+            int ob = __shfl_xor_sync(0xffffffffu, best, off);
+            float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+            if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
+                best = ob;
+                bv = ov;
+            }
         }
-        te[r] = best;
-        p[best] = -1.0f; /* taken (probabilities are >= 0) */
+        if (lane == 0) {
+            if (best < 0) { /* every probability NaN: any untaken expert, the weight NaN */
+                best = r;
+                bv = NAN;
+            }
+            te[r] = best;
+            tw[r] = bv;
+            p[best] = -1.0f; /* taken (probabilities are >= 0) */
+        }
+        best = __shfl_sync(0xffffffffu, best, 0);
+        __syncwarp();
     }
-    if (norm) {
+    if (norm && lane == 0) {
         float s = 0.0f;
         for (int r = 0; r < K; r++)
             s = __fadd_rn(s, tw[r]);
@@ -437,8 +462,9 @@ enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t err
     enum hr_status s = to_bf16(xb, a->xn, (size_t)n * H, stream, err, errlen);
     if (s != HR_OK)
         return s;
-    router_kernel<<<(n + ROUTER_TOK - 1) / ROUTER_TOK, 256, 0, st>>>(logits, a->xn, a->router, n, H, E);
-    route_kernel<<<(n + 127) / 128, 128, 0, st>>>(logits, top_e, top_w, n, E, K, a->norm_topk);
+    router_kernel<<<dim3((n + ROUTER_TOK - 1) / ROUTER_TOK, (E + 7) / 8), 256, 0, st>>>(logits, a->xn, a->router, n,
+                                                                                        H, E);
+    route_kernel<<<(n + 3) / 4, 128, 0, st>>>(logits, top_e, top_w, n, E, K, a->norm_topk);
     sort_kernel<<<1, SORT_THREADS, 0, st>>>(top_e, R, K, E, row_of, tok_of_row, tiles, n_tiles);
     if ((s = launch_status("moe routing", err, errlen)) != HR_OK)
         return s;
