@@ -5,8 +5,9 @@
 # a 4-token prompt), a 2,048-token prefill (time to the first token), `bench prefix`
 # (P = 1,024, S = 64: digests of disabled / cold / warm, TTFT) and `bench throughput`
 # (512 + 128 at the concurrency levels of LEVELS) and the chat workload of `bench prefix`
-# with and without the cache (CHAT_CLIENTS clients).  Logs and JSON under $OUT.
-#   SHAPES="qwen3-0.6b qwen3-8b qwen3-30b-a3b" LEVELS=1,32,64 CHAT_CLIENTS=32 bash bench/cuda_models.sh
+# with and without the cache (CHAT_CLIENTS clients); with HF=1, transformers on the same
+# shape (tools/hf_side_by_side.py).  Logs and JSON under $OUT.
+#   SHAPES="qwen3-0.6b qwen3-8b qwen3-30b-a3b" LEVELS=1,32,64 CHAT_CLIENTS=32 HF=1 bash bench/cuda_models.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-bench/out}
@@ -27,10 +28,14 @@ for s in ${SHAPES:-qwen3-0.6b qwen3-8b qwen3-30b-a3b}; do
   d=$(mktemp -d)
   "$bin" mkmodel --shape "$s" --config-only --out "$d" >/dev/null || continue
   m=(--device cuda --model "$d" --load-format dummy)
-  timeout 180 "$bin" generate "${m[@]}" --prompt-ids 1,2,3,4 --max-tokens 256 --ignore-eos \
-    >/dev/null 2>"$out/$s.decode.log"
-  echo "$s decode b1: $(grep -E 'generated' "$out/$s.decode.log" | tail -1)"
-  grep -iE "KV pool|error" "$out/$s.decode.log" | head -2
+  # batch-1 decode: greedy with graphs (the default), greedy op by op, sampled (T = 1)
+  for v in greedy eager sampled; do
+    f=(--temperature 0); [ $v = eager ] && f+=(--enforce-eager); [ $v = sampled ] && f=(--temperature 1)
+    timeout 180 "$bin" generate "${m[@]}" "${f[@]}" --prompt-ids 1,2,3,4 --max-tokens 256 --ignore-eos \
+      >/dev/null 2>"$out/$s.decode_$v.log"
+    echo "$s decode b1 $v: $(grep -E 'generated' "$out/$s.decode_$v.log" | tail -1)"
+  done
+  grep -iE "KV pool|error" "$out/$s.decode_greedy.log" | head -2
   timeout 180 "$bin" generate "${m[@]}" --prompt-ids "$P" --max-tokens 2 >/dev/null 2>"$out/$s.prefill.log"
   echo "$s prefill 2048: $(grep -E 'generated|rror' "$out/$s.prefill.log" | tail -1)"
   timeout 240 "$bin" bench prefix "${m[@]}" --shared-prefix-tokens 1024 --suffix-tokens 64 --max-tokens 16 \
@@ -45,6 +50,10 @@ for s in ${SHAPES:-qwen3-0.6b qwen3-8b qwen3-30b-a3b}; do
     timeout 400 "$bin" bench throughput "${m[@]}" --prompt-tokens 512 --output-tokens 128 --concurrency "$LEVELS" \
       >"$out/$s.throughput.json" 2>"$out/$s.throughput.log"
     grep -E "^concurrency|rror" "$out/$s.throughput.log"
+  fi
+  if [ -n "${HF:-}" ] && python3 -c "import torch, transformers" 2>/dev/null; then
+    timeout "${HF_LIMIT:-300}" python3 tools/hf_side_by_side.py --model "$d" >"$out/$s.hf.json" 2>"$out/$s.hf.log"
+    echo "$s transformers (rc $?): $(cat "$out/$s.hf.json")"
   fi
   rm -rf "$d"
 done

@@ -73,7 +73,7 @@ struct cuda_backend {
     const int32_t *d_tokens;   /* [n_tok] */
     const int32_t *d_logit_tok; /* [n_logits] */
     const int32_t *d_pairs;    /* [n_copies, 2] */
-    /* to_host's staging (pinned would be faster; plain host memory for now) */
+    /* to_host's staging, page-locked */
     void *host;
     size_t host_bytes;
     /* the step's first error */
@@ -270,9 +270,9 @@ static enum hr_status cb_size_step(struct cuda_backend *c, char *err, size_t err
     size_t bytes = (size_t)max_tok * 8 + (size_t)max_tok * 4 * 5 + (size_t)a->max_tables * 4 +
                    (size_t)a->max_qblocks * 8 + (size_t)a->max_copies * 8 + 256;
     cuda_dev_free(a->dev);
-    free(a->host);
+    cuda_dev_host_free(a->host);
     a->dev = NULL;
-    a->host = malloc(bytes);
+    a->host = cuda_dev_host_alloc(bytes); /* page-locked: the step's one upload goes straight over */
     if (!a->host)
         return hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: no host memory for the step's batch");
     a->bytes = bytes;
@@ -740,10 +740,13 @@ static enum hr_status cb_to_host(struct backend *be, const void *src, size_t byt
     struct cuda_backend *c = cb_of(be);
     *host = NULL;
     if (bytes > c->host_bytes) {
-        /* sized for the largest piece once; after the first steps it never grows */
-        void *p = realloc(c->host, bytes);
+        /* page-locked, sized for the largest piece once (after the first steps it never
+         * grows): a step's logits come back at the bus's rate */
+        void *p = cuda_dev_host_alloc(bytes);
         if (!p)
-            return hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: no host memory for %zu bytes", bytes);
+            return hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: no page-locked host memory for %zu bytes",
+                          bytes);
+        cuda_dev_host_free(c->host);
         c->host = p;
         c->host_bytes = bytes;
     }
@@ -930,8 +933,8 @@ static void cb_free(struct backend *be)
     cb_graphs_drop(c);
     cuda_dev_stream_destroy(c->stream);
     cuda_dev_free(c->area.dev);
-    free(c->area.host);
-    free(c->host);
+    cuda_dev_host_free(c->area.host);
+    cuda_dev_host_free(c->host);
     free(c);
     be->impl = NULL;
 }

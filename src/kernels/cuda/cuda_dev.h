@@ -52,6 +52,10 @@ enum hr_status cuda_dev_capture_end(void *stream, void **exec, char *err, size_t
 enum hr_status cuda_dev_graph_launch(void *exec, void *stream, char *err, size_t errlen);
 void cuda_dev_graph_free(void *exec);
 
+/* Page-locked host memory (copies to and from it run at the bus's rate), or NULL. */
+void *cuda_dev_host_alloc(size_t bytes);
+void cuda_dev_host_free(void *p);
+
 /* Timing with device events on the default stream. */
 struct cuda_dev_timer;
 enum hr_status cuda_dev_timer_init(struct cuda_dev_timer **t, char *err, size_t errlen);

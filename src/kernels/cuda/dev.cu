@@ -127,6 +127,22 @@ extern "C" void cuda_dev_graph_free(void *exec)
         cudaGraphExecDestroy((cudaGraphExec_t)exec);
 }
 
+extern "C" void *cuda_dev_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void cuda_dev_host_free(void *p)
+{
+    if (p)
+        cudaFreeHost(p);
+}
+
 extern "C" enum hr_status cuda_dev_sync(char *err, size_t errlen)
 {
     cudaError_t e = cudaDeviceSynchronize();
