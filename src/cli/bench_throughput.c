@@ -61,7 +61,8 @@ static double tp_request_flops(const struct hearth_engine *e, int prompt_tokens,
 }
 
 static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_tokens, int out_tokens,
-                  struct tp_level *lv, int64_t *weight_bytes, size_t *kv_bytes, double *req_flops, int *bf16)
+                  struct tp_level *lv, int64_t *weight_bytes, size_t *kv_bytes, double *req_flops, int *bf16,
+                  int *on_host)
 {
     struct hearth_engine *e = bench_engine(ep);
     if (!e)
@@ -70,8 +71,10 @@ static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_token
     *bf16 = engine_backend(e)->bf16_compute;
     *weight_bytes = engine_model(e)->w.weight_bytes;
     *kv_bytes = engine_kv_bytes(e);
-    double fixed = (double)*weight_bytes / 1048576.0 + (double)*kv_bytes / 1048576.0, rss_max = 0;
-    lv->startup_mib = tp_rss_mib() - (double)*kv_bytes / 1048576.0;
+    /* a device keeps weights and KV in its own memory: the host's RSS holds neither */
+    *on_host = strcmp(engine_backend(e)->device, "cpu") == 0;
+    double fixed = *on_host ? (double)*weight_bytes / 1048576.0 + (double)*kv_bytes / 1048576.0 : 0, rss_max = 0;
+    lv->startup_mib = tp_rss_mib() - (*on_host ? (double)*kv_bytes / 1048576.0 : 0);
     char err[HR_ERRLEN];
     int V = engine_model(e)->cfg.vocab_size, ok = 1;
     struct hearth_request **r = calloc((size_t)c, sizeof *r);
@@ -191,12 +194,12 @@ int bench_throughput(int argc, char **argv)
     int64_t wbytes = 0;
     size_t kvbytes = 0;
     double req_flops = 0;
-    int bf16 = 0;
+    int bf16 = 0, on_host = 1;
     for (int k = 0; k < n_levels; k++) {
         struct hearth_engine_params p = ep;
         if (p.max_num_seqs < levels[k])
             p.max_num_seqs = levels[k];
-        if (!tp_run(&p, levels[k], prompt_tokens, out_tokens, &lv[k], &wbytes, &kvbytes, &req_flops, &bf16))
+        if (!tp_run(&p, levels[k], prompt_tokens, out_tokens, &lv[k], &wbytes, &kvbytes, &req_flops, &bf16, &on_host))
             return 1;
         fprintf(stderr,
                 "concurrency %d: %.1f tokens/s (%.2f generated/s), ITL p50 %.1f ms p99 %.1f ms; "
@@ -205,6 +208,7 @@ int bench_throughput(int argc, char **argv)
                 lv[k].startup_mib, lv[k].overhead_mib);
     }
     double rss = bench_peak_rss_mib(), wmib = (double)wbytes / 1048576.0, kvmib = (double)kvbytes / 1048576.0;
+    double host_fixed = on_host ? wmib + kvmib : 0; /* what of weights and KV the RSS holds */
     /* After the RSS is read (the bandwidth pass takes 512 MiB): the machine's peak
      * arithmetic rate bounds any level's throughput, whatever the batching. */
     struct cpu_ceilings ceil = {0};
@@ -226,7 +230,7 @@ int bench_throughput(int argc, char **argv)
            "  \"weights_mib\": %.1f,\n  \"kv_mib\": %.1f,\n  \"peak_rss_beyond_weights_kv_mib\": %.1f,\n"
            "  \"weights_plus_kv_plus_64_mib\": %.1f,\n",
            lv[0].tokens_per_s > 0 ? lv[n_levels - 1].tokens_per_s / lv[0].tokens_per_s : 0.0, rss, wmib, kvmib,
-           rss - wmib - kvmib, wmib + kvmib + 64);
+           rss - host_fixed, host_fixed + 64);
     printf("  \"compute_bound\": {\"compute\": \"%s\", \"peak_gflops\": %.1f, \"request_gflops\": %.1f, "
            "\"tokens_per_s\": %.1f, \"ratio_over_first\": %.2f}\n}\n",
            bf16 ? "bf16" : "f32", peak, req_flops * 1e-9, bound_tps,

@@ -490,6 +490,48 @@ static void engine_publish_stats(struct hearth_engine *e)
     pthread_mutex_unlock(&e->stats_mu);
 }
 
+/* Whether the plan's row i samples from this piece's logits as a pure function of
+ * them (no grammar, not a fork's first sampling), so that it can be sampled before
+ * the rows ahead of it are accepted. */
+static bool engine_row_presamples(const struct sched_row *pr, const struct batch_row *br, int c0, int cn)
+{
+    int nl = pr->all_logits ? pr->query_len : pr->sample ? 1 : 0;
+    int end = br->logit_offset + nl;
+    const struct group *g = pr->s->g;
+    return pr->sample && nl > 0 && end > c0 && end <= c0 + cn && !pr->s->gram && (g->forked || g->n == 1);
+}
+
+/* The piece's pure rows, sampled at once on the sampling threads. */
+static void engine_presample(struct hearth_engine *e, const struct sched_plan *plan, int c0, int cn,
+                             const float *logits)
+{
+    struct sample_rows *sr = &e->srows;
+    const struct batch *b = &e->batch;
+    int V = e->m.cfg.vocab_size;
+    sample_rows_reset(sr);
+    for (int i = 0; i < plan->n_rows && i < sr->cap; i++) {
+        const struct sched_row *pr = &plan->rows[i];
+        const struct batch_row *br = &b->rows[i];
+        if (!engine_row_presamples(pr, br, c0, cn))
+            continue;
+        int nl = pr->all_logits ? pr->query_len : 1;
+        struct seq *s = pr->s;
+        struct group *g = s->g;
+        struct sample_rows_item *it = sample_rows_add(sr, i);
+        it->p = &g->sp;
+        it->logits = logits + (int64_t)(br->logit_offset + nl - 1 - c0) * V;
+        it->history = s->tokens;
+        it->n_prompt = g->n_prompt;
+        it->n_generated = s->n_generated;
+        it->seq_index = (uint64_t)(g->index_base + s->index);
+        it->step = (uint64_t)s->n_generated;
+    }
+    if (sr->n > 1)
+        sample_rows_run(sr);
+    else
+        sample_rows_reset(sr); /* one row: the engine thread samples it as before */
+}
+
 /* The step's logits rows, a piece at a time in the forward's scratch (whatever room
  * the residual stream leaves: ENGINE_LOGIT_ROWS rows at least), each piece brought to
  * the host, scored and sampled before the next is computed.  So no logits buffer
@@ -511,6 +553,8 @@ static enum hr_status engine_logits(struct hearth_engine *e, const struct sched_
         enum hr_status st = qwen3_logits_host(&e->fwd, b, c0, cn, &logits, err, errlen);
         if (st != HR_OK)
             return st;
+        if (e->srows_on)
+            engine_presample(e, plan, c0, cn, logits);
         for (int i = 0; i < plan->n_rows; i++) {
             const struct sched_row *pr = &plan->rows[i];
             const struct batch_row *br = &b->rows[i];
@@ -530,10 +574,14 @@ static enum hr_status engine_logits(struct hearth_engine *e, const struct sched_
             if (e->logits_hook)
                 e->logits_hook(e->logits_hook_ctx, i, lg, V);
             struct group *g = s->g;
+            const struct sampler_result *pre = e->srows_on ? sample_rows_result(&e->srows, i) : NULL;
             if (!g->forked && g->n > 1) {
                 engine_fork(e, g);
                 for (int k = 0; k < g->n; k++)
                     engine_sample(e, &g->seqs[k], lg);
+            } else if (pre) {
+                struct sampler_result r = *pre;
+                engine_accept(e, s, &r);
             } else {
                 engine_sample(e, s, lg);
             }
@@ -866,6 +914,10 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
         st = batch_init(&e->batch, p->block_size, p->max_num_seqs, p->max_batched_tokens, err, errlen);
     if (st == HR_OK)
         st = sampler_scratch_init(&e->ss, e->m.cfg.vocab_size, err, errlen);
+    /* On a device the host threads are free while the card computes: they sample the
+     * step's rows (on the CPU they are the kernels' threads, busy with the forward) */
+    if (st == HR_OK && strcmp(e->be.device, "cpu") != 0)
+        st = engine_sample_threads(e, p->n_threads < 32 ? p->n_threads : 32, err, errlen);
     if (st == HR_OK)
         grammar_cache_init(&e->gcache, e->has_tk ? &e->tk : NULL, e->m.cfg.vocab_size, 0, 0);
     if (st == HR_OK && start_thread) {
@@ -881,6 +933,18 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
     engine_publish_stats(e);
     *out = e;
     return HR_OK;
+}
+
+enum hr_status engine_sample_threads(struct hearth_engine *e, int n_threads, char *err, size_t errlen)
+{
+    if (e->srows_on)
+        sample_rows_free(&e->srows);
+    e->srows_on = false;
+    if (n_threads < 2)
+        return HR_OK;
+    enum hr_status st = sample_rows_init(&e->srows, n_threads, e->m.cfg.vocab_size, e->batch.max_rows, err, errlen);
+    e->srows_on = st == HR_OK;
+    return st;
 }
 
 enum hr_status hearth_engine_init(struct hearth_engine **out, const struct hearth_engine_params *p, char *err,
@@ -923,6 +987,8 @@ void hearth_engine_free(struct hearth_engine *e)
     if (e->disk_on)
         kv_restore_free(&e->restore);
     sampler_scratch_free(&e->ss);
+    if (e->srows_on)
+        sample_rows_free(&e->srows);
     grammar_cache_free(&e->gcache);
     batch_free(&e->batch);
     qwen3_free(&e->fwd);

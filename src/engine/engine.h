@@ -9,6 +9,7 @@
 #include "cache/prefix_cache.h"
 #include "engine/kv_restore.h"
 #include "engine/request.h"
+#include "engine/sample_rows.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -44,6 +45,8 @@ struct hearth_engine {
     struct qwen3 fwd;
     struct batch batch;
     struct sampler_scratch ss;
+    struct sample_rows srows;  /* a device's steps: rows sampled on host threads at once */
+    bool srows_on;
     struct grammar_cache gcache; /* compiled grammars of constrained requests (any thread) */
     struct prefix_cache pc;
     bool pc_on;
@@ -86,6 +89,10 @@ struct hearth_engine {
     /* Test hooks. */
     int hook_logit_rows;          /* engine thread: logits pieces of at most this many rows (0: as fit) */
 };
+
+/* Samples a step's rows on n_threads host threads (n < 2: on the engine thread), as a
+ * device backend does by default; tests call it before the first step. */
+enum hr_status engine_sample_threads(struct hearth_engine *e, int n_threads, char *err, size_t errlen);
 
 /* Builds the engine; with start_thread false no thread runs and the caller drives
  * engine_step itself (tests that control exactly when requests arrive). */

@@ -236,13 +236,17 @@ static void test_engine_pieces(void)
     }
     hearth_engine_free(e);
 
-    /* Together, in pieces of 7 rows (the tiny vocabulary would fit every row in one). */
-    for (int cap = 7; cap >= 0; cap -= 7) {
+    /* Together, in pieces of 7 rows (the tiny vocabulary would fit every row in one),
+     * sampled on the engine thread and on 4 sampling threads (as on a device). */
+    for (int run = 0; run < 4; run++) {
+        int cap = run % 2 ? 0 : 7, threads = run < 2 ? 1 : 4;
         e = rig_engine(rig_kv_bytes(256), 64, 512, 2);
         CHECK(e);
         if (!e)
             return;
         e->hook_logit_rows = cap;
+        CHECK_OK(engine_sample_threads(e, threads, err, sizeof err), err);
+        CHECK(e->srows_on == (threads > 1));
         int piece = cap ? cap : 1 << 20;
         struct hearth_request *r[N_REQ] = {0};
         for (int i = 0; i < N_REQ; i++) {
@@ -277,8 +281,9 @@ static void test_engine_pieces(void)
         CHECK_MSG(!cap || split_row, "no row's prompt logits straddled two pieces");
         for (int i = 0; i < N_REQ; i++) {
             CHECK_MSG(alone[i].n > 2, "request %d: %d events", i, alone[i].n);
-            CHECK_MSG(evlog_same(&alone[i], &together[i]), "pieces of %d: request %d: events differ from its run alone",
-                      cap, i);
+            CHECK_MSG(evlog_same(&alone[i], &together[i]),
+                      "pieces of %d, %d sampling threads: request %d: events differ from its run alone", cap, threads,
+                      i);
         }
         hearth_engine_free(e);
     }
