@@ -192,19 +192,39 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(struct cuda_attentio
         if (p0 + ATTN_TILE < p_end)
             tile_fetch(w, a, table, kvh, p0 + ATTN_TILE, p_end); /* in flight during this tile */
 
-        /* scores: row r = idx / 32 of the warp, position j = lane */
-        for (int idx = tid; idx < rows * ATTN_TILE; idx += ATTN_THREADS) {
-            int r = idx >> 5, j = idx & 31;
-            int pos_r = b.positions[t0 + r / group];
-            float sc = -INFINITY;
-            if (p0 + j <= pos_r) {
-                float d0 = 0.0f;
-#pragma unroll 16
-                for (int d = 0; d < HD; d++)
-                    d0 = fmaf(sm.q[r][d], sm.k[j][d], d0);
-                sc = __fmul_rn(d0, a.scale);
+        /* scores: position j = lane, rows warp, warp + 4, warp + 8, warp + 12: each
+         * k[j][d] read once for the thread's rows (q rows are broadcasts); each score is
+         * still one fmaf chain over d in ascending order */
+        {
+            constexpr int RSTEP = ATTN_THREADS / 32, RPER = R / RSTEP;
+            const int j = lane;
+            float d0[RPER];
+            bool live[RPER];
+#pragma unroll
+            for (int i = 0; i < RPER; i++) {
+                int r = warp + i * RSTEP;
+                d0[i] = 0.0f;
+                live[i] = r < rows && p0 + j <= b.positions[t0 + r / group];
             }
-            sm.p[r][j] = sc;
+            bool any = false;
+#pragma unroll
+            for (int i = 0; i < RPER; i++)
+                any |= live[i];
+            if (any) { /* a dead row's sum is computed and dropped */
+#pragma unroll 8
+                for (int d = 0; d < HD; d++) {
+                    float kd = sm.k[j][d];
+#pragma unroll
+                    for (int i = 0; i < RPER; i++)
+                        d0[i] = fmaf(sm.q[warp + i * RSTEP][d], kd, d0[i]);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < RPER; i++) {
+                int r = warp + i * RSTEP;
+                if (r < rows)
+                    sm.p[r][j] = live[i] ? __fmul_rn(d0[i], a.scale) : -INFINITY;
+            }
         }
         __syncthreads();
         /* online softmax: a warp per row */
@@ -231,16 +251,27 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(struct cuda_attentio
             }
         }
         __syncthreads();
-        /* acc[r] (dimension tid) = acc * corr + sum_j p[r][j] v[j] */
+        /* acc[r] (dimension tid) = acc * corr + sum_j p[r][j] v[j]: v[j][tid] read once
+         * for every row; each row's sum is still one fmaf chain over j in order */
+        {
+            float pv[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            if (r >= rows || sm.skip[r])
-                continue;
-            float pv = 0.0f;
-#pragma unroll 8
-            for (int j = 0; j < ATTN_TILE; j++)
-                pv = fmaf(sm.p[r][j], sm.v[j][tid], pv);
-            acc[r] = __fadd_rn(__fmul_rn(acc[r], sm.corr[r]), pv);
+            for (int r = 0; r < R; r++)
+                pv[r] = 0.0f;
+#pragma unroll 4
+            for (int j = 0; j < ATTN_TILE; j++) {
+                float vj = sm.v[j][tid];
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (r < rows)
+                        pv[r] = fmaf(sm.p[r][j], vj, pv[r]);
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r >= rows || sm.skip[r])
+                    continue;
+                acc[r] = __fadd_rn(__fmul_rn(acc[r], sm.corr[r]), pv[r]);
+            }
         }
     }
     __syncthreads();
