@@ -96,6 +96,12 @@ struct cuda_backend {
     uint64_t hash;             /* the step's ops and their arguments so far */
     struct cb_graph graphs[CB_GRAPH_BUCKETS][CB_GRAPH_CAPS];
     uint64_t n_captured, n_replayed, n_eager; /* decode steps by how they ran (logged at free) */
+    /* The bf16 copy of an f32 buffer that a matmul may take instead of converting it:
+     * written by the op that wrote the buffer (RMSNorm and attention into xb, SwiGLU in
+     * sw) or by the last conversion; every op but the matmuls forgets it first. */
+    const float *b16_of;
+    const uint16_t *b16_at;
+    size_t b16_n;
     /* HEARTH_CUDA_PROFILE=1: every op waited for and timed (no graphs), logged at free */
     bool profile;
     int prof_op;               /* the op being timed, or -1 */
@@ -166,6 +172,8 @@ static bool cb_op(struct cuda_backend *c, int op, uint64_t a, uint64_t b, uint64
     if (c->st != HR_OK)
         return false;
     cb_prof_mark(c, op);
+    if (op < 2 || op > 5) /* not a matmul: it may write any buffer */
+        c->b16_of = NULL;
     if (c->mode != CB_EAGER)
         c->hash = cb_mix(cb_mix(cb_mix(cb_mix(cb_mix(c->hash, (uint64_t)op), a), b), d), e);
     return c->mode != CB_REPLAY;
@@ -681,6 +689,7 @@ static enum hr_status cb_begin_step(struct backend *be, const struct batch *b, s
     int armed = c->graph_next;
     c->graph_next = 0;
     c->mode = CB_EAGER;
+    c->b16_of = NULL;
     c->st = HR_OK;
     c->msg[0] = 0;
     if (!a->dev || b->n_tok > a->max_tok)
@@ -815,13 +824,31 @@ static void cb_embed(struct backend *be, float *out, const struct weights_mat *e
 static const uint16_t *cb_bf16_input(struct cuda_backend *c, const float *x, int m, int64_t k)
 {
     char err[HR_ERRLEN];
-    if ((size_t)m * (size_t)k > c->xb_elems) {
+    size_t n = (size_t)m * (size_t)k;
+    if (x == c->b16_of && n == c->b16_n)
+        return c->b16_at; /* the op that wrote x left its bf16 copy: the same bits */
+    if (n > c->xb_elems) {
         cb_fail(c, HR_ERR_INVALID, "cuda backend: a matmul input larger than reserved");
         return NULL;
     }
-    enum hr_status st = c->K->to_bf16(c->xb, x, (size_t)m * (size_t)k, c->stream, err, sizeof err);
+    enum hr_status st = c->K->to_bf16(c->xb, x, n, c->stream, err, sizeof err);
     cb_fail(c, st, err);
-    return st == HR_OK ? c->xb : NULL;
+    if (st != HR_OK)
+        return NULL;
+    c->b16_of = x;
+    c->b16_at = c->xb;
+    c->b16_n = n;
+    return c->xb;
+}
+
+/* An op wrote n floats at y and their bf16 roundings at at. */
+static void cb_b16_left(struct cuda_backend *c, const float *y, const uint16_t *at, size_t n)
+{
+    if (c->st != HR_OK)
+        return;
+    c->b16_of = y;
+    c->b16_at = at;
+    c->b16_n = n;
 }
 
 static void cb_gemm(struct cuda_backend *c, enum cuda_epi epi, void *y, const uint16_t *xb, int m,
@@ -834,6 +861,11 @@ static void cb_gemm(struct cuda_backend *c, enum cuda_epi epi, void *y, const ui
                           .n = (int)w->rows, .k = (int)w->cols, .work = c->gemm_work,
                           .work_bytes = c->gemm_work_bytes, .tickets = c->tickets, .n_tickets = c->n_tickets};
     cb_fail(c, c->K->gemm(&g, c->stream, err, sizeof err), err);
+    /* a product written over the buffer whose bf16 copy is kept makes the copy stale */
+    size_t y_bytes = (size_t)m * (size_t)g.n * (epi == CUDA_EPI_STORE_BF16 || epi == CUDA_EPI_SWIGLU_BF16 ? 2 : 4);
+    const uint8_t *y0 = y, *k0 = (const uint8_t *)c->b16_of;
+    if (k0 && y0 < k0 + c->b16_n * sizeof(float) && k0 < y0 + y_bytes)
+        c->b16_of = NULL;
 }
 
 static void cb_matmul(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w)
@@ -882,6 +914,7 @@ static void cb_matmul_swiglu(struct backend *be, float *out, const float *x, int
         return;
     char err[HR_ERRLEN];
     cb_fail(c, c->K->from_bf16(out, c->sw, n, c->stream, err, sizeof err), err);
+    cb_b16_left(c, out, c->sw, n); /* out is sw widened: sw is its bf16 copy */
 }
 
 static void cb_rmsnorm(struct backend *be, float *y, const float *x, const float *w, int rows, int dim, float eps)
@@ -890,8 +923,12 @@ static void cb_rmsnorm(struct backend *be, float *y, const float *x, const float
     if (!cb_op(c, 6, CB_P(y), CB_P(x), CB_P(w), (uint64_t)rows << 32 | (uint32_t)dim) || rows == 0)
         return;
     char err[HR_ERRLEN];
-    struct cuda_rmsnorm a = {.y_f32 = y, .x = x, .w = w, .rows = rows, .dim = dim, .eps = eps};
+    size_t n = (size_t)rows * (size_t)dim;
+    struct cuda_rmsnorm a = {.y_f32 = y, .y_bf16 = n <= c->xb_elems ? c->xb : NULL, .x = x, .w = w, .rows = rows,
+                             .dim = dim, .eps = eps};
     cb_fail(c, c->K->rmsnorm(&a, c->stream, err, sizeof err), err);
+    if (a.y_bf16) /* the next matmul's input, already rounded */
+        cb_b16_left(c, y, c->xb, n);
 }
 
 static void cb_attn_prep(struct backend *be, float *q, float *k, const float *v, const float *q_norm,
@@ -914,9 +951,13 @@ static void cb_attention(struct backend *be, float *out, const float *q, const s
     if (!cb_op(c, 8, CB_P(out), CB_P(q), CB_P(kv->slab), (uint64_t)layer << 32 | (uint32_t)n_heads))
         return;
     char err[HR_ERRLEN];
-    struct cuda_attention a = {.out_f32 = out, .q = q, .n_heads = n_heads, .layer = layer, .scale = scale,
-                               .kv = cb_kv(kv), .b = &c->ab, .work = c->attn_work, .work_bytes = c->attn_work_bytes};
+    size_t n = (size_t)c->ab.n_tok * (size_t)n_heads * (size_t)kv->head_dim;
+    struct cuda_attention a = {.out_f32 = out, .out_bf16 = n <= c->xb_elems ? c->xb : NULL, .q = q,
+                               .n_heads = n_heads, .layer = layer, .scale = scale, .kv = cb_kv(kv), .b = &c->ab,
+                               .work = c->attn_work, .work_bytes = c->attn_work_bytes};
     cb_fail(c, c->K->attention(&a, c->stream, err, sizeof err), err);
+    if (a.out_bf16) /* o_proj's input, already rounded */
+        cb_b16_left(c, out, c->xb, n);
 }
 
 static size_t cb_moe_work_bytes(struct backend *be, int n_tok)
