@@ -909,6 +909,8 @@ static void cb_matmul_swiglu(struct backend *be, float *out, const float *x, int
         cb_fail(c, HR_ERR_INVALID, "cuda backend: a SwiGLU wider than reserved");
         return;
     }
+    if (c->b16_at == c->sw)
+        c->b16_of = NULL; /* the product goes to sw: its input must not come from there */
     cb_gemm(c, CUDA_EPI_SWIGLU_BF16, c->sw, cb_bf16_input(c, x, m, gate->cols), m, gate, up);
     if (!cb_ok(c))
         return;
