@@ -43,8 +43,10 @@ CUDA_BUILD  ?= build-cuda
 NVCC_FLAGS  = -std=c++17 -O3 -g -lineinfo --fmad=false -Iinclude -Isrc \
               -Xcompiler -fno-strict-aliasing,-ffp-contract=off,-Wall,-Wextra -Xptxas -warn-spills
 CU_ALL      := $(sort $(wildcard src/kernels/cuda/*.cu))
-CU_VARIANT  := $(filter-out src/kernels/cuda/dev.cu,$(CU_ALL))
-CU_OBJS     := $(CUDA_BUILD)/dev.o $(CU_VARIANT:src/kernels/cuda/%.cu=$(CUDA_BUILD)/sm90a/%.o) \
+# dev*.cu (the device seen from C: memory, timers, the copy stream) are compiled once.
+CU_ONCE     := $(sort $(wildcard src/kernels/cuda/dev*.cu))
+CU_VARIANT  := $(filter-out $(CU_ONCE),$(CU_ALL))
+CU_OBJS     := $(CU_ONCE:src/kernels/cuda/%.cu=$(CUDA_BUILD)/%.o) $(CU_VARIANT:src/kernels/cuda/%.cu=$(CUDA_BUILD)/sm90a/%.o) \
                $(CU_VARIANT:src/kernels/cuda/%.cu=$(CUDA_BUILD)/sm80/%.o)
 CFLAGS_BASE += -DHEARTH_CUDA=1
 LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
@@ -88,6 +90,9 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 
 ifneq ($(strip $(NVCC)),)
 $(CUDA_BUILD)/dev.o: src/kernels/cuda/dev.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(GENCODE_sm90a) $(GENCODE_sm80) -MMD -MP -c $< -o $@
+$(CUDA_BUILD)/dev_%.o: src/kernels/cuda/dev_%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $(GENCODE_sm90a) $(GENCODE_sm80) -MMD -MP -c $< -o $@
 $(CUDA_BUILD)/sm90a/%.o: src/kernels/cuda/%.cu

@@ -56,10 +56,35 @@ struct backend_ops {
                                size_t errlen);
 
     /* ---- cache tiers: one block, every layer, to or from host memory [kv->block_bytes] */
+
+    /* Synchronous: the copy is done when the call returns (any host memory).  Ordered
+     * after every copy queued before (kv_export_async / kv_import_async). */
     enum hr_status (*kv_export)(struct backend *be, const struct kv_store *kv, int block, void *dst, char *err,
                                 size_t errlen);
     enum hr_status (*kv_import)(struct backend *be, struct kv_store *kv, int block, const void *src, char *err,
                                 size_t errlen);
+    /* Host memory for the host-RAM tier, allocated at start-up: memory the device copies
+     * to and from at full rate (pinned, cudaHostAlloc, on a GPU; a private anonymous
+     * mapping on the CPU), readable and writable by the CPU.  NULL with a message. */
+    void *(*host_alloc)(struct backend *be, size_t bytes, char *err, size_t errlen);
+    /* Waits for queued copies first; p may be NULL. */
+    void (*host_free)(struct backend *be, void *p, size_t bytes);
+    /* Queued copies between a block of the store and host_alloc memory, on the backend's
+     * copy stream (a GPU: a non-blocking stream of its own; the CPU copies at once).
+     * Queued copies run in the order they were queued, each after the step work queued
+     * before it (an export reads what the steps before it wrote), and the next
+     * begin_step's work runs after all of them (a block exported may be handed to a new
+     * sequence and written by the next step; a block imported is read by it): the host
+     * never waits for a copy, the device orders them.  An export's dst may be read by
+     * the CPU only after kv_copies_wait; an import's src must not change until then
+     * (a later queued export into it is fine: it runs after the import). */
+    enum hr_status (*kv_export_async)(struct backend *be, const struct kv_store *kv, int block, void *dst, char *err,
+                                      size_t errlen);
+    enum hr_status (*kv_import_async)(struct backend *be, struct kv_store *kv, int block, const void *src,
+                                      char *err, size_t errlen);
+    /* Waits until every queued copy is done; a failure of one is reported (what the
+     * copies since the last wait wrote is then not to be trusted). */
+    enum hr_status (*kv_copies_wait)(struct backend *be, char *err, size_t errlen);
 
     /* ---- the step */
 

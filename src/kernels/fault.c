@@ -91,6 +91,33 @@ static int fault_graph_rows(struct backend *be, const struct batch *b)
     return 0;
 }
 
+static void *fault_host_alloc(struct backend *be, size_t bytes, char *err, size_t errlen)
+{
+    return inner_of(be)->ops->host_alloc(inner_of(be), bytes, err, errlen);
+}
+
+static void fault_host_free(struct backend *be, void *p, size_t bytes)
+{
+    inner_of(be)->ops->host_free(inner_of(be), p, bytes);
+}
+
+static enum hr_status fault_kv_export_async(struct backend *be, const struct kv_store *kv, int block, void *dst,
+                                            char *err, size_t errlen)
+{
+    return inner_of(be)->ops->kv_export_async(inner_of(be), kv, block, dst, err, errlen);
+}
+
+static enum hr_status fault_kv_import_async(struct backend *be, struct kv_store *kv, int block, const void *src,
+                                            char *err, size_t errlen)
+{
+    return inner_of(be)->ops->kv_import_async(inner_of(be), kv, block, src, err, errlen);
+}
+
+static enum hr_status fault_kv_copies_wait(struct backend *be, char *err, size_t errlen)
+{
+    return inner_of(be)->ops->kv_copies_wait(inner_of(be), err, errlen);
+}
+
 static enum hr_status fault_begin_step(struct backend *be, const struct batch *b, struct kv_store *kv, char *err,
                                        size_t errlen)
 {
@@ -215,6 +242,11 @@ static const struct backend_ops fault_ops = {
     .mem_info = fault_mem_info,
     .kv_export = fault_kv_export,
     .kv_import = fault_kv_import,
+    .host_alloc = fault_host_alloc,
+    .host_free = fault_host_free,
+    .kv_export_async = fault_kv_export_async,
+    .kv_import_async = fault_kv_import_async,
+    .kv_copies_wait = fault_kv_copies_wait,
     .begin_step = fault_begin_step,
     .sync = fault_sync,
     .to_host = fault_to_host,

@@ -598,6 +598,35 @@ static enum hr_status cpu_kv_import(struct backend *be, struct kv_store *kv, int
     return HR_OK;
 }
 
+/* The host tier's memory: a private anonymous mapping (zeroed pages that fault in as
+ * blocks first land in them).  On the CPU every copy is done when it returns, so the
+ * queued forms are the synchronous ones and there is nothing to wait for. */
+static void *cpu_host_alloc(struct backend *be, size_t bytes, char *err, size_t errlen)
+{
+    (void)be;
+    void *p = bytes ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+    if (p == MAP_FAILED) {
+        hr_err(err, errlen, HR_ERR_NOMEM, "cannot map %zu bytes of host memory for the host tier", bytes);
+        return NULL;
+    }
+    return p;
+}
+
+static void cpu_host_free(struct backend *be, void *p, size_t bytes)
+{
+    (void)be;
+    if (p)
+        munmap(p, bytes);
+}
+
+static enum hr_status cpu_kv_copies_wait(struct backend *be, char *err, size_t errlen)
+{
+    (void)be;
+    (void)err;
+    (void)errlen;
+    return HR_OK;
+}
+
 /* ------------------------------------------------------------------ the step */
 
 /* cos/sin of every token's position, computed in double then rounded: depends on
@@ -697,6 +726,11 @@ static const struct backend_ops cpu_ops = {
     .mem_info = cpu_mem_info,
     .kv_export = cpu_kv_export,
     .kv_import = cpu_kv_import,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .kv_export_async = cpu_kv_export,
+    .kv_import_async = cpu_kv_import,
+    .kv_copies_wait = cpu_kv_copies_wait,
     .begin_step = cpu_begin_step,
     .sync = cpu_sync,
     .to_host = cpu_to_host,

@@ -1,5 +1,6 @@
 /* The CUDA backend: the ops of backend.h over the kernels of cuda_kernels.h, for
- * dense Qwen3 with bf16 weights and a bf16 KV store, on the default stream.
+ * dense Qwen3 with bf16 weights and a bf16 KV store, on the default stream (the copies
+ * of the cache tiers on a stream of their own, cuda_copy.h).
  *
  * Memory: every buffer the model code names is device memory (cudaMalloc); the
  * weights are uploaded once (bind_weights); the step's batch goes over in one copy
@@ -20,6 +21,7 @@
 
 #include "base/log.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/cuda_copy.h"
 #include "kernels/cuda/cuda_dev.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "model/dummy_fill.h"
@@ -108,6 +110,8 @@ struct cuda_backend {
     int64_t prof_t;
     int64_t prof_ns[CB_OPS];
     int64_t prof_n[CB_OPS];
+    /* the cache tiers' block copies: their own stream, ordered with the kernels by events */
+    struct cuda_copier *copier;
 };
 
 static struct cuda_backend *cb_of(struct backend *be) { return be->impl; }
@@ -439,6 +443,8 @@ static enum hr_status cb_kv_alloc(struct backend *be, struct kv_store *kv, char 
 static void cb_kv_free(struct backend *be, struct kv_store *kv)
 {
     cb_graphs_drop(cb_of(be));
+    char err[HR_ERRLEN];
+    cuda_copier_wait(cb_of(be)->copier, err, sizeof err); /* no copy may still read or write the slab */
     cuda_dev_free(kv->slab);
     kv->slab = NULL;
 }
@@ -634,35 +640,77 @@ static size_t cb_slice_off(const struct kv_store *kv, int block, int layer)
     return ((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * kv->layer_bytes;
 }
 
+/* Queues the copy of every layer of a block (its slices lie n_blocks slices apart in
+ * the layer-major slab) to or from host [n_layers, layer_bytes]: one 2D copy on the
+ * copy stream. */
+static enum hr_status cb_kv_queue(struct cuda_backend *c, const struct kv_store *kv, int block, void *host,
+                                  bool to_host, char *err, size_t errlen)
+{
+    if (block < 0 || block >= kv->n_blocks)
+        return hr_err(err, errlen, HR_ERR_INVALID, "kv %s: block %d outside the pool (%d)",
+                      to_host ? "export" : "import", block, kv->n_blocks);
+    uint8_t *dev = kv->slab + cb_slice_off(kv, block, 0);
+    size_t stride = (size_t)kv->n_blocks * kv->layer_bytes;
+    if (to_host)
+        return cuda_copier_copy2d(c->copier, host, kv->layer_bytes, dev, stride, kv->layer_bytes,
+                                  (size_t)kv->n_layers, err, errlen);
+    return cuda_copier_copy2d(c->copier, dev, stride, host, kv->layer_bytes, kv->layer_bytes, (size_t)kv->n_layers,
+                              err, errlen);
+}
+
+/* The synchronous forms go through the copy stream too, then wait: they stay ordered
+ * with the queued ones (the disk tier may import into a block whose export to the
+ * host tier is still queued). */
 static enum hr_status cb_kv_export(struct backend *be, const struct kv_store *kv, int block, void *dst, char *err,
                                    size_t errlen)
 {
-    (void)be;
-    if (block < 0 || block >= kv->n_blocks)
-        return hr_err(err, errlen, HR_ERR_INVALID, "kv export: block %d outside the pool (%d)", block, kv->n_blocks);
-    for (int l = 0; l < kv->n_layers; l++) {
-        enum hr_status st = cuda_dev_copy((uint8_t *)dst + (size_t)l * kv->layer_bytes,
-                                          kv->slab + cb_slice_off(kv, block, l), kv->layer_bytes, err, errlen);
-        if (st != HR_OK)
-            return st;
-    }
-    return HR_OK;
+    struct cuda_backend *c = cb_of(be);
+    enum hr_status st = cb_kv_queue(c, kv, block, dst, true, err, errlen);
+    return st == HR_OK ? cuda_copier_wait(c->copier, err, errlen) : st;
 }
 
 static enum hr_status cb_kv_import(struct backend *be, struct kv_store *kv, int block, const void *src, char *err,
                                    size_t errlen)
 {
+    struct cuda_backend *c = cb_of(be);
+    enum hr_status st = cb_kv_queue(c, kv, block, (void *)src, false, err, errlen);
+    return st == HR_OK ? cuda_copier_wait(c->copier, err, errlen) : st;
+}
+
+static enum hr_status cb_kv_export_async(struct backend *be, const struct kv_store *kv, int block, void *dst,
+                                         char *err, size_t errlen)
+{
+    return cb_kv_queue(cb_of(be), kv, block, dst, true, err, errlen);
+}
+
+static enum hr_status cb_kv_import_async(struct backend *be, struct kv_store *kv, int block, const void *src,
+                                         char *err, size_t errlen)
+{
+    return cb_kv_queue(cb_of(be), kv, block, (void *)src, false, err, errlen);
+}
+
+static enum hr_status cb_kv_copies_wait(struct backend *be, char *err, size_t errlen)
+{
+    return cuda_copier_wait(cb_of(be)->copier, err, errlen);
+}
+
+/* The host tier's memory: pinned, so that its copies are DMA transfers the copy stream
+ * queues without staging. */
+static void *cb_host_alloc(struct backend *be, size_t bytes, char *err, size_t errlen)
+{
     (void)be;
-    if (block < 0 || block >= kv->n_blocks)
-        return hr_err(err, errlen, HR_ERR_INVALID, "kv import: block %d outside the pool (%d)", block, kv->n_blocks);
-    for (int l = 0; l < kv->n_layers; l++) {
-        enum hr_status st = cuda_dev_copy(kv->slab + cb_slice_off(kv, block, l),
-                                          (const uint8_t *)src + (size_t)l * kv->layer_bytes, kv->layer_bytes, err,
-                                          errlen);
-        if (st != HR_OK)
-            return st;
-    }
-    return HR_OK;
+    void *p = NULL;
+    if (cuda_host_alloc(&p, bytes, err, errlen) != HR_OK)
+        return NULL;
+    return p;
+}
+
+static void cb_host_free(struct backend *be, void *p, size_t bytes)
+{
+    (void)bytes;
+    char err[HR_ERRLEN];
+    cuda_copier_wait(cb_of(be)->copier, err, sizeof err);
+    cuda_host_free(p);
 }
 
 /* ------------------------------------------------------------------ the step */
@@ -692,6 +740,10 @@ static enum hr_status cb_begin_step(struct backend *be, const struct batch *b, s
     c->b16_of = NULL;
     c->st = HR_OK;
     c->msg[0] = 0;
+    /* the step's work (its block copies first) after the cache tiers' copies queued before it */
+    enum hr_status fst = cuda_copier_fence(c->copier, err, errlen);
+    if (fst != HR_OK)
+        return fst;
     if (!a->dev || b->n_tok > a->max_tok)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda backend: a step of %d tokens (reserved for %d)", b->n_tok,
                       a->max_tok);
@@ -1006,6 +1058,7 @@ static void cb_free(struct backend *be)
     struct cuda_backend *c = cb_of(be);
     if (!c)
         return;
+    cuda_copier_free(c->copier);
     cuda_dev_free(c->xb);
     cuda_dev_free(c->sw);
     cuda_dev_free(c->gemm_work);
@@ -1041,6 +1094,11 @@ static const struct backend_ops cuda_ops = {
     .mem_info = cb_mem_info,
     .kv_export = cb_kv_export,
     .kv_import = cb_kv_import,
+    .host_alloc = cb_host_alloc,
+    .host_free = cb_host_free,
+    .kv_export_async = cb_kv_export_async,
+    .kv_import_async = cb_kv_import_async,
+    .kv_copies_wait = cb_kv_copies_wait,
     .begin_step = cb_begin_step,
     .sync = cb_sync,
     .to_host = cb_to_host,
@@ -1076,7 +1134,11 @@ enum hr_status backend_cuda_init(struct backend *be, const struct backend_opts *
         st = c->K->prepare(c->info.sm_count, err, errlen);
     if (st == HR_OK)
         st = cuda_dev_stream_create(&c->stream, err, errlen);
+    if (st == HR_OK)
+        st = cuda_copier_init(&c->copier, c->stream, err, errlen); /* ordered with the kernels' stream */
     if (st != HR_OK) {
+        if (c->stream)
+            cuda_dev_stream_destroy(c->stream);
         free(c);
         return st;
     }
