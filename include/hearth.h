@@ -87,6 +87,10 @@ struct hearth_engine_params {
                                    (0: 1 GiB) */
     bool enforce_eager;         /* a device backend runs every step op by op: no CUDA graphs for
                                    decode steps (vLLM's name; graphs change no bit, only the speed) */
+    size_t kv_cache_host_bytes; /* the prefix cache's host-RAM tier: blocks evicted from the pool are
+                                   kept in this much host memory (pinned on a GPU, allocated at
+                                   init), least recently used go on to the disk tier when there is
+                                   one; a prompt that misses in the pool continues there (0: none) */
 };
 
 void hearth_engine_params_default(struct hearth_engine_params *p);
@@ -317,6 +321,24 @@ struct hearth_disk_cache_stats {
     int64_t files_evicted_total; /* removed to stay within the quota */
 };
 
+/* The prefix cache's host-RAM tier (--kv-cache-host-mib). */
+struct hearth_host_cache_stats {
+    bool enabled;
+    int64_t blocks, bytes;      /* blocks held, and their bytes */
+    int64_t capacity_blocks, capacity_bytes; /* the arena's slots */
+    int64_t lookups_total;      /* sequences admitted past a miss in the pool, looked up here */
+    int64_t hits_total, misses_total; /* lookups that restored at least one block / none */
+    int64_t blocks_restored_total; /* blocks copied back into the pool */
+    int64_t hit_tokens_total;   /* prompt tokens served from them (in cached_tokens) */
+    int64_t stored_blocks_total; /* blocks evicted from the pool and copied in */
+    int64_t bytes_in_total;     /* bytes copied in from the pool */
+    int64_t bytes_out_total;    /* bytes copied back into the pool */
+    int64_t evicted_blocks_total; /* blocks evicted to make room */
+    int64_t evicted_to_disk_total; /* of those, handed to the disk tier (not on disk yet) */
+    int64_t copy_errors_total;  /* copies that failed: the block is not kept, or not restored */
+    int64_t mismatches_total;   /* keys that named another block (tokens, parent or salt): not used */
+};
+
 struct hearth_stats {
     int blocks_total, blocks_free, blocks_used;
     int running, waiting;       /* sequences */
@@ -327,6 +349,7 @@ struct hearth_stats {
     int64_t requests_stalled;   /* cancelled: their consumer let max_queued_bytes pile up */
     struct hearth_prefix_cache_stats prefix_cache;
     struct hearth_disk_cache_stats disk_cache;
+    struct hearth_host_cache_stats host_cache;
 };
 
 void hearth_engine_stats(struct hearth_engine *e, struct hearth_stats *out);

@@ -244,15 +244,25 @@ static int prefix_max_blocks(const struct prefix_cache *pc, int n)
     return n >= 1 ? (n - 1) / pc->block_size : 0;
 }
 
-int prefix_cache_match_len(struct prefix_cache *pc, const char *salt, const int32_t *tokens, int n)
+int prefix_cache_match_key(struct prefix_cache *pc, const char *salt, const int32_t *tokens, int n,
+                           struct path_key *key)
 {
-    int node = prefix_root(pc, salt, false), k = 0, max = prefix_max_blocks(pc, n);
+    int node = prefix_root(pc, salt, false), last = node, k = 0, max = prefix_max_blocks(pc, n);
     while (node >= 0 && k < max) {
         node = prefix_child(pc, node, tokens + (size_t)k * pc->block_size, false);
-        if (node >= 0)
+        if (node >= 0) {
             k++;
+            last = node;
+        }
     }
+    if (key)
+        *key = last >= 0 ? pc->nodes[last].key : path_key_root(pc->ns_desc, prefix_salt(salt));
     return k;
+}
+
+int prefix_cache_match_len(struct prefix_cache *pc, const char *salt, const int32_t *tokens, int n)
+{
+    return prefix_cache_match_key(pc, salt, tokens, n, NULL);
 }
 
 int prefix_cache_lookup(struct prefix_cache *pc, const char *salt, const int32_t *tokens, int n, int32_t *blocks,

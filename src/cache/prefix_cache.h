@@ -93,6 +93,10 @@ int prefix_cache_lookup(struct prefix_cache *pc, const char *salt, const int32_t
                         struct prefix_lease *lease, const void *owner);
 /* The same match without retaining anything or counting a lookup (scheduling order). */
 int prefix_cache_match_len(struct prefix_cache *pc, const char *salt, const int32_t *tokens, int n);
+/* The same, and *key: the path key of the last block matched (the namespace root's
+ * when none is), from which the tiers below continue the path. */
+int prefix_cache_match_key(struct prefix_cache *pc, const char *salt, const int32_t *tokens, int n,
+                           struct path_key *key);
 
 void prefix_cache_lease_prepare(struct prefix_cache *pc, struct prefix_lease *lease, const void *owner);
 void prefix_cache_lease_commit(struct prefix_cache *pc, struct prefix_lease *lease, const void *owner);

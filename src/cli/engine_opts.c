@@ -38,6 +38,10 @@ const char engine_opts_help[] =
     "                                a restart; DIR must be this server's alone\n"
     "  --kv-cache-disk-mib N         the files in --kv-cache-dir at most, least recently used go\n"
     "                                first (default 1024)\n"
+    "  --kv-cache-host-mib N         the prefix cache's host-RAM tier: blocks evicted from the pool are\n"
+    "                                kept in N MiB of host memory (pinned on a GPU, allocated at start)\n"
+    "                                and copied back when a prompt misses in the pool; the least\n"
+    "                                recently used go on to --kv-cache-dir (default 0: none)\n"
     "  --schedule lpm|fcfs           admission order (default lpm: longest cached prefix first)\n"
     "  --max-wait-steps N            lpm: steps a request may wait before it goes first (default 32)\n"
     "  --no-mmap                     read the weights into memory instead of mapping the files (a file\n"
@@ -149,6 +153,12 @@ int engine_opts_parse(struct hearth_engine_params *p, int argc, char **argv, int
         if (engine_opts_int("--kv-cache-disk-mib", args_value(argc, argv, i), 1, 1 << 30, &mib) < 0)
             return -1;
         p->kv_cache_disk_bytes = (size_t)mib << 20;
+        return 1;
+    } else if (args_is(a, "--kv-cache-host-mib")) {
+        int mib;
+        if (engine_opts_int("--kv-cache-host-mib", args_value(argc, argv, i), 0, 1 << 26, &mib) < 0)
+            return -1;
+        p->kv_cache_host_bytes = (size_t)mib << 20;
         return 1;
     } else if (args_is(a, "--schedule")) {
         const char *v = args_value(argc, argv, i);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/fileio.h"
 #include "base/log.h"
@@ -119,7 +120,7 @@ static void engine_done(struct hearth_engine *e, struct group *g, struct group_l
         group_list_remove(from, g);
     g->state = GROUP_STATE_DONE;
     engine_emit(g, &ev, NULL, 0);
-    if (e->disk_on)
+    if (e->tiers_on)
         kv_restore_drop(&e->restore, g);
     request_unref(g->req);
     atomic_fetch_add(&e->st_finished, 1);
@@ -306,6 +307,10 @@ static void engine_reload_now(struct hearth_engine *e)
                 e->max_model_len = e->m.cfg.max_position_embeddings;
             if (e->pc_on) {
                 prefix_cache_invalidate(&e->pc);
+                /* The host tier's blocks go with the pool's (the disk tier's files stay:
+                 * their names carry the model's fingerprint). */
+                if (e->tiers_on)
+                    kv_restore_clear_host(&e->restore);
                 e->pc.ns_base = engine_namespace_base(e);
                 char desc[PREFIX_NS_DESC_MAX];
                 engine_namespace_desc(e, desc);
@@ -413,8 +418,8 @@ static void engine_intake(struct hearth_engine *e)
     e->sched.step_no++;
     if (atomic_exchange(&e->reset_requested, 0) && e->pc_on) {
         prefix_cache_invalidate(&e->pc);
-        if (e->disk_on)
-            disk_tier_clear(&e->restore.dt);
+        if (e->tiers_on)
+            kv_restore_clear(&e->restore);
     }
     pthread_mutex_lock(&e->mu);
     if (e->reload_requested && !e->reload_done && !e->sched.running.head && !e->sched.waiting.head)
@@ -431,7 +436,7 @@ static void engine_intake(struct hearth_engine *e)
     }
     pthread_mutex_unlock(&e->mu);
 
-    if (e->disk_on) {
+    if (e->tiers_on && e->restore.disk_on) {
         kv_restore_poll(&e->restore);
         /* Newcomers, and groups preempted since, are looked up on disk once, in list
          * order (the first of several sharing a prefix reads it, the others follow). */
@@ -485,8 +490,10 @@ static void engine_publish_stats(struct hearth_engine *e)
         ps->collisions_total = c->collisions_total;
         ps->invalidations_total = c->invalidations_total;
     }
-    if (e->disk_on)
+    if (e->tiers_on && e->restore.disk_on)
         disk_tier_stats(&e->restore.dt, &e->disk_snapshot);
+    if (e->tiers_on && e->restore.host_on)
+        e->host_snapshot = e->restore.ht.st;
     pthread_mutex_unlock(&e->stats_mu);
 }
 
@@ -736,6 +743,21 @@ static uint64_t engine_namespace_base(const struct hearth_engine *e)
     return XXH3_64bits(desc, strlen(desc));
 }
 
+/* --kv-cache-host-mib is host memory allocated whole at start-up: more than the
+ * machine has is a mistake, said at once rather than by the allocator. */
+static enum hr_status engine_host_bytes_check(size_t bytes, char *err, size_t errlen)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (!bytes || pages <= 0 || page <= 0)
+        return HR_OK;
+    uint64_t total = (uint64_t)pages * (uint64_t)page;
+    if ((uint64_t)bytes > total)
+        return hr_err(err, errlen, HR_ERR_INVALID,
+                      "--kv-cache-host-mib %zu is more than this machine's memory (%llu MiB)", bytes >> 20,
+                      (unsigned long long)(total >> 20));
+    return HR_OK;
+}
+
 /* The disk tier's reads wake the engine thread (a group may now be admitted). */
 static void engine_wake_cb(void *ctx) { engine_wake(ctx); }
 
@@ -888,15 +910,26 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
         engine_namespace_desc(e, desc);
         prefix_cache_set_ns_desc(&e->pc, desc);
     }
-    if (st == HR_OK && p->kv_cache_dir && *p->kv_cache_dir) {
+    bool disk = p->kv_cache_dir && *p->kv_cache_dir;
+    if (st == HR_OK && (disk || p->kv_cache_host_bytes)) {
+        struct kv_restore_opts ro = {
+            .disk_dir = disk ? p->kv_cache_dir : NULL,
+            .disk_quota = p->kv_cache_disk_bytes ? p->kv_cache_disk_bytes : (uint64_t)1 << 30,
+            .host_bytes = p->kv_cache_host_bytes};
         if (!e->pc_on)
-            st = hr_err(err, errlen, HR_ERR_INVALID, "--kv-cache-dir needs the prefix cache (--prefix-cache on)");
+            st = hr_err(err, errlen, HR_ERR_INVALID, "%s needs the prefix cache (--prefix-cache on)",
+                        disk ? "--kv-cache-dir" : "--kv-cache-host-mib");
         else
-            st = kv_restore_init(&e->restore, p->kv_cache_dir,
-                                 p->kv_cache_disk_bytes ? p->kv_cache_disk_bytes : (uint64_t)1 << 30, &e->pc, &e->be,
-                                 &e->kv, !start_thread, engine_wake_cb, e, err, errlen);
-        e->disk_on = st == HR_OK;
-        if (e->disk_on)
+            st = engine_host_bytes_check(p->kv_cache_host_bytes, err, errlen);
+        if (st == HR_OK)
+            st = kv_restore_init(&e->restore, &ro, &e->pc, &e->be, &e->kv, !start_thread, engine_wake_cb, e, err,
+                                 errlen);
+        e->tiers_on = st == HR_OK;
+        if (e->tiers_on && e->restore.host_on)
+            log_info("engine: host tier of %.1f MiB: %d blocks of %.1f KiB (%s)",
+                     (double)e->restore.host_arena_bytes / 1048576.0, e->restore.ht.n_slots,
+                     (double)e->kv.block_bytes / 1024.0, e->be.device);
+        if (e->tiers_on && e->restore.disk_on)
             log_info("engine: disk tier in %s: %lld block files (%.1f MiB) of at most %.1f MiB", p->kv_cache_dir,
                      (long long)e->restore.dt.st.files, (double)e->restore.dt.st.bytes / 1048576.0,
                      (double)e->restore.dt.quota / 1048576.0);
@@ -904,7 +937,7 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
     e->p.kv_cache_dir = NULL; /* borrowed: the tier keeps its own copy */
     e->sched.pool = &e->pool;
     e->sched.pc = e->pc_on ? &e->pc : NULL;
-    e->sched.restore = e->disk_on ? &e->restore : NULL;
+    e->sched.restore = e->tiers_on ? &e->restore : NULL;
     e->sched.block_size = p->block_size;
     e->sched.max_num_seqs = p->max_num_seqs;
     e->sched.max_batched_tokens = p->max_batched_tokens;
@@ -980,11 +1013,11 @@ void hearth_engine_free(struct hearth_engine *e)
     engine_detach_all(e, &e->sched.waiting);
     engine_detach_all(e, &e->sched.running);
     /* A clean shutdown keeps every cached block for the next start. */
-    if (e->disk_on)
+    if (e->tiers_on)
         kv_restore_flush(&e->restore);
     if (e->pc_on)
         prefix_cache_free(&e->pc);
-    if (e->disk_on)
+    if (e->tiers_on)
         kv_restore_free(&e->restore);
     sampler_scratch_free(&e->ss);
     if (e->srows_on)
@@ -1083,5 +1116,6 @@ void hearth_engine_stats(struct hearth_engine *e, struct hearth_stats *out)
     pthread_mutex_lock(&e->stats_mu);
     out->prefix_cache = e->pc_snapshot;
     out->disk_cache = e->disk_snapshot;
+    out->host_cache = e->host_snapshot;
     pthread_mutex_unlock(&e->stats_mu);
 }

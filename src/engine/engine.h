@@ -50,8 +50,8 @@ struct hearth_engine {
     struct grammar_cache gcache; /* compiled grammars of constrained requests (any thread) */
     struct prefix_cache pc;
     bool pc_on;
-    struct kv_restore restore; /* the prefix cache's disk tier (--kv-cache-dir) */
-    bool disk_on;
+    struct kv_restore restore; /* the prefix cache's tiers below the pool (--kv-cache-host-mib, --kv-cache-dir) */
+    bool tiers_on;
     struct sched sched;        /* the waiting and running lists, over pool and pc */
     uint64_t fingerprint;      /* config and weight-file headers and sizes */
     int max_model_len;         /* tokens of one sequence at most: the config's context, lowered to the pool */
@@ -85,6 +85,7 @@ struct hearth_engine {
     pthread_mutex_t stats_mu;
     struct hearth_prefix_cache_stats pc_snapshot; /* under stats_mu */
     struct hearth_disk_cache_stats disk_snapshot; /* under stats_mu */
+    struct hearth_host_cache_stats host_snapshot; /* under stats_mu */
 
     /* Test hooks. */
     int hook_logit_rows;          /* engine thread: logits pieces of at most this many rows (0: as fit) */

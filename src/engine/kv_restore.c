@@ -1,4 +1,4 @@
-/* The engine's side of the disk tier (see kv_restore.h). */
+/* The engine's side of the tiers below the pool (see kv_restore.h). */
 #include "engine/kv_restore.h"
 
 #include <stdlib.h>
@@ -10,26 +10,100 @@
 /* Reads in flight hold their blocks in host memory: at most this much. */
 #define KV_RESTORE_INFLIGHT_MAX ((size_t)1 << 30)
 
-static void kv_restore_on_evict(void *ctx, const struct prefix_block *b)
+/* ------------------------------------------------------------------ evictions */
+
+/* A block leaves the pool (or the host tier) for the disk: exported from the pool when
+ * data is NULL, else copied from data (a host slot's settled bytes), and queued. */
+static void kv_restore_to_disk(struct kv_restore *rs, const char *salt, struct path_key key, struct path_key parent,
+                               const int32_t *tokens, int block, const void *data)
 {
-    struct kv_restore *rs = ctx;
-    if (disk_tier_has(&rs->dt, b->key))
+    if (disk_tier_has(&rs->dt, key))
         return; /* on disk already (it was restored from there, or written before) */
     void *buf = malloc(rs->kv->block_bytes);
     char err[HR_ERRLEN];
     if (!buf) {
-        disk_tier_put(&rs->dt, rs->pc->ns_desc, b->salt, b->key, b->parent, b->tokens, NULL);
+        disk_tier_put(&rs->dt, rs->pc->ns_desc, salt, key, parent, tokens, NULL);
         return;
     }
-    if (rs->be->ops->kv_export(rs->be, rs->kv, b->block, buf, err, sizeof err) != HR_OK) {
+    if (data) {
+        memcpy(buf, data, rs->kv->block_bytes);
+    } else if (rs->be->ops->kv_export(rs->be, rs->kv, block, buf, err, sizeof err) != HR_OK) {
         log_warn("%s", err);
         free(buf);
         return;
     }
-    disk_tier_put(&rs->dt, rs->pc->ns_desc, b->salt, b->key, b->parent, b->tokens, buf);
+    disk_tier_put(&rs->dt, rs->pc->ns_desc, salt, key, parent, tokens, buf);
 }
 
-enum hr_status kv_restore_init(struct kv_restore *rs, const char *dir, uint64_t quota_bytes, struct prefix_cache *pc,
+/* Every copy queued into the host tier is done (the CPU may read any slot); false when
+ * one failed: the slots being filled are dropped. */
+static bool kv_restore_settle(struct kv_restore *rs)
+{
+    if (!host_tier_any_pending(&rs->ht))
+        return true;
+    char err[HR_ERRLEN];
+    if (rs->be->ops->kv_copies_wait(rs->be, err, sizeof err) != HR_OK) {
+        int64_t before = rs->ht.st.blocks;
+        host_tier_drop_pending(&rs->ht);
+        rs->ht.st.copy_errors_total += before - rs->ht.st.blocks;
+        log_warn("%s: the blocks being copied into the host tier are dropped", err);
+        return false;
+    }
+    host_tier_settle(&rs->ht);
+    return true;
+}
+
+/* The host tier's least recently used block makes room: on to the disk tier. */
+static void kv_restore_demote(struct kv_restore *rs, int slot)
+{
+    struct host_block hb;
+    if (!rs->disk_on || !host_tier_get(&rs->ht, slot, &hb) || disk_tier_has(&rs->dt, hb.key))
+        return;
+    if (hb.pending && (!kv_restore_settle(rs) || !host_tier_get(&rs->ht, slot, &hb)))
+        return; /* its copy in failed: nothing to pass on */
+    kv_restore_to_disk(rs, hb.salt, hb.key, hb.parent, hb.tokens, -1, hb.data);
+    rs->ht.st.evicted_to_disk_total++;
+}
+
+static void kv_restore_to_host(struct kv_restore *rs, const struct prefix_block *b)
+{
+    struct host_tier *ht = &rs->ht;
+    if (host_tier_has(ht, b->key)) {
+        host_tier_find(ht, b->salt, b->key, b->parent, b->tokens); /* the same bytes: only used again */
+        return;
+    }
+    int slot = host_tier_victim(ht);
+    kv_restore_demote(rs, slot);
+    slot = host_tier_insert(ht, host_tier_victim(ht), b->salt, b->key, b->parent, b->tokens);
+    if (slot < 0) { /* no memory for a new cache_salt: straight on to disk */
+        if (rs->disk_on)
+            kv_restore_to_disk(rs, b->salt, b->key, b->parent, b->tokens, b->block, NULL);
+        return;
+    }
+    char err[HR_ERRLEN];
+    if (rs->be->ops->kv_export_async(rs->be, rs->kv, b->block, host_tier_data(ht, slot), err, sizeof err) != HR_OK) {
+        log_warn("host tier: %s", err);
+        host_tier_remove(ht, slot);
+        ht->st.copy_errors_total++;
+        return;
+    }
+    host_tier_mark_pending(ht, slot);
+    ht->st.stored_blocks_total++;
+    ht->st.bytes_in_total += (int64_t)rs->kv->block_bytes;
+}
+
+static void kv_restore_on_evict(void *ctx, const struct prefix_block *b)
+{
+    struct kv_restore *rs = ctx;
+    if (rs->host_on)
+        kv_restore_to_host(rs, b);
+    else
+        kv_restore_to_disk(rs, b->salt, b->key, b->parent, b->tokens, b->block, NULL);
+}
+
+/* ------------------------------------------------------------------ life cycle */
+
+enum hr_status kv_restore_init(struct kv_restore *rs, const struct kv_restore_opts *o, struct prefix_cache *pc,
                                struct backend *be, struct kv_store *kv, bool sync_reads, void (*wake)(void *ctx),
                                void *ctx, char *err, size_t errlen)
 {
@@ -40,13 +114,31 @@ enum hr_status kv_restore_init(struct kv_restore *rs, const char *dir, uint64_t 
     rs->block_size = kv->block_size;
     rs->sync_reads = sync_reads;
     rs->inflight_max = KV_RESTORE_INFLIGHT_MAX;
-    rs->export_buf = malloc(kv->block_bytes);
-    if (!rs->export_buf)
-        return hr_err(err, errlen, HR_ERR_NOMEM, "disk cache: out of memory");
-    enum hr_status st = disk_tier_init(&rs->dt, dir, quota_bytes, kv->block_size, kv->block_bytes,
-                                       sync_reads ? NULL : wake, ctx, err, errlen);
+    bool disk = o->disk_dir && *o->disk_dir;
+    enum hr_status st = HR_OK;
+    if (o->host_bytes) {
+        if (o->host_bytes < kv->block_bytes)
+            return hr_err(err, errlen, HR_ERR_INVALID,
+                          "--kv-cache-host-mib: %zu bytes hold no KV block (one block is %zu bytes here)",
+                          o->host_bytes, kv->block_bytes);
+        size_t bytes = o->host_bytes / kv->block_bytes * kv->block_bytes;
+        if (!(rs->host_arena = be->ops->host_alloc(be, bytes, err, errlen)))
+            return HR_ERR_NOMEM;
+        rs->host_arena_bytes = bytes;
+        st = host_tier_init(&rs->ht, rs->host_arena, bytes, kv->block_size, kv->block_bytes, err, errlen);
+        rs->host_on = st == HR_OK;
+    }
+    if (st == HR_OK && disk) {
+        rs->export_buf = malloc(kv->block_bytes);
+        if (!rs->export_buf)
+            st = hr_err(err, errlen, HR_ERR_NOMEM, "disk cache: out of memory");
+        if (st == HR_OK)
+            st = disk_tier_init(&rs->dt, o->disk_dir, o->disk_quota, kv->block_size, kv->block_bytes,
+                                sync_reads ? NULL : wake, ctx, err, errlen);
+        rs->disk_on = st == HR_OK;
+    }
     if (st != HR_OK) {
-        free(rs->export_buf);
+        kv_restore_free(rs);
         memset(rs, 0, sizeof *rs);
         return st;
     }
@@ -59,13 +151,31 @@ void kv_restore_free(struct kv_restore *rs)
 {
     if (!rs || !rs->pc)
         return;
-    rs->pc->on_evict = NULL;
-    disk_tier_free(&rs->dt);
+    if (rs->pc->evict_ctx == rs)
+        rs->pc->on_evict = NULL;
+    if (rs->disk_on)
+        disk_tier_free(&rs->dt);
+    host_tier_free(&rs->ht);
+    if (rs->host_arena)
+        rs->be->ops->host_free(rs->be, rs->host_arena, rs->host_arena_bytes); /* after its copies */
     free(rs->export_buf);
     memset(rs, 0, sizeof *rs);
 }
 
-static void kv_restore_flush_one(void *ctx, const struct prefix_block *b)
+void kv_restore_clear(struct kv_restore *rs)
+{
+    kv_restore_clear_host(rs);
+    if (rs->disk_on)
+        disk_tier_clear(&rs->dt);
+}
+
+void kv_restore_clear_host(struct kv_restore *rs)
+{
+    if (rs->host_on)
+        host_tier_clear(&rs->ht); /* copies still queued into its slots land in free slots */
+}
+
+static void kv_restore_flush_pool(void *ctx, const struct prefix_block *b)
 {
     struct kv_restore *rs = ctx;
     char err[HR_ERRLEN];
@@ -80,12 +190,57 @@ static void kv_restore_flush_one(void *ctx, const struct prefix_block *b)
     }
 }
 
+static void kv_restore_flush_host(void *ctx, const struct host_block *b)
+{
+    struct kv_restore *rs = ctx;
+    char err[HR_ERRLEN];
+    if (rs->flush_failed || disk_tier_has(&rs->dt, b->key))
+        return;
+    if (disk_tier_write_now(&rs->dt, rs->pc->ns_desc, b->salt, b->key, b->parent, b->tokens, b->data, err,
+                            sizeof err) != HR_OK) {
+        log_warn("%s; the other cached blocks are not written", err);
+        rs->flush_failed = true;
+    }
+}
+
 void kv_restore_flush(struct kv_restore *rs)
 {
-    if (!rs->pc)
+    if (!rs->pc || !rs->disk_on)
         return;
     disk_tier_drain(&rs->dt);
-    prefix_cache_for_each(rs->pc, kv_restore_flush_one, rs);
+    /* The pool's blocks first: they were used last. */
+    prefix_cache_for_each(rs->pc, kv_restore_flush_pool, rs);
+    if (rs->host_on && kv_restore_settle(rs))
+        host_tier_for_each(&rs->ht, kv_restore_flush_host, rs);
+}
+
+/* ------------------------------------------------------------------ lookups */
+
+/* How many blocks of tokens [n] the host tier holds from block k on, whose parent's key
+ * is key (a check of keys only: the scheduler's estimate). */
+static int kv_restore_host_run(struct kv_restore *rs, const int32_t *tokens, int n, int k, struct path_key key)
+{
+    int bs = rs->block_size, max = (n - 1) / bs, h = 0;
+    while (k + h < max) {
+        key = path_key_child(key, tokens + (size_t)(k + h) * bs, bs);
+        if (!host_tier_has(&rs->ht, key))
+            break;
+        h++;
+    }
+    return h;
+}
+
+int kv_restore_cached_len(struct kv_restore *rs, const struct group *g)
+{
+    const struct seq *s0 = &g->seqs[0];
+    struct path_key key;
+    int k = prefix_cache_match_key(rs->pc, g->salt, s0->tokens, s0->n_tokens, &key);
+    if (rs->host_on)
+        k += kv_restore_host_run(rs, s0->tokens, s0->n_tokens, k, key);
+    /* Blocks read from disk continue a hit that reaches them. */
+    if (g->disk && !g->disk_wait && k >= g->disk->first && g->disk->first + g->disk->n_ok > k)
+        k = g->disk->first + g->disk->n_ok;
+    return k;
 }
 
 /* The waiting group (not g) that reads first block `key` at index `first`, or NULL. */
@@ -114,7 +269,7 @@ void kv_restore_start(struct kv_restore *rs, struct group *g, const struct group
     struct seq *s0 = &g->seqs[0];
     int bs = rs->block_size, max = (s0->n_tokens - 1) / bs;
     g->disk_follow = false;
-    if (g->prompt_lp || max < 1 || g->disk || s0->finished)
+    if (!rs->disk_on || g->prompt_lp || max < 1 || g->disk || s0->finished)
         return;
     int m = prefix_cache_match_len(rs->pc, g->salt, s0->tokens, s0->n_tokens);
     if (m >= max)
@@ -125,8 +280,12 @@ void kv_restore_start(struct kv_restore *rs, struct group *g, const struct group
     keys[0] = path_key_root(rs->pc->ns_desc, g->salt);
     for (int b = 0; b < max; b++)
         keys[b + 1] = path_key_child(keys[b], s0->tokens + (size_t)b * bs, bs);
-    int c = disk_tier_count_run(&rs->dt, keys + m + 1, max - m);
-    disk_tier_count_lookup(&rs->dt, c);
+    /* The disk continues where the host tier stops. */
+    while (rs->host_on && m < max && host_tier_has(&rs->ht, keys[m + 1]))
+        m++;
+    int c = m < max ? disk_tier_count_run(&rs->dt, keys + m + 1, max - m) : 0;
+    if (m < max)
+        disk_tier_count_lookup(&rs->dt, c);
     const struct group *leader = c > 0 ? kv_restore_leader(waiting, g, m, keys[m + 1]) : NULL;
     if (leader) {
         /* The blocks both read come from the leader (through memory, once it has
@@ -168,6 +327,8 @@ static void kv_restore_release(struct kv_restore *rs, struct disk_read *rd)
 
 void kv_restore_poll(struct kv_restore *rs)
 {
+    if (!rs->disk_on)
+        return;
     struct disk_read *rd;
     while ((rd = disk_tier_read_take_done(&rs->dt)) != NULL) {
         struct group *g = rd->owner;
@@ -179,15 +340,55 @@ void kv_restore_poll(struct kv_restore *rs)
     }
 }
 
-int kv_restore_apply(struct kv_restore *rs, struct seq *s, int k)
+/* s's blocks from k on that the host tier holds, imported (queued) into its table. */
+static int kv_restore_from_host(struct kv_restore *rs, struct seq *s, int k)
+{
+    int bs = rs->block_size, max = (s->n_tokens - 1) / bs;
+    if (k >= max)
+        return 0;
+    struct host_tier *ht = &rs->ht;
+    struct path_key parent;
+    /* the key of block k - 1: the pool's cache matched it a moment ago */
+    if (prefix_cache_match_key(rs->pc, s->g->salt, s->tokens, k * bs + 1, &parent) != k)
+        return 0;
+    int n = 0;
+    char err[HR_ERRLEN];
+    for (int b = k; b < max && b < s->n_table; b++) {
+        const int32_t *t = s->tokens + (size_t)b * bs;
+        struct path_key key = path_key_child(parent, t, bs);
+        int slot = host_tier_find(ht, s->g->salt, key, parent, t);
+        if (slot < 0)
+            break;
+        if (rs->be->ops->kv_import_async(rs->be, rs->kv, s->table[b], host_tier_data(ht, slot), err, sizeof err) !=
+            HR_OK) {
+            log_warn("host tier: %s", err);
+            ht->st.copy_errors_total++;
+            break;
+        }
+        parent = key;
+        n++;
+    }
+    ht->st.lookups_total++;
+    if (n > 0)
+        ht->st.hits_total++;
+    else
+        ht->st.misses_total++;
+    ht->st.blocks_restored_total += n;
+    ht->st.hit_tokens_total += (int64_t)n * bs;
+    ht->st.bytes_out_total += (int64_t)n * (int64_t)rs->kv->block_bytes;
+    return n;
+}
+
+/* Sample 0's blocks read from disk for its group, imported from block k on. */
+static int kv_restore_from_disk(struct kv_restore *rs, struct seq *s, int k)
 {
     struct group *g = s->g;
     struct disk_read *rd = g->disk;
     if (!rd || g->disk_wait || s->index != 0)
         return 0;
     int n = 0;
-    /* The memory hit must reach the first block read (it may have shrunk meanwhile:
-     * then the blocks read cannot follow it, and the prompt is computed). */
+    /* The hit must reach the first block read (it may have shrunk meanwhile: then the
+     * blocks read cannot follow it, and the prompt is computed). */
     if (k >= rd->first) {
         char err[HR_ERRLEN];
         for (int b = k; b < rd->first + rd->n_ok && b < s->n_table; b++) {
@@ -202,6 +403,16 @@ int kv_restore_apply(struct kv_restore *rs, struct seq *s, int k)
     disk_tier_count_restored(&rs->dt, n, n * rs->block_size);
     g->disk = NULL;
     kv_restore_release(rs, rd);
+    return n;
+}
+
+int kv_restore_apply(struct kv_restore *rs, struct seq *s, int k)
+{
+    int n = 0;
+    if (rs->host_on && !s->g->prompt_lp)
+        n = kv_restore_from_host(rs, s, k);
+    if (rs->disk_on)
+        n += kv_restore_from_disk(rs, s, k + n);
     return n;
 }
 

@@ -195,12 +195,11 @@ static struct group *sched_pick(struct sched *sc)
     for (struct group *g = head; g && seen++ < SCHED_PICK_WINDOW; g = g->next) {
         if (g->disk_wait || kv_restore_follower_waits(g, &sc->waiting))
             continue;
-        int cached = sc->pc && !g->prompt_lp
-                         ? prefix_cache_match_len(sc->pc, g->salt, g->seqs[0].tokens, g->seqs[0].n_tokens)
-                         : 0;
-        /* Blocks read from disk continue a memory hit that reaches them. */
-        if (g->disk && cached >= g->disk->first && g->disk->first + g->disk->n_ok > cached)
-            cached = g->disk->first + g->disk->n_ok;
+        /* The pool's hit, continued by the tiers below it. */
+        int cached = !sc->pc || g->prompt_lp ? 0
+                     : sc->restore          ? kv_restore_cached_len(sc->restore, g)
+                                            : prefix_cache_match_len(sc->pc, g->salt, g->seqs[0].tokens,
+                                                                     g->seqs[0].n_tokens);
         if (sc->pc && !g->prompt_lp && sched_shared_in_flight(sc, g) > cached &&
             sc->step_no - g->arrival_step <= sc->max_wait_steps)
             continue;
@@ -250,8 +249,9 @@ static bool sched_admit_group(struct sched *sc, struct group *g)
         HR_ASSERT(block_pool_alloc(sc->pool, seq_last_block(s), s->table + s->n_table, nb - s->n_table, NULL, 0) ==
                   HR_OK);
         s->n_table = nb;
-        if (sc->restore && g->disk) {
-            /* Blocks read from disk follow the memory hit: imported, they are committed. */
+        if (sc->restore) {
+            /* Blocks the host tier holds, then those read from disk, follow the pool's
+             * hit: imported, they are committed. */
             int r = kv_restore_apply(sc->restore, s, s->committed / bs);
             s->committed += r * bs;
         }

@@ -28,7 +28,7 @@ enum sched_order {
 struct sched {
     struct block_pool *pool;   /* not owned */
     struct prefix_cache *pc;   /* not owned; NULL: no prefix cache */
-    struct kv_restore *restore; /* not owned; NULL: no disk tier */
+    struct kv_restore *restore; /* not owned; NULL: no tier below the pool */
     int block_size;
     int max_num_seqs, max_batched_tokens, max_wait_steps;
     enum sched_order order;

@@ -289,7 +289,19 @@ static void api_stats(struct server *s, struct api_reply *out)
                              (json_int_t)dc->writes_dropped_total, "files_rejected_total",
                              (json_int_t)dc->files_rejected_total, "files_evicted_total",
                              (json_int_t)dc->files_evicted_total);
-    json_t *o = json_pack("{s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o}", "status",
+    const struct hearth_host_cache_stats *hc = &st.host_cache;
+    json_t *host = json_pack(
+        "{s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "enabled", hc->enabled, "blocks",
+        (json_int_t)hc->blocks, "bytes", (json_int_t)hc->bytes, "capacity_blocks", (json_int_t)hc->capacity_blocks,
+        "capacity_bytes", (json_int_t)hc->capacity_bytes, "lookups_total", (json_int_t)hc->lookups_total,
+        "hits_total", (json_int_t)hc->hits_total, "misses_total", (json_int_t)hc->misses_total,
+        "blocks_restored_total", (json_int_t)hc->blocks_restored_total, "hit_tokens_total",
+        (json_int_t)hc->hit_tokens_total, "stored_blocks_total", (json_int_t)hc->stored_blocks_total,
+        "bytes_in_total", (json_int_t)hc->bytes_in_total, "bytes_out_total", (json_int_t)hc->bytes_out_total,
+        "evicted_blocks_total", (json_int_t)hc->evicted_blocks_total, "evicted_to_disk_total",
+        (json_int_t)hc->evicted_to_disk_total, "copy_errors_total", (json_int_t)hc->copy_errors_total,
+        "mismatches_total", (json_int_t)hc->mismatches_total);
+    json_t *o = json_pack("{s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s:o}", "status",
                           api_state_name(server_get_state(s)), "model", s->model_name, "active_requests",
                           atomic_load(&s->active_jobs), "blocks_total", st.blocks_total, "blocks_free", st.blocks_free,
                           "blocks_used", st.blocks_used, "running", st.running, "waiting", st.waiting, "steps",
@@ -297,7 +309,7 @@ static void api_stats(struct server *s, struct api_reply *out)
                           (json_int_t)st.prompt_tokens_total, "generation_tokens_total",
                           (json_int_t)st.generation_tokens_total, "requests_total", (json_int_t)st.requests_total,
                           "requests_finished", (json_int_t)st.requests_finished, "prefix_cache", cache,
-                          "disk_cache", disk);
+                          "disk_cache", disk, "host_cache", host);
     api_json(out, 200, o);
 }
 

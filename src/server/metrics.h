@@ -90,7 +90,37 @@
     X("hearth_disk_cache_files_rejected_total", "counter", \
       "truncated, torn, foreign or corrupt block files: removed, never loaded", disk_cache.files_rejected_total) \
     X("hearth_disk_cache_files_evicted_total", "counter", "block files removed to stay within the quota", \
-      disk_cache.files_evicted_total)
+      disk_cache.files_evicted_total) \
+    X("hearth_host_cache_enabled", "gauge", "1 when the prefix cache has a host-RAM tier (--kv-cache-host-mib)", \
+      host_cache.enabled) \
+    X("hearth_host_cache_blocks", "gauge", "blocks held in the host tier", host_cache.blocks) \
+    X("hearth_host_cache_bytes", "gauge", "bytes of the blocks held in the host tier", host_cache.bytes) \
+    X("hearth_host_cache_capacity_blocks", "gauge", "blocks the host tier holds at most", \
+      host_cache.capacity_blocks) \
+    X("hearth_host_cache_capacity_bytes", "gauge", "bytes of the host tier's arena", host_cache.capacity_bytes) \
+    X("hearth_host_cache_lookups_total", "counter", "sequences admitted past a miss in the pool, looked up in host RAM", \
+      host_cache.lookups_total) \
+    X("hearth_host_cache_hits_total", "counter", "host lookups that restored at least one block", \
+      host_cache.hits_total) \
+    X("hearth_host_cache_misses_total", "counter", "host lookups that restored no block", host_cache.misses_total) \
+    X("hearth_host_cache_blocks_restored_total", "counter", "blocks copied from host RAM back into the pool", \
+      host_cache.blocks_restored_total) \
+    X("hearth_host_cache_hit_tokens_total", "counter", "prompt tokens served from blocks restored from host RAM", \
+      host_cache.hit_tokens_total) \
+    X("hearth_host_cache_stored_blocks_total", "counter", "blocks evicted from the pool and copied into host RAM", \
+      host_cache.stored_blocks_total) \
+    X("hearth_host_cache_bytes_in_total", "counter", "bytes copied from the pool into host RAM", \
+      host_cache.bytes_in_total) \
+    X("hearth_host_cache_bytes_out_total", "counter", "bytes copied from host RAM back into the pool", \
+      host_cache.bytes_out_total) \
+    X("hearth_host_cache_evicted_blocks_total", "counter", "blocks evicted from host RAM to make room", \
+      host_cache.evicted_blocks_total) \
+    X("hearth_host_cache_evicted_to_disk_total", "counter", "blocks evicted from host RAM and handed to the disk tier", \
+      host_cache.evicted_to_disk_total) \
+    X("hearth_host_cache_copy_errors_total", "counter", "copies to or from host RAM that failed", \
+      host_cache.copy_errors_total) \
+    X("hearth_host_cache_mismatches_total", "counter", "host keys that named another block (never used)", \
+      host_cache.mismatches_total)
 
 enum metrics_endpoint {
     METRICS_ENDPOINT_COMPLETIONS,

@@ -6,7 +6,9 @@
  * documented exceptions (a request's event queue or text outgrowing what it was given
  * at submission, a namespace root for a new cache_salt) are kept out of the workload:
  * events are drained every step, carry no text, and every request has the salt of a
- * priming request run before the counting starts (its namespace root exists).
+ * priming request run before the counting starts (its namespace root exists).  The
+ * same workload runs again with a host-RAM tier under the small pool
+ * (--kv-cache-host-mib): blocks copied out to it and back allocate nothing either.
  * Under a sanitizer, which brings its own allocator, the test reports a skip. */
 #include <errno.h>
 #include <stdatomic.h>
@@ -91,20 +93,42 @@ static void count_off(void)
     n_steps++;
 }
 
-static void test_step_allocates_nothing(void)
+static struct hearth_engine *host_tier_engine(void)
+{
+    char dir[512], err[HR_ERRLEN];
+    snprintf(dir, sizeof dir, "%s/fixtures/qwen3-tiny", test_data_dir());
+    struct hearth_engine_params p;
+    hearth_engine_params_default(&p);
+    p.model_dir = dir;
+    p.kv_cache_bytes = rig_kv_bytes(40);
+    p.max_num_seqs = 12;
+    p.max_batched_tokens = 48;
+    p.n_threads = 2;
+    p.kv_cache_host_bytes = rig_kv_bytes(64);
+    struct hearth_engine *e = NULL;
+    if (engine_create(&e, &p, false, err, sizeof err) != HR_OK)
+        fprintf(stderr, "  engine_create: %s\n", err);
+    return e;
+}
+
+static void step_allocates_nothing(bool host_tier)
 {
     enum { NJ = 16 };
+    step_allocs = 0;
+    n_steps = 0;
     struct hearth_engine *ref = rig_engine(rig_kv_bytes(256), 32, 512, 1);
     /* a small pool (preemption) and small steps (chunked prefill), 2 threads */
-    struct hearth_engine *e = rig_engine(rig_kv_bytes(40), 12, 48, 2);
+    struct hearth_engine *e = host_tier ? host_tier_engine() : rig_engine(rig_kv_bytes(40), 12, 48, 2);
     CHECK(ref && e);
     if (!ref || !e) {
         hearth_engine_free(ref);
         hearth_engine_free(e);
         return;
     }
+    /* The same jobs for both engines (made and run alone once). */
     static struct job jobs[NJ];
-    for (int i = 0; i < NJ; i++) {
+    static bool made;
+    for (int i = 0; i < NJ && !made; i++) {
         rig_make_job(&jobs[i], 512);
         if (i >= NJ / 2) /* a shared prefix: cache hits */
             memcpy(jobs[i].prompt, jobs[0].prompt, (size_t)(jobs[0].n_prompt < jobs[i].n_prompt ? jobs[0].n_prompt
@@ -114,10 +138,18 @@ static void test_step_allocates_nothing(void)
         jobs[i].arrive_step = 2 * i;
         CHECK(rig_run_alone(ref, &jobs[i]));
     }
-    struct job prime;
-    rig_make_job(&prime, 512);
+    made = true;
+    static struct job prime;
+    if (!host_tier)
+        rig_make_job(&prime, 512);
     CHECK(rig_run_alone(e, &prime));
-    CHECK(rig_run_together_around(e, jobs, NJ, count_on, count_off));
+    /* With the host tier the jobs run twice: the second time, what the first pushed out
+     * of the pool comes back from host RAM. */
+    for (int round = 0; round < (host_tier ? 2 : 1); round++) {
+        CHECK(rig_run_together_around(e, jobs, NJ, count_on, count_off));
+        for (int i = 0; i < NJ; i++)
+            CHECK(rig_same_out(&jobs[i].alone, &jobs[i].together, jobs[i].p.n));
+    }
     long allocs = step_allocs;
     int steps = n_steps;
     struct hearth_stats st;
@@ -126,8 +158,10 @@ static void test_step_allocates_nothing(void)
     CHECK_MSG(steps > 50 && st.preemptions > 0 && st.prefix_cache.hits_total > 0,
               "the workload must exercise the paths: %d steps, %lld preemptions, %lld hits", steps,
               (long long)st.preemptions, (long long)st.prefix_cache.hits_total);
-    for (int i = 0; i < NJ; i++)
-        CHECK(rig_same_out(&jobs[i].alone, &jobs[i].together, jobs[i].p.n));
+    if (host_tier)
+        CHECK_MSG(st.host_cache.stored_blocks_total > 0 && st.host_cache.blocks_restored_total > 0,
+                  "the workload must use the host tier: %lld blocks stored, %lld restored",
+                  (long long)st.host_cache.stored_blocks_total, (long long)st.host_cache.blocks_restored_total);
     /* The counter itself counts: an allocation while counting is seen. */
     atomic_store(&n_allocs, 0);
     atomic_store(&counting, 1);
@@ -139,6 +173,9 @@ static void test_step_allocates_nothing(void)
     hearth_engine_free(e);
     hearth_engine_free(ref);
 }
+
+static void test_step_allocates_nothing(void) { step_allocates_nothing(false); }
+static void test_step_allocates_nothing_with_host_tier(void) { step_allocates_nothing(true); }
 #endif
 
 int main(void)
@@ -147,6 +184,7 @@ int main(void)
     printf("skip: the sanitizer's allocator replaces malloc (checked by make test)\n");
 #else
     TEST_RUN(test_step_allocates_nothing);
+    TEST_RUN(test_step_allocates_nothing_with_host_tier);
 #endif
     TEST_END();
 }
