@@ -19,6 +19,7 @@ struct host_slot {
     int32_t salt;              /* index into salts */
     uint64_t fill_seq;         /* pending while > the tier's settled_seq */
     bool used;
+    bool held;                 /* not a victim (host_tier_hold) */
 };
 
 struct host_salt {
@@ -133,6 +134,7 @@ static void host_release(struct host_tier *ht, int i)
     host_lru_unlink(ht, i);
     host_salt_put(ht, e->salt);
     e->used = false;
+    e->held = false;
     e->fill_seq = 0;
     e->chain = ht->free_head;
     ht->free_head = i;
@@ -230,7 +232,18 @@ bool host_tier_has(const struct host_tier *ht, struct path_key key) { return hos
 
 int host_tier_victim(const struct host_tier *ht)
 {
-    return ht->free_head >= 0 ? ht->free_head : ht->lru_head;
+    if (ht->free_head >= 0)
+        return ht->free_head;
+    int i = ht->lru_head;
+    while (i >= 0 && ht->slots[i].held)
+        i = ht->slots[i].lru_next;
+    return i;
+}
+
+void host_tier_hold(struct host_tier *ht, int slot, bool held)
+{
+    HR_ASSERT(slot >= 0 && slot < ht->n_slots);
+    ht->slots[slot].held = held && ht->slots[slot].used;
 }
 
 bool host_tier_get(const struct host_tier *ht, int slot, struct host_block *out)
@@ -240,14 +253,15 @@ bool host_tier_get(const struct host_tier *ht, int slot, struct host_block *out)
     const struct host_slot *e = &ht->slots[slot];
     *out = (struct host_block){.salt = ht->salts[e->salt].s, .key = e->key, .parent = e->parent,
                                .tokens = ht->tokens + (size_t)slot * (size_t)ht->block_size,
-                               .data = host_tier_data(ht, slot), .pending = host_pending(ht, slot)};
+                               .data = host_tier_data(ht, slot), .pending = host_pending(ht, slot),
+                               .held = e->held};
     return true;
 }
 
 int host_tier_insert(struct host_tier *ht, int slot, const char *salt, struct path_key key, struct path_key parent,
                      const int32_t *tokens)
 {
-    HR_ASSERT(slot >= 0 && slot < ht->n_slots && host_lookup(ht, key) < 0);
+    HR_ASSERT(slot >= 0 && slot < ht->n_slots && !ht->slots[slot].held && host_lookup(ht, key) < 0);
     int s = host_salt_get(ht, salt ? salt : "");
     if (s < 0)
         return -1;

@@ -35,6 +35,7 @@ struct host_block {
     const int32_t *tokens;     /* [block_size] */
     void *data;                /* [block_bytes] in the arena */
     bool pending;              /* its copy in is not known to be done */
+    bool held;                 /* never a victim (host_tier_hold) */
 };
 
 struct host_tier {
@@ -70,8 +71,12 @@ int host_tier_find(struct host_tier *ht, const char *salt, struct path_key key, 
 /* Whether a block of this key is held (no LRU change). */
 bool host_tier_has(const struct host_tier *ht, struct path_key key);
 
-/* The slot the next host_tier_insert takes: a free one, else the least recently used. */
+/* The slot the next host_tier_insert takes: a free one, else the least recently used
+ * one not held; -1 when every slot is held. */
 int host_tier_victim(const struct host_tier *ht);
+/* Holds a slot (it is never a victim) or lets it go: the blocks an admission is about
+ * to copy back stay while the admission makes room in the pool. */
+void host_tier_hold(struct host_tier *ht, int slot, bool held);
 /* What slot holds; false when it is free. */
 bool host_tier_get(const struct host_tier *ht, int slot, struct host_block *out);
 /* Puts a block into slot (host_tier_victim's; what it held is evicted and counted) as

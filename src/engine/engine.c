@@ -753,7 +753,7 @@ static enum hr_status engine_host_bytes_check(size_t bytes, char *err, size_t er
     uint64_t total = (uint64_t)pages * (uint64_t)page;
     if ((uint64_t)bytes > total)
         return hr_err(err, errlen, HR_ERR_INVALID,
-                      "--kv-cache-host-mib %zu is more than this machine's memory (%llu MiB)", bytes >> 20,
+                      "--kv-cache-host-mib %zu: more than this machine's memory (%llu MiB)", bytes >> 20,
                       (unsigned long long)(total >> 20));
     return HR_OK;
 }

@@ -73,9 +73,13 @@ static void kv_restore_to_host(struct kv_restore *rs, const struct prefix_block 
         return;
     }
     int slot = host_tier_victim(ht);
-    kv_restore_demote(rs, slot);
-    slot = host_tier_insert(ht, host_tier_victim(ht), b->salt, b->key, b->parent, b->tokens);
-    if (slot < 0) { /* no memory for a new cache_salt: straight on to disk */
+    if (slot >= 0) {
+        kv_restore_demote(rs, slot);
+        slot = host_tier_victim(ht);
+    }
+    if (slot >= 0)
+        slot = host_tier_insert(ht, slot, b->salt, b->key, b->parent, b->tokens);
+    if (slot < 0) { /* every slot held by an admission, or no memory for a new cache_salt: on to disk */
         if (rs->disk_on)
             kv_restore_to_disk(rs, b->salt, b->key, b->parent, b->tokens, b->block, NULL);
         return;
@@ -127,6 +131,8 @@ enum hr_status kv_restore_init(struct kv_restore *rs, const struct kv_restore_op
         rs->host_arena_bytes = bytes;
         st = host_tier_init(&rs->ht, rs->host_arena, bytes, kv->block_size, kv->block_bytes, err, errlen);
         rs->host_on = st == HR_OK;
+        if (st == HR_OK && !(rs->held = malloc((size_t)rs->ht.n_slots * sizeof *rs->held)))
+            st = hr_err(err, errlen, HR_ERR_NOMEM, "host tier: out of memory");
     }
     if (st == HR_OK && disk) {
         rs->export_buf = malloc(kv->block_bytes);
@@ -156,6 +162,7 @@ void kv_restore_free(struct kv_restore *rs)
     if (rs->disk_on)
         disk_tier_free(&rs->dt);
     host_tier_free(&rs->ht);
+    free(rs->held);
     if (rs->host_arena)
         rs->be->ops->host_free(rs->be, rs->host_arena, rs->host_arena_bytes); /* after its copies */
     free(rs->export_buf);
@@ -280,8 +287,10 @@ void kv_restore_start(struct kv_restore *rs, struct group *g, const struct group
     keys[0] = path_key_root(rs->pc->ns_desc, g->salt);
     for (int b = 0; b < max; b++)
         keys[b + 1] = path_key_child(keys[b], s0->tokens + (size_t)b * bs, bs);
-    /* The disk continues where the host tier stops. */
-    while (rs->host_on && m < max && host_tier_has(&rs->ht, keys[m + 1]))
+    /* The disk continues where the host tier stops (the blocks found there become the
+     * most recently used: they should still be there when the group is admitted). */
+    while (rs->host_on && m < max &&
+           host_tier_find(&rs->ht, g->salt, keys[m + 1], keys[m], s0->tokens + (size_t)m * bs) >= 0)
         m++;
     int c = m < max ? disk_tier_count_run(&rs->dt, keys + m + 1, max - m) : 0;
     if (m < max)
@@ -340,6 +349,41 @@ void kv_restore_poll(struct kv_restore *rs)
     }
 }
 
+/* The key of s's block k - 1 (the pool's cache matched it a moment ago), or false. */
+static bool kv_restore_parent(struct kv_restore *rs, const struct seq *s, int k, struct path_key *parent)
+{
+    return prefix_cache_match_key(rs->pc, s->g->salt, s->tokens, k * rs->block_size + 1, parent) == k;
+}
+
+void kv_restore_hold(struct kv_restore *rs, const struct seq *s, int k)
+{
+    int bs = rs->block_size, max = (s->n_tokens - 1) / bs;
+    struct path_key parent;
+    if (!rs->host_on || s->g->prompt_lp || k >= max || !kv_restore_parent(rs, s, k, &parent))
+        return;
+    for (int b = k; b < max; b++) {
+        const int32_t *t = s->tokens + (size_t)b * bs;
+        struct path_key key = path_key_child(parent, t, bs);
+        int slot = host_tier_find(&rs->ht, s->g->salt, key, parent, t);
+        if (slot < 0)
+            break;
+        struct host_block hb;
+        host_tier_get(&rs->ht, slot, &hb);
+        if (rs->n_held < rs->ht.n_slots && !hb.held) {
+            host_tier_hold(&rs->ht, slot, true);
+            rs->held[rs->n_held++] = slot;
+        }
+        parent = key;
+    }
+}
+
+void kv_restore_release_holds(struct kv_restore *rs)
+{
+    for (int i = 0; i < rs->n_held; i++)
+        host_tier_hold(&rs->ht, rs->held[i], false);
+    rs->n_held = 0;
+}
+
 /* s's blocks from k on that the host tier holds, imported (queued) into its table. */
 static int kv_restore_from_host(struct kv_restore *rs, struct seq *s, int k)
 {
@@ -348,8 +392,7 @@ static int kv_restore_from_host(struct kv_restore *rs, struct seq *s, int k)
         return 0;
     struct host_tier *ht = &rs->ht;
     struct path_key parent;
-    /* the key of block k - 1: the pool's cache matched it a moment ago */
-    if (prefix_cache_match_key(rs->pc, s->g->salt, s->tokens, k * bs + 1, &parent) != k)
+    if (!kv_restore_parent(rs, s, k, &parent))
         return 0;
     int n = 0;
     char err[HR_ERRLEN];

@@ -56,6 +56,8 @@ struct kv_restore {
     size_t inflight, inflight_max; /* bytes of reads not yet imported */
     void *export_buf;          /* [block_bytes]: the shutdown flush's */
     bool flush_failed;
+    int *held;                 /* [ht.n_slots]: host slots held by the admission under way */
+    int n_held;
 };
 
 /* Opens the tiers o asks for (at least one) and hooks them to pc's evictions: the
@@ -91,6 +93,12 @@ void kv_restore_start(struct kv_restore *rs, struct group *g, const struct group
 bool kv_restore_follower_waits(const struct group *g, const struct group_list *waiting);
 /* Takes the reads the I/O thread finished: their groups may be admitted. */
 void kv_restore_poll(struct kv_restore *rs);
+/* At admission of s (an active sequence) whose pool hit is k blocks: holds the blocks
+ * of its path the host tier has from block k on, so that making room in the pool (whose
+ * evictions go to the host tier) does not push out what s is about to copy back;
+ * kv_restore_release_holds lets every hold go once the admission is done. */
+void kv_restore_hold(struct kv_restore *rs, const struct seq *s, int k);
+void kv_restore_release_holds(struct kv_restore *rs);
 /* At admission of s (an active sequence), whose blocks [0, k) came from the pool's
  * cache and whose table holds fresh blocks after them: imports the blocks of its path
  * the host tier holds from block k on, then (sample 0) those read from disk for its

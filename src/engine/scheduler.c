@@ -231,6 +231,8 @@ static bool sched_admit_group(struct sched *sc, struct group *g)
         s->committed = k * bs;
         s->published = k;
         need += (s->n_tokens + bs - 1) / bs - k;
+        if (sc->restore)
+            kv_restore_hold(sc->restore, s, k); /* what it copies back from host RAM stays there */
     }
     if (need > block_pool_n_free(sc->pool) && sc->pc)
         prefix_cache_evict(sc->pc, need);
@@ -260,6 +262,8 @@ static bool sched_admit_group(struct sched *sc, struct group *g)
             prefix_cache_lease_commit(sc->pc, &s->lease, s);
         }
     }
+    if (sc->restore)
+        kv_restore_release_holds(sc->restore);
     if (ok && !g->admitted_once) {
         g->admitted_once = true;
         g->cached_tokens = g->seqs[0].committed;

@@ -94,6 +94,16 @@ static void test_lru_and_quota(void)
     int v = host_tier_victim(&ht);
     CHECK(host_tier_get(&ht, v, &hb) && path_key_eq(hb.key, b[0].key) && !hb.pending);
     CHECK(!memcmp(hb.tokens, b[0].tokens, sizeof b[0].tokens));
+    /* A held slot is never the victim; every slot held: no victim. */
+    host_tier_hold(&ht, v, true);
+    int v2 = host_tier_victim(&ht);
+    CHECK(v2 >= 0 && v2 != v && host_tier_get(&ht, v2, &hb) && path_key_eq(hb.key, b[3].key));
+    for (int i = 0; i < 5; i++)
+        host_tier_hold(&ht, find(&ht, &b[keep[i]]), true);
+    CHECK(host_tier_victim(&ht) < 0);
+    for (int i = 0; i < 5; i++)
+        host_tier_hold(&ht, find(&ht, &b[keep[i]]), false);
+    CHECK(host_tier_victim(&ht) >= 0);
     host_tier_remove(&ht, find(&ht, &b[3]));
     CHECK(ht.st.blocks == 4 && find(&ht, &b[3]) < 0);
     CHECK(!host_tier_get(&ht, host_tier_victim(&ht), &hb)); /* a free slot first */
@@ -407,6 +417,65 @@ static void test_exact_counts(void)
     hearth_engine_free(e);
 }
 
+/* Runs one job of n prompt tokens (a path of its own) and g generated on e. */
+static void run_filler(struct hearth_engine *e, const struct job *j, int n, int g)
+{
+    struct job x;
+    rig_make_job(&x, 512);
+    x.n_prompt = n;
+    for (int i = 0; i < n; i++)
+        x.prompt[i] = (int32_t)rig_rnd(512);
+    x.prompt[0] = (j->prompt[0] + 1) % 512;
+    x.p.prompt_ids = x.prompt;
+    x.p.n_prompt_ids = n;
+    x.p.max_tokens = g;
+    x.p.cache_salt = j->p.cache_salt;
+    CHECK(rig_run_alone(e, &x));
+}
+
+/* Blocks of j's prompt path the host tier holds. */
+static int in_host(struct hearth_engine *e, const struct job *j)
+{
+    struct path_key key = path_key_root(e->pc.ns_desc, j->p.cache_salt);
+    int n = 0;
+    for (int b = 0; b < (j->n_prompt - 1) / BS; b++) {
+        key = path_key_child(key, j->prompt + b * BS, BS);
+        n += host_tier_has(&e->restore.ht, key);
+    }
+    return n;
+}
+
+/* A full host tier whose least recently used blocks are the prompt's: admitting it
+ * makes room in the pool, whose evictions go to the host tier; the blocks it is about
+ * to copy back are held, the others make room, and the whole prompt comes back. */
+static void test_full_host_tier(void)
+{
+    static struct job jobs[1];
+    make_jobs(jobs, 1, 1, NULL);
+    struct job *a = &jobs[0];
+    int want = (a->n_prompt - 1) / BS;
+    struct hearth_engine *e = tier_engine(24, 40, NULL, false);
+    CHECK(e != NULL);
+    if (!e)
+        return;
+    CHECK(rig_run_together(e, jobs, 1));
+    push_out_of_pool(e, a);
+    /* Fillers of one whole block until the host tier is full, a's blocks still in it. */
+    for (int guard = 0; guard < 100 && stats(e).host_cache.blocks < 40; guard++)
+        run_filler(e, a, 20, 2);
+    struct hearth_stats before = stats(e);
+    CHECK_MSG(before.host_cache.blocks == 40 && in_host(e, a) == want, "host %lld blocks, %d of a's %d",
+              (long long)before.host_cache.blocks, in_host(e, a), want);
+    CHECK(block_pool_n_free(&e->pool) < want + 1); /* a's admission evicts from the pool */
+    CHECK(rig_run_together(e, jobs, 1));
+    check_same(jobs, 1, "from a full host tier");
+    struct hearth_stats after = stats(e);
+    CHECK_MSG(a->together.cached_tokens == want * BS, "cached %d of %d", a->together.cached_tokens, want * BS);
+    CHECK(after.host_cache.evicted_blocks_total > before.host_cache.evicted_blocks_total);
+    rig_check_idle(e);
+    hearth_engine_free(e);
+}
+
 /* Host RAM above a disk tier: blocks pushed out of the pool go to host RAM, blocks
  * pushed out of host RAM go on to disk, and a prompt whose blocks lie in both comes
  * back whole; at a clean shutdown the blocks in host RAM are written too. */
@@ -572,6 +641,7 @@ int main(void)
     TEST_RUN(test_pending);
     TEST_RUN(test_evict_to_host_and_back);
     TEST_RUN(test_exact_counts);
+    TEST_RUN(test_full_host_tier);
     TEST_RUN(test_cascade_to_disk);
     TEST_RUN(test_cascade_load);
     TEST_RUN(test_threaded);
