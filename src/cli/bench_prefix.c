@@ -12,6 +12,10 @@
  * a temporary directory) runs the priming request and shuts down cleanly (writing
  * its cached blocks), the files are dropped from the page cache, and a fresh engine
  * on the same directory runs the measured request: its prefix comes from disk.
+ * With --kv-cache-host-mib N a fifth mode, host: an engine with a host-RAM tier of N
+ * MiB runs the priming request, every cached block is then pushed out of the pool into
+ * the host tier, and the measured request's prefix is copied back from there.  (The
+ * other modes run without the host tier.)
  *
  * With --workload chat|fewshot|rag|none: many clients with a shared prefix and
  * unique questions, run with the cache off and on; throughput, TTFT p50/p99, hit
@@ -28,7 +32,9 @@
 #include "cli/bench_util.h"
 #include "cli/engine_opts.h"
 
-#define PREFIX_MODES 4 /* the last one with --restart only */
+#define PREFIX_MODES 5 /* disk with --restart only, host with --kv-cache-host-mib only */
+#define PREFIX_DISK 3
+#define PREFIX_HOST 4
 #define PREFIX_MAX_REPEATS 64
 
 struct prefix_opts {
@@ -50,7 +56,7 @@ struct prefix_run {
     struct bench_digest ids, logits;
 };
 
-static const char *prefix_mode_name[PREFIX_MODES] = {"disabled", "cold", "warm", "disk"};
+static const char *prefix_mode_name[PREFIX_MODES] = {"disabled", "cold", "warm", "disk", "host"};
 
 static void prefix_usage(void)
 {
@@ -59,6 +65,7 @@ static void prefix_usage(void)
             "                           [--max-tokens N] [--repeats R] [--output-json FILE]\n"
             "                           [--workload chat|fewshot|rag|none --clients N --arrival-steps K]\n"
             "                           [--restart]   (also: warm from disk after a restart)\n"
+            "                           [--kv-cache-host-mib N]   (also: warm from the host-RAM tier)\n"
             "Defaults: P 1024, S 64, max-tokens 16, repeats 3; workloads: 8 clients.\n\n%s",
             engine_opts_help);
 }
@@ -204,6 +211,7 @@ static int prefix_run_restart(const struct prefix_opts *o, const char *dir, cons
     struct hearth_engine_params ep = o->ep;
     ep.prefix_cache = true;
     ep.kv_cache_dir = dir;
+    ep.kv_cache_host_bytes = 0;
     prefix_dir_files(dir, true);
     struct hearth_engine *e = bench_engine(&ep);
     int ok = e && prefix_run_request(e, prime, n, o->max_tokens, false, r);
@@ -220,6 +228,31 @@ static int prefix_run_restart(const struct prefix_opts *o, const char *dir, cons
     return ok;
 }
 
+/* The host mode's run: prime, push every cached block out of the pool into the host
+ * tier, measure. */
+static int prefix_run_host(const struct prefix_opts *o, const int32_t *prime, const int32_t *prompt, int n,
+                           struct prefix_run *r)
+{
+    struct hearth_engine_params ep = o->ep;
+    ep.prefix_cache = true;
+    ep.kv_cache_dir = NULL;
+    struct hearth_engine *e = bench_engine(&ep);
+    int ok = e && prefix_run_request(e, prime, n, o->max_tokens, false, r);
+    int moved = ok ? engine_demote_cached(e) : 0;
+    if (ok && moved == 0) {
+        fprintf(stderr, "hearth bench prefix: no block went to the host tier\n");
+        ok = 0;
+    }
+    ok = ok && prefix_run_request(e, prompt, n, o->max_tokens, true, r);
+    if (e) {
+        struct hearth_stats hs;
+        hearth_engine_stats(e, &hs);
+        r->open_leases = hs.prefix_cache.open_leases;
+    }
+    hearth_engine_free(e);
+    return ok;
+}
+
 static int prefix_protocol(struct prefix_opts *o)
 {
     int n = o->shared + o->suffix;
@@ -228,7 +261,7 @@ static int prefix_protocol(struct prefix_opts *o)
     memset(runs, 0, sizeof runs);
     int ok = prompt && prime;
     int vocab = 0;
-    int n_modes = o->restart ? PREFIX_MODES : PREFIX_MODES - 1;
+    bool on[PREFIX_MODES] = {true, true, true, o->restart, o->ep.kv_cache_host_bytes > 0};
     char tmpdir[64] = "";
     const char *dir = o->ep.kv_cache_dir;
     if (o->restart && !dir) {
@@ -239,11 +272,12 @@ static int prefix_protocol(struct prefix_opts *o)
         }
         dir = tmpdir;
     }
-    for (int mode = 0; ok && mode < n_modes; mode++) {
-        for (int rep = 0; ok && rep < o->repeats; rep++) {
-            if (mode == 3) {
+    for (int mode = 0; ok && mode < PREFIX_MODES; mode++) {
+        for (int rep = 0; ok && on[mode] && rep < o->repeats; rep++) {
+            if (mode == PREFIX_DISK || mode == PREFIX_HOST) {
                 struct prefix_run *r = &runs[mode][rep];
-                ok = prefix_run_restart(o, dir, prime, prompt, n, r);
+                ok = mode == PREFIX_DISK ? prefix_run_restart(o, dir, prime, prompt, n, r)
+                                         : prefix_run_host(o, prime, prompt, n, r);
                 fprintf(stderr, "%-8s repeat %d: ttft %.3f s  e2e %.3f s  hit %d tokens  first step q=%d ctx=%d kv=%d\n",
                         prefix_mode_name[mode], rep, r->ttft, r->e2e, r->hit_tokens, r->q_len, r->ctx_len, r->kv_len);
                 continue;
@@ -251,6 +285,7 @@ static int prefix_protocol(struct prefix_opts *o)
             struct hearth_engine_params ep = o->ep;
             ep.prefix_cache = mode != 0;
             ep.kv_cache_dir = NULL;
+            ep.kv_cache_host_bytes = 0;
             struct hearth_engine *e = bench_engine(&ep);
             if (!e) {
                 ok = 0;
@@ -285,8 +320,8 @@ static int prefix_protocol(struct prefix_opts *o)
 
     /* Every run of every mode must give the same bits. */
     const struct prefix_run *ref = &runs[0][0];
-    for (int mode = 0; mode < n_modes; mode++)
-        for (int rep = 0; rep < o->repeats; rep++) {
+    for (int mode = 0; mode < PREFIX_MODES; mode++)
+        for (int rep = 0; on[mode] && rep < o->repeats; rep++) {
             const struct prefix_run *r = &runs[mode][rep];
             if (memcmp(&r->ids, &ref->ids, sizeof r->ids) || memcmp(&r->logits, &ref->logits, sizeof r->logits)) {
                 fprintf(stderr, "hearth bench prefix: MISMATCH: %s repeat %d differs from disabled repeat 0\n",
@@ -300,8 +335,10 @@ static int prefix_protocol(struct prefix_opts *o)
             }
         }
 
-    double med_ttft[PREFIX_MODES], med_e2e[PREFIX_MODES], med_fwd[PREFIX_MODES];
-    for (int mode = 0; mode < n_modes; mode++) {
+    double med_ttft[PREFIX_MODES] = {0}, med_e2e[PREFIX_MODES] = {0}, med_fwd[PREFIX_MODES] = {0};
+    for (int mode = 0; mode < PREFIX_MODES; mode++) {
+        if (!on[mode])
+            continue;
         double t[PREFIX_MAX_REPEATS], e2[PREFIX_MAX_REPEATS], fw[PREFIX_MAX_REPEATS];
         for (int rep = 0; rep < o->repeats; rep++) {
             t[rep] = runs[mode][rep].ttft;
@@ -323,7 +360,12 @@ static int prefix_protocol(struct prefix_opts *o)
                      "  \"logits_digest\": \"%s\",\n  \"modes\": {\n",
                      o->ep.model_dir, o->ep.n_threads, o->shared, o->suffix, o->max_tokens, o->repeats, ids_hex,
                      lg_hex);
-    for (int mode = 0; mode < n_modes; mode++) {
+    int last = PREFIX_MODES - 1;
+    while (!on[last])
+        last--;
+    for (int mode = 0; mode < PREFIX_MODES; mode++) {
+        if (!on[mode])
+            continue;
         const struct prefix_run *r = &runs[mode][0];
         int hw = 0;
         for (int rep = 0; rep < o->repeats; rep++)
@@ -333,7 +375,7 @@ static int prefix_protocol(struct prefix_opts *o)
                       "\"first_step\": {\"query_len\": %d, \"context_len\": %d, \"kv_len\": %d}, "
                       "\"hit_tokens\": %d, \"refcount_high_water\": %d, \"open_leases_end\": 0}%s\n",
                       prefix_mode_name[mode], med_ttft[mode], med_e2e[mode], med_fwd[mode], r->q_len, r->ctx_len,
-                      r->kv_len, r->hit_tokens, hw, mode + 1 < n_modes ? "," : "");
+                      r->kv_len, r->hit_tokens, hw, mode < last ? "," : "");
     }
     k += snprintf(json + k, sizeof json - (size_t)k,
                   "  },\n");
@@ -342,6 +384,11 @@ static int prefix_protocol(struct prefix_opts *o)
                       "  \"disk_ttft_speedup_vs_cold\": %.3f,\n  \"disk_ttft_over_warm\": %.3f,\n",
                       med_ttft[3] > 0 ? med_ttft[1] / med_ttft[3] : 0.0,
                       med_ttft[2] > 0 ? med_ttft[3] / med_ttft[2] : 0.0);
+    if (on[PREFIX_HOST])
+        k += snprintf(json + k, sizeof json - (size_t)k,
+                      "  \"host_ttft_speedup_vs_cold\": %.3f,\n  \"host_ttft_over_warm\": %.3f,\n",
+                      med_ttft[PREFIX_HOST] > 0 ? med_ttft[1] / med_ttft[PREFIX_HOST] : 0.0,
+                      med_ttft[2] > 0 ? med_ttft[PREFIX_HOST] / med_ttft[2] : 0.0);
     k += snprintf(json + k, sizeof json - (size_t)k,
                   "  \"warm_ttft_speedup_vs_cold\": %.3f,\n"
                   "  \"warm_ttft_over_its_forward\": %.4f\n}\n",

@@ -1065,6 +1065,11 @@ int engine_max_block_refcount(const struct hearth_engine *e)
 
 size_t engine_kv_bytes(const struct hearth_engine *e) { return kv_store_slab_bytes(&e->kv); }
 
+int engine_demote_cached(struct hearth_engine *e)
+{
+    return e->pc_on ? prefix_cache_evict(&e->pc, block_pool_capacity(&e->pool)) : 0;
+}
+
 const struct model *engine_model(const struct hearth_engine *e) { return &e->m; }
 
 const struct backend *engine_backend(const struct hearth_engine *e) { return &e->be; }

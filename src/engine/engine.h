@@ -109,6 +109,9 @@ void engine_set_logits_hook(struct hearth_engine *e, void (*fn)(void *ctx, int r
  * [vocab]. */
 /* The highest refcount of any KV block right now. */
 int engine_max_block_refcount(const struct hearth_engine *e);
+/* Evicts every cached block nobody uses from the pool, through the tiers below it (a
+ * benchmark's way to put a prefix in the host tier); returns how many. */
+int engine_demote_cached(struct hearth_engine *e);
 /* Bytes of the KV pool. */
 size_t engine_kv_bytes(const struct hearth_engine *e);
 const struct model *engine_model(const struct hearth_engine *e);

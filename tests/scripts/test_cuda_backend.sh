@@ -4,8 +4,12 @@
 # `hearth bench prefix` (P = 1,024, S = 64) under both kernel variants, run-to-run
 # bytes equal, parity with transformers' float64 logits where PyTorch is installed,
 # `hearth serve` over the backend (n = 2, a second request served from the prefix cache
-# with the first's bytes, a stream with usage and [DONE]), and clear errors for what
-# the backend does not serve.  HEARTH_TEST_DEVICE=cpu runs the serve part on the CPU.
+# with the first's bytes, a stream with usage and [DONE]), the host-RAM tier
+# (--kv-cache-host-mib: pinned memory, copies on their own stream; `hearth bench prefix`
+# warm from host RAM = cold, and a server with a pool of 36 blocks whose evicted blocks
+# come back from host RAM, and from disk below it, with the bytes of a cache-off server),
+# and clear errors for what the backend does not serve.  HEARTH_TEST_DEVICE=cpu runs the
+# serve parts on the CPU.
 set -u
 bin=${HEARTH_BIN:-${BUILD:-build}/hearth}
 data=${HEARTH_TEST_DATA:-tests/data}
@@ -52,6 +56,17 @@ for k in $([ "$dev" = cuda ] && echo sm90a sm80); do
     "grep -q outputs_digest $tmp/w_${k}_graph.json && [ \"\$(grep outputs_digest $tmp/w_${k}_graph.json)\" = \"\$(grep outputs_digest $tmp/w_${k}_eager.json)\" ]"
   grep -h "decode steps" "$tmp/w_${k}_graph.err" | tail -2
 done
+# The host-RAM tier: the prefix pushed out of the pool into pinned host memory and copied
+# back on the copy stream; the digests of every mode (host included) equal.
+for k in $([ "$dev" = cuda ] && echo sm90a); do
+  "$bin" bench prefix --device cuda --kernel $k --model "$m" --shared-prefix-tokens 1024 --suffix-tokens 64 \
+    --max-tokens 16 --repeats 2 --kv-cache-host-mib 256 --output-json "$tmp/h_$k.json" >/dev/null 2>"$tmp/h_$k.err"
+  check "$k host tier: disabled, cold, warm and warm-from-host-RAM digests equal" \
+    "grep -q '\"digests_equal\": true' $tmp/h_$k.json"
+  check "$k host tier: the prefix came from host RAM (only the suffix computed)" \
+    "grep -q '\"host\": .*\"query_len\": 64, \"context_len\": 1024' $tmp/h_$k.json"
+  grep -E '"(warm|host)": |host_ttft' "$tmp/h_$k.json"
+done
 P=3,17,250,99,4,4,31,7,150,2,88,19,5,6,200,11,12,400,1000,77
 for r in $([ "$dev" = cuda ] && echo 1 2); do
   "$bin" generate --device cuda --model "$m" --prompt-ids $P -n 3 --max-tokens 24 --temperature 0.8 --seed 5 \
@@ -90,6 +105,49 @@ curl -s -N -m 120 http://127.0.0.1:$port/v1/completions -H 'content-type: applic
 check "serve: a stream ends with usage and [DONE]" \
   "grep -q '\"usage\":{\"prompt_tokens\":37' $tmp/s.txt && grep -q '^data: \[DONE\]' $tmp/s.txt"
 kill $spid 2>/dev/null; wait $spid 2>/dev/null
+
+# ---- the host-RAM tier under a pool of 36 blocks (64 MiB of the 0.6B's KV, 1.75 MiB a
+# block): 4 prompts of 200 tokens (13 blocks each) twice; the second time their blocks
+# come back from host RAM (then also from disk under a host tier of 16 blocks); every
+# output byte for byte a cache-off server's.
+hp=()
+for i in 0 1 2 3; do
+  hp+=("$(awk -v s=$((i * 7919 + 3)) 'BEGIN { printf "["; for (k = 0; k < 200; k++) { s = (s * 1103515245 + 12345) % 2147483648; printf "%s%d", (k ? "," : ""), 100 + s % 50000 } printf "]" }')")
+done
+host_serve() { # NAME ARGS...: a server on $port; every prompt twice, outputs in $tmp/NAME.r.i
+  local name=$1; shift
+  port=$((20000 + RANDOM % 20000))
+  "$bin" serve --device "$dev" --model "$m" --port $port --max-num-seqs 4 "$@" >"$tmp/$name.log" 2>&1 &
+  spid=$!
+  for _ in $(seq 1 120); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$port/health)" = 200 ] && break; sleep 1
+  done
+  for r in 1 2; do
+    for i in 0 1 2 3; do
+      curl -s -m 120 http://127.0.0.1:$port/v1/completions -H 'content-type: application/json' \
+        -d "{\"model\":\"m06\",\"prompt\":${hp[$i]},\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true$lp}" \
+        >"$tmp/$name.$r.$i.json"
+      sed 's/"id":"[^"]*"//; s/"created":[0-9]*//; s/"prompt_tokens_details":{[^}]*}//' "$tmp/$name.$r.$i.json" \
+        >"$tmp/$name.$r.$i"
+    done
+  done
+  curl -s http://127.0.0.1:$port/metrics >"$tmp/$name.metrics"
+  kill $spid 2>/dev/null; wait $spid 2>/dev/null
+}
+hmetric() { sed -n "s/^$2 \([0-9]*\)$/\1/p" "$tmp/$1.metrics"; }
+same_host() { for r in 1 2; do for i in 0 1 2 3; do grep -q '"choices"' "$tmp/$1.$r.$i" && cmp -s "$tmp/$1.$r.$i" "$tmp/hoff.1.$i" || return 1; done; done; }
+all_cached() { for i in 0 1 2 3; do grep -q '"cached_tokens": *192' "$tmp/$1.2.$i.json" || return 1; done; }
+host_serve hoff --kv-cache-mib 64 --prefix-cache off
+host_serve hon --kv-cache-mib 64 --kv-cache-host-mib 256
+check "host tier: outputs equal a cache-off server (both rounds, bytes)" "same_host hon"
+check "host tier: the second round has every whole block cached (192 of 200 tokens)" "all_cached hon"
+check "host tier: blocks stored in and restored from pinned host RAM ($(hmetric hon hearth_host_cache_blocks_restored_total))" \
+  "[ \"\$(hmetric hon hearth_host_cache_blocks_restored_total)\" -gt 0 ] && [ \"\$(hmetric hon hearth_host_cache_copy_errors_total)\" = 0 ]"
+host_serve hdisk --kv-cache-mib 64 --kv-cache-host-mib 28 --kv-cache-dir "$tmp/kvh"
+check "host over disk: outputs equal a cache-off server (bytes)" "same_host hdisk"
+check "host over disk: the second round has every whole block cached" "all_cached hdisk"
+check "host over disk: blocks went on to disk and came back ($(hmetric hdisk hearth_host_cache_evicted_to_disk_total) to disk, $(hmetric hdisk hearth_disk_cache_blocks_restored_total) from disk)" \
+  "[ \"\$(hmetric hdisk hearth_host_cache_evicted_to_disk_total)\" -gt 0 ] && [ \"\$(hmetric hdisk hearth_disk_cache_blocks_restored_total)\" -gt 0 ]"
 [ "$dev" = cuda ] || { echo "RESULT passed=$passed failed=$failed"; exit 0; }
 "$bin" generate --device cuda --kv-dtype f32 --model "$m" --prompt-ids 1 --max-tokens 1 >/dev/null 2>"$tmp/e1"
 check "f32 KV is refused with a reason" "grep -q 'bf16' $tmp/e1"

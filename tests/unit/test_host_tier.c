@@ -174,7 +174,7 @@ static void test_many_salts(void)
     struct host_tier ht;
     char err[HR_ERRLEN];
     CHECK_OK(host_tier_init(&ht, arena, sizeof arena, BS, DATA, err, sizeof err), err);
-    static char names[64][16];
+    static char names[64][32];
     for (int i = 0; i < 64; i++) {
         snprintf(names[i], sizeof names[i], "salt-%d", i);
         struct blk b[1];
