@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hearth bench prefix on a fixture: the three modes agree bit for bit (exit 0, JSON
-# with the warm run's geometry and hits); a flipped logit bit in the warm run is
+# with the warm run's geometry and hits), and the disk and host-RAM modes with them; a flipped logit bit in the warm run is
 # caught (exit 2, no JSON); the workloads compare every output with the cache off.
 set -u
 bin=${HEARTH_BIN:-${BUILD:-build}/hearth}
@@ -27,6 +27,17 @@ rc=$?
 check "--restart exits 0 with equal digests" "[ $rc -eq 0 ] && grep -q '\"digests_equal\": true' $tmp/d.json"
 check "--restart: the disk mode hits 192 tokens and computes only the suffix" \
   "grep -q '\"disk\": .*\"query_len\": 48, \"context_len\": 192, \"kv_len\": 240}, \"hit_tokens\": 192' $tmp/d.json"
+
+# --kv-cache-host-mib: the fifth mode pushes the prefix out of the pool into host RAM and
+# copies it back (the other modes run without the tier: their hits are unchanged).
+"$bin" bench prefix --model "$model" --shared-prefix-tokens 200 --suffix-tokens 40 --repeats 1 --threads 2 \
+  --kv-cache-host-mib 1 --output-json "$tmp/h.json" >"$tmp/hout" 2>"$tmp/herr"
+rc=$?
+check "--kv-cache-host-mib exits 0 with equal digests" "[ $rc -eq 0 ] && grep -q '\"digests_equal\": true' $tmp/h.json"
+check "--kv-cache-host-mib: the host mode hits 192 tokens and computes only the suffix" \
+  "grep -q '\"host\": .*\"query_len\": 48, \"context_len\": 192, \"kv_len\": 240}, \"hit_tokens\": 192' $tmp/h.json"
+check "--kv-cache-host-mib: no disk mode without --restart, its ratios reported" \
+  "! grep -q '\"disk\":' $tmp/h.json && grep -q '\"host_ttft_speedup_vs_cold\"' $tmp/h.json"
 
 HEARTH_TEST_FLIP_WARM_LOGIT=1 "$bin" bench prefix --model "$model" --shared-prefix-tokens 200 --suffix-tokens 40 \
   --repeats 1 --threads 2 --output-json "$tmp/bad.json" >"$tmp/out2" 2>"$tmp/err2"
