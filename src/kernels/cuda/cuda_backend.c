@@ -699,9 +699,9 @@ static enum hr_status cb_kv_copies_wait(struct backend *be, char *err, size_t er
 static void *cb_host_alloc(struct backend *be, size_t bytes, char *err, size_t errlen)
 {
     (void)be;
-    void *p = NULL;
-    if (cuda_host_alloc(&p, bytes, err, errlen) != HR_OK)
-        return NULL;
+    void *p = cuda_dev_host_alloc(bytes);
+    if (!p)
+        hr_err(err, errlen, HR_ERR_NOMEM, "cuda: no page-locked host memory for the host tier (%zu bytes)", bytes);
     return p;
 }
 
@@ -710,7 +710,7 @@ static void cb_host_free(struct backend *be, void *p, size_t bytes)
     (void)bytes;
     char err[HR_ERRLEN];
     cuda_copier_wait(cb_of(be)->copier, err, sizeof err);
-    cuda_host_free(p);
+    cuda_dev_host_free(p);
 }
 
 /* ------------------------------------------------------------------ the step */

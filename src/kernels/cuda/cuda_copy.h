@@ -33,8 +33,8 @@ enum hr_status cuda_copier_init(struct cuda_copier **out, void *compute_stream, 
 void cuda_copier_free(struct cuda_copier *cp);
 
 /* Queues height rows of width bytes: row i from src + i * spitch to dst + i * dpitch
- * (host or device on either side; host memory pinned for the copy to be queued
- * rather than staged).  One 2D copy when the pitches allow it, else one copy a row. */
+ * (host or device on either side; host memory page-locked, cuda_dev_host_alloc, for
+ * the copy to be queued rather than staged).  One 2D copy when the pitches allow it, else one copy a row. */
 enum hr_status cuda_copier_copy2d(struct cuda_copier *cp, void *dst, size_t dpitch, const void *src, size_t spitch,
                                   size_t width, size_t height, char *err, size_t errlen);
 /* The compute stream's work queued from now on waits for every copy queued so far
@@ -42,10 +42,6 @@ enum hr_status cuda_copier_copy2d(struct cuda_copier *cp, void *dst, size_t dpit
 enum hr_status cuda_copier_fence(struct cuda_copier *cp, char *err, size_t errlen);
 /* Waits on the host until every queued copy is done; reports a failure of one. */
 enum hr_status cuda_copier_wait(struct cuda_copier *cp, char *err, size_t errlen);
-
-/* Pinned (page-locked) host memory: cudaHostAlloc. */
-enum hr_status cuda_host_alloc(void **p, size_t bytes, char *err, size_t errlen);
-void cuda_host_free(void *p);
 
 #ifdef __cplusplus
 }

@@ -103,21 +103,3 @@ extern "C" enum hr_status cuda_copier_wait(struct cuda_copier *cp, char *err, si
     cudaError_t e = cudaStreamSynchronize(cp->stream);
     return e == cudaSuccess ? HR_OK : copy_fail(e, "block copies", err, errlen);
 }
-
-extern "C" enum hr_status cuda_host_alloc(void **p, size_t bytes, char *err, size_t errlen)
-{
-    *p = NULL;
-    cudaError_t e = cudaHostAlloc(p, bytes ? bytes : 1, cudaHostAllocDefault);
-    if (e != cudaSuccess) {
-        *p = NULL;
-        return hr_err(err, errlen, HR_ERR_NOMEM, "cuda pinned host alloc of %zu bytes: %s", bytes,
-                      cudaGetErrorString(e));
-    }
-    return HR_OK;
-}
-
-extern "C" void cuda_host_free(void *p)
-{
-    if (p)
-        cudaFreeHost(p);
-}
