@@ -1,4 +1,4 @@
-# hearth — GNU Makefile.  make | make test | make asan | make run | make bench | make fuzz | make fuzz-long
+# hearth — GNU Makefile.  make | make test | make asan | make test-long | make run | make bench | make fuzz | make fuzz-long
 # Sources are found by wildcard: adding a .c file under src/ adds it to libhearth,
 # adding tests/unit/test_*.c adds a test binary.  Files named *_avx2.c / *_avx512.c
 # get ISA flags of their own; everything else is built for baseline x86-64 so the
@@ -71,7 +71,7 @@ HELPER_OBJS := $(TEST_HELPERS:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: all test asan run bench fuzz fuzz-long clean deps testdata
+.PHONY: all test asan test-long run bench fuzz fuzz-long clean deps testdata
 # Keep the test objects (make would delete them as intermediates and relink every time).
 .SECONDARY:
 all: $(BUILD)/hearth
@@ -130,6 +130,12 @@ test: $(BUILD)/hearth $(TEST_BINS) $(CUDA_BENCH) testdata
 asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+
+# make test, then make asan, with TEST_LONG=1: every repetition at its full count, where
+# the default suite trims one under the sanitizers (README, Testing).  Not part of CI.
+test-long:
+	@TEST_LONG=1 $(MAKE) --no-print-directory test
+	@TEST_LONG=1 $(MAKE) --no-print-directory asan
 
 run: $(BUILD)/hearth
 	@bash scripts/run.sh $(BUILD)/hearth
