@@ -7,7 +7,7 @@
 // bad constraints get 400s naming what is wrong; and a constrained request's output is the
 // same, byte for byte, alone and batched, cold and warm.
 //
-// usage: [STRUCTURED_ONLY=step,...] node tests/e2e/structured.mjs URL MODEL SCHEMAS_JSON [TEST_GRAMMAR_BIN]
+// usage: [STRUCTURED_ONLY=step,...] [STRUCTURED_SEEDS=1..3] node tests/e2e/structured.mjs URL MODEL SCHEMAS_JSON [TEST_GRAMMAR_BIN]
 // (TEST_GRAMMAR_BIN: build/tests/test_grammar, whose --check-prefixes checks cut outputs)
 // Prints "ok NAME" / "FAIL NAME: why" and ends with "RESULT passed=N failed=N".
 import { createRequire } from "node:module";
@@ -103,12 +103,12 @@ const ajv = new Ajv({ strict: false, allErrors: true });
 addFormats(ajv);
 const messages = [{ role: "user", content: "Answer in JSON." }];
 
-// ---- the corpus: 3 seeds per schema (separate requests, n = 1); chat and completions
-// alternate. Complete outputs must validate with ajv; outputs cut by max_tokens must be a
+// ---- the corpus: 3 seeds per schema (separate requests, n = 1; STRUCTURED_SEEDS=N for
+// the first N of them); chat and completions alternate. Complete outputs must validate with ajv; outputs cut by max_tokens must be a
 // prefix of a document of the schema: checked with the grammar's matcher in test_grammar
 // --check-prefixes (the grammar the server masked with: this checks the masking, ajv on the
 // complete outputs checks the grammar) and, independently, as a prefix of some JSON text.
-const SEEDS = [1000, 2000, 3000];
+const SEEDS = [1000, 2000, 3000].slice(0, Number(process.env.STRUCTURED_SEEDS || 3));
 await step("corpus", async () => {
   let stops = 0, total = 0, bad = 0;
   const cuts = [];
