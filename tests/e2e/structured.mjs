@@ -327,7 +327,10 @@ await step("errors", async () => {
   const t0 = Date.now();
   await bad("a schema that needs too many grammar positions (limit named)", { guided_json: wide }, "completions",
             /limit on grammar positions is \d+/, "guided_json");
-  check("the positions limit answers within 10 s", Date.now() - t0 < 10000, `${Date.now() - t0} ms`);
+  // (a compile without the limit takes minutes; under the sanitizers, sharing the machine
+  // with other tests, the refusal itself takes up to some 15 s: STRUCTURED_SLOW=1 allows 40)
+  const limit_s = process.env.STRUCTURED_SLOW ? 40 : 10;
+  check(`the positions limit answers within ${limit_s} s`, Date.now() - t0 < limit_s * 1000, `${Date.now() - t0} ms`);
   const h = await fetch(`${url}/health`);
   check("the server still serves after bad constraints", h.status === 200);
 });
