@@ -159,4 +159,4 @@ fuzz-long:
 clean:
 	rm -rf build build-asan build-fuzz build-cuda
 
--include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(HELPER_OBJS:.o=.d) $(TEST_BINS:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d)
+-include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(HELPER_OBJS:.o=.d) $(TEST_BINS:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d) $(BUILD)/bench/cuda_bench.d

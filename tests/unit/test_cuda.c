@@ -310,6 +310,84 @@ static void test_gemm_reference(void)
     }
 }
 
+/* q, k and v in one launch (segments): each segment's rows are the bytes of the same
+ * columns of one GEMM over the stacked matrix [q; k; v] (the launch the segments stand
+ * for), at m = 1..129 and m = 257 and for rows alone; row 0 against float64. */
+static void test_gemm_segments(void)
+{
+    static const struct {
+        const char *name;
+        int nq, nkv, k;
+    } cases[] = {{"0.6b qkv", 2048, 1024, 1024}, {"8b qkv", 4096, 1024, 4096}};
+    static const int ms[] = {1, 7, 16, 17, 64, 65, 129, 257};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int nq = cases[ci].nq, nkv = cases[ci].nkv, k = cases[ci].k, n = nq + 2 * nkv, M = 257;
+        struct shape whole = {cases[ci].name, n, k, CUDA_EPI_STORE_F32};
+        uint16_t *w = dmust((size_t)n * k * 2), *x = dmust((size_t)M * k * 2);
+        CHECK_OK(cuda_dev_fill_bf16(w, (size_t)n * k, 31 + ci, 0.05f, err, sizeof err), err);
+        CHECK_OK(cuda_dev_fill_bf16(x, (size_t)M * k, 331 + ci, 1.0f, err, sizeof err), err);
+        struct gemm_ws ws;
+        gemm_ws_init(&ws, &whole, M);
+        float *ycat = dmust((size_t)M * n * 4), *yq = dmust((size_t)M * nq * 4), *yk = dmust((size_t)M * nkv * 4),
+              *yv = dmust((size_t)M * nkv * 4);
+        run_gemm(&whole, ycat, x, M, w, NULL, &ws);
+        float *ref = hmust((size_t)M * n * 4), *got = hmust((size_t)M * n * 4);
+        down(ref, ycat, (size_t)M * n * 4);
+        int bad = 0, runs = 0;
+        for (size_t mi = 0; mi <= sizeof ms / sizeof ms[0]; mi++) {
+            int m = mi < sizeof ms / sizeof ms[0] ? ms[mi] : 1, r0 = mi < sizeof ms / sizeof ms[0] ? 0 : 100;
+            struct cuda_gemm g = {.epi = CUDA_EPI_STORE_F32, .y = yq, .x = x + (size_t)r0 * k, .w = w, .m = m, .n = nq,
+                                  .k = k, .work = ws.work, .work_bytes = ws.work_bytes, .tickets = ws.tickets,
+                                  .n_tickets = ws.n_tickets, .n_more = 2,
+                                  .more_w = {w + (size_t)nq * k, w + (size_t)(nq + nkv) * k},
+                                  .more_y = {yk, yv}, .more_n = {nkv, nkv}};
+            CHECK_OK(cuda_dev_memset(yq, 0xff, (size_t)m * nq * 4, err, sizeof err), err);
+            CHECK_OK(K->gemm(&g, NULL, err, sizeof err), err);
+            runs++;
+            const float *segs[3] = {yq, yk, yv};
+            const int off[3] = {0, nq, nq + nkv}, wid[3] = {nq, nkv, nkv};
+            for (int sg = 0; sg < 3; sg++) {
+                down(got, segs[sg], (size_t)m * wid[sg] * 4);
+                for (int r = 0; r < m; r++)
+                    if (memcmp(got + (size_t)r * wid[sg], ref + (size_t)(r0 + r) * n + off[sg], (size_t)wid[sg] * 4) &&
+                        !bad++)
+                        fprintf(stderr, "  %s %s: segment %d row %d of m=%d differs from the stacked GEMM\n", K->name,
+                                cases[ci].name, sg, r0 + r, m);
+            }
+        }
+        /* row 0 of the stacked product against float64 (every 5th column) */
+        uint16_t *hw = hmust((size_t)n * k * 2), *hx = hmust((size_t)k * 2);
+        down(hw, w, (size_t)n * k * 2);
+        down(hx, x, (size_t)k * 2);
+        int bad64 = 0;
+        for (int c = 0; c < n; c += 5) {
+            double acc = 0, mag = 0;
+            for (int i = 0; i < k; i++) {
+                double pr = (double)dtype_bf16_to_f32(hx[i]) * dtype_bf16_to_f32(hw[(size_t)c * k + i]);
+                acc += pr;
+                mag += fabs(pr);
+            }
+            bad64 += !(fabs(ref[c] - acc) <= 1e-5 * mag + 1e-30);
+        }
+        CHECK_MSG(bad == 0 && bad64 == 0, "%s %s: %d segment rows differ, %d elements off float64", K->name,
+                  cases[ci].name, bad, bad64);
+        printf("  %s %s: segments = the stacked GEMM (tile %s split %d) at %d launches, bitwise: %s; float64 ok\n",
+               K->name, cases[ci].name, K->gemm_tile(n, k, CUDA_EPI_STORE_F32), K->gemm_split(n, k, CUDA_EPI_STORE_F32),
+               runs, bad ? "NO" : "yes");
+        free(hw);
+        free(hx);
+        free(ref);
+        free(got);
+        gemm_ws_free(&ws);
+        cuda_dev_free(ycat);
+        cuda_dev_free(yq);
+        cuda_dev_free(yk);
+        cuda_dev_free(yv);
+        cuda_dev_free(w);
+        cuda_dev_free(x);
+    }
+}
+
 /* A bad shape is an error with a message, not a launch. */
 static void test_gemm_bad_args(void)
 {
@@ -321,6 +399,11 @@ static void test_gemm_bad_args(void)
     CHECK(K->gemm(&g, NULL, err, sizeof err) == HR_ERR_INVALID);
     g.n = 64;
     g.epi = CUDA_EPI_SWIGLU_BF16; /* no up matrix */
+    CHECK(K->gemm(&g, NULL, err, sizeof err) == HR_ERR_INVALID);
+    g.epi = CUDA_EPI_STORE_F32; /* a segment without its matrix; too many segments */
+    g.n_more = 1;
+    CHECK(K->gemm(&g, NULL, err, sizeof err) == HR_ERR_INVALID);
+    g.n_more = CUDA_GEMM_SEGS;
     CHECK(K->gemm(&g, NULL, err, sizeof err) == HR_ERR_INVALID);
 }
 
@@ -1039,6 +1122,7 @@ int main(int argc, char **argv)
         }
         printf("variant %s\n", K->name);
         TEST_RUN(test_gemm_bad_args);
+        TEST_RUN(test_gemm_segments);
         TEST_RUN(test_rmsnorm);
         TEST_RUN(test_embed);
         TEST_RUN(test_attn_prep);

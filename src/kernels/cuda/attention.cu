@@ -5,9 +5,9 @@
  * A block of the attention kernel takes one KV head and a query block (consecutive
  * tokens of one row) with every query head that shares the KV head (GQA packing: the
  * K/V tile is read once for all of them).  Each (token, head) row walks positions
- * from 0 to its own position in tiles of ATTN_TILE at fixed absolute positions, with
- * an online softmax; a row sits out the tiles past its position, and masked places
- * weigh exactly 0.  Long rows are cut into splits of CUDA_ATTN_SPLIT positions (again
+ * from 0 to its own position in tiles of KT at fixed absolute positions, with an
+ * online softmax on the tensor cores (attn_kernel says how); masked places weigh
+ * exactly 0, and tiles wholly past a row's position change none of its bits.  Long rows are cut into splits of CUDA_ATTN_SPLIT positions (again
  * at fixed absolute positions, one block each, so decode has enough blocks), and a
  * row with more than one split is combined by attn_combine in split order.  Every
  * reduction is one thread's loop or a fixed xor tree over a warp: the bits of a row
@@ -16,16 +16,13 @@
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace CUK_NS {
 
 namespace {
 
 constexpr int HD = 128;        /* head_dim these kernels are built for */
-constexpr int ATTN_TILE = 32;  /* positions per tile */
-constexpr int ATTN_THREADS = HD; /* thread d owns output dimension d */
-constexpr int R = CUDA_ATTN_ROWS;
-static_assert(CUDA_ATTN_SPLIT % ATTN_TILE == 0, "splits end on tile boundaries");
 
 __device__ __forceinline__ size_t kv_off(const struct cuda_kv &kv, int layer, int blk, int sel, int kvh)
 {
@@ -39,18 +36,15 @@ __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
-__device__ __forceinline__ float warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-/* One token a block; a warp a head row (q heads, then k heads); then v. */
+/* Block (token, g): a warp a head row (rows 8g .. 8g + 7 of the q heads then the k
+ * heads), and the g-th share of the token's v; several blocks a token so that a
+ * decode step's few tokens still fill the card (a row's arithmetic is its warp's
+ * alone, whatever the grid). */
 __global__ void prep_kernel(struct cuda_attn_prep a, struct cuda_attn_batch b)
 {
     __shared__ float cs[HD / 2][2];
     const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int g = blockIdx.y, ng = gridDim.y;
     const int pos = b.positions[t];
     if (threadIdx.x < HD / 2) {
         int i = threadIdx.x;
@@ -64,7 +58,7 @@ __global__ void prep_kernel(struct cuda_attn_prep a, struct cuda_attn_batch b)
     const int64_t slot = b.slots[t];
     const int blk = (int)(slot / bs), off = (int)(slot % bs);
     const bool store_ok = slot >= 0 && blk < a.kv.n_blocks;
-    for (int hh = warp; hh < a.n_heads + nkv; hh += nw) {
+    for (int hh = g * nw + warp; hh < a.n_heads + nkv; hh += nw * ng) {
         bool isq = hh < a.n_heads;
         const float *src = isq ? a.q + ((size_t)t * a.n_heads + hh) * HD : a.k + ((size_t)t * nkv + (hh - a.n_heads)) * HD;
         const float *w = isq ? a.q_norm : a.k_norm;
@@ -99,65 +93,71 @@ __global__ void prep_kernel(struct cuda_attn_prep a, struct cuda_attn_batch b)
     }
     if (!store_ok)
         return;
-    for (int i = threadIdx.x; i < nkv * HD; i += blockDim.x) {
+    for (int i = g * blockDim.x + threadIdx.x; i < nkv * HD; i += blockDim.x * ng) {
         int kvh = i / HD, d = i % HD;
         a.kv.slab[kv_off(a.kv, a.layer, blk, 1, kvh) + (size_t)off * HD + d] =
             f32_to_bf16(a.v[((size_t)t * nkv + kvh) * HD + d]);
     }
 }
 
-struct attn_smem {
-    float q[R][HD];
-    float k[ATTN_TILE][HD + 1]; /* padded: lane j reads row j, conflict-free */
-    float v[ATTN_TILE][HD];
-    float p[R][ATTN_TILE];
-    float m[R], l[R], corr[R];
-    int skip[R];
-};
+/* The walk on the tensor cores.  A block is four warps; warp w owns query rows
+ * 16w .. 16w + 15 of the block (one m16 tile) and takes every tile of KT positions
+ * whole: scores S = q . K^T by mma m16n8k16 over d in ascending k16 steps, the online
+ * softmax on S's accumulators (a row's max and sum: the thread's 16 values in order,
+ * then its quad's xor tree), O = O * corr + P . V by mma over the tile's positions in
+ * ascending k16 steps.  q and P are f32; each goes in as two bf16 halves (hi + lo, the
+ * lo half being the rounding error of the hi one), so the products keep about 16
+ * bits of q and of P instead of 8.  mma rows never interact, so a row's bits depend on
+ * its own query and position and the K/V values alone, whatever the other rows of the
+ * block are; a tile wholly past a row's position leaves its m, l and O bitwise as they
+ * were (corr = 1, P = 0). */
+constexpr int KT = 64;                      /* positions per tile */
+constexpr int MR = CUDA_ATTN_ROWS;          /* query rows a block: 16 per warp */
+constexpr int WARPS = MR / 16, ATTN_THREADS = WARPS * 32;
+constexpr int LDS = HD + 8;                 /* smem row stride (bf16): ldmatrix rows in distinct banks */
+constexpr int TILE_ELEMS = KT * LDS;        /* one K or V tile */
+constexpr int ATTN_SMEM = 4 * TILE_ELEMS * 2; /* K and V, two stages (68 KB: 3 blocks an SM) */
+static_assert(MR % 16 == 0, "whole m16 tiles");
+static_assert(2 * MR * LDS <= 2 * TILE_ELEMS, "q's hi and lo halves fit in the second stage");
+static_assert(CUDA_ATTN_SPLIT % KT == 0, "splits end on tile boundaries");
 
-/* K/V words of one tile this thread loads: 2 * ATTN_TILE * HD / 8 / ATTN_THREADS. */
-constexpr int TILE_WORDS = 2 * ATTN_TILE * HD / 8 / ATTN_THREADS;
-
-__device__ __forceinline__ void tile_fetch(uint4 (&w)[TILE_WORDS], const struct cuda_attention &a, const int32_t *table,
-                                           int kvh, int p0, int p_end)
+/* cp.async of the K and V rows of positions p0 .. p0 + KT - 1 (zeros past p_end: they
+ * weigh 0 and must not be NaN) into one stage.  Thread t copies chunk t % 16 of rows
+ * t / 16 + 8u: its eight block-table reads are independent and issued together. */
+__device__ __forceinline__ void tile_load(uint16_t *sk, uint16_t *sv, const struct cuda_attention &a,
+                                          const int32_t *table, int kvh, int p0, int p_end)
 {
-    const int bs = a.kv.block_size;
+    constexpr int CH = HD / 8, RSTEP = ATTN_THREADS / CH; /* 16-byte chunks a row; rows a pass */
+    const int bs = a.kv.block_size, ch = threadIdx.x % CH, j0 = threadIdx.x / CH;
+    const size_t v_off = (size_t)a.kv.n_kv_heads * bs * HD; /* V's slice follows K's */
+    int blk[KT / RSTEP];
 #pragma unroll
-    for (int u = 0; u < TILE_WORDS; u++) {
-        int c = threadIdx.x + ATTN_THREADS * u;
-        int sel = c / (ATTN_TILE * HD / 8), rem = c % (ATTN_TILE * HD / 8);
-        int j = rem / (HD / 8), d8 = (rem % (HD / 8)) * 8;
-        int p = p0 + j;
-        if (p < p_end) {
-            int blk = table[p / bs];
-            w[u] = *(const uint4 *)(a.kv.slab + kv_off(a.kv, a.layer, blk, sel, kvh) + (size_t)(p % bs) * HD + d8);
-        } else {
-            w[u] = make_uint4(0, 0, 0, 0); /* past the last position: weighs 0, must not be NaN */
-        }
+    for (int u = 0; u < KT / RSTEP; u++) {
+        int p = p0 + j0 + RSTEP * u;
+        blk[u] = p < p_end ? table[p / bs] : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < KT / RSTEP; u++) {
+        int p = p0 + j0 + RSTEP * u, j = j0 + RSTEP * u;
+        const uint16_t *src = a.kv.slab;
+        if (blk[u] >= 0)
+            src += kv_off(a.kv, a.layer, blk[u], 0, kvh) + (size_t)(p % bs) * HD + ch * 8;
+        cp16(sk + j * LDS + ch * 8, src, blk[u] >= 0);
+        cp16(sv + j * LDS + ch * 8, blk[u] >= 0 ? src + v_off : src, blk[u] >= 0);
     }
 }
 
-__device__ __forceinline__ void tile_store(attn_smem &sm, const uint4 (&w)[TILE_WORDS])
+__device__ __forceinline__ unsigned pack_bf16(float lo_col, float hi_col)
 {
-#pragma unroll
-    for (int u = 0; u < TILE_WORDS; u++) {
-        int c = threadIdx.x + ATTN_THREADS * u;
-        int sel = c / (ATTN_TILE * HD / 8), rem = c % (ATTN_TILE * HD / 8);
-        int j = rem / (HD / 8), d8 = (rem % (HD / 8)) * 8;
-        const uint32_t ws[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
-        float *dst = sel ? &sm.v[j][d8] : &sm.k[j][d8];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            dst[2 * e] = __uint_as_float(ws[e] << 16);
-            dst[2 * e + 1] = __uint_as_float(ws[e] & 0xffff0000u);
-        }
-    }
+    return (unsigned)f32_to_bf16(lo_col) | ((unsigned)f32_to_bf16(hi_col) << 16);
 }
 
 __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(struct cuda_attention a, struct cuda_attn_batch b,
                                                             int group, int max_splits, float *work)
 {
-    __shared__ attn_smem sm;
+    extern __shared__ __align__(128) uint16_t smem[];
+    /* q's halves pass through the second stage, which the first tile leaves free */
+    uint16_t *skv = smem, *sqh = smem + 2 * TILE_ELEMS, *sql = sqh + MR * LDS;
     const int qb = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int t0 = b.qblocks[2 * qb], ntok = b.qblocks[2 * qb + 1];
@@ -168,134 +168,207 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(struct cuda_attentio
         return;
     const int p_end = min(p_begin + CUDA_ATTN_SPLIT, pos_last + 1);
     const int32_t *table = b.tables + b.row_table[b.tok_row[t0]];
+    const int n_tiles = (p_end - p_begin + KT - 1) / KT;
 
-    for (int i = tid; i < rows * HD; i += ATTN_THREADS) {
-        int r = i / HD, d = i % HD;
-        int tok = t0 + r / group, h = kvh * group + r % group;
-        sm.q[r][d] = a.q[((size_t)tok * a.n_heads + h) * HD + d];
-    }
-    if (tid < R) {
-        sm.m[tid] = -INFINITY;
-        sm.l[tid] = 0.0f;
-    }
-    float acc[R];
+    tile_load(skv, skv + TILE_ELEMS, a, table, kvh, p_begin, p_end);
+    cp_commit();
+    /* q rows as bf16 hi and lo halves; rows past the block's are zero.  Thread t takes
+     * float4 t % 32 of rows t / 32 + 4u, all loads issued before any is used. */
+    {
+        constexpr int F4 = HD / 4, RS = ATTN_THREADS / F4;
+        const int c = tid % F4, r0 = tid / F4;
+        float4 v[MR / RS];
 #pragma unroll
-    for (int r = 0; r < R; r++)
-        acc[r] = 0.0f;
-
-    uint4 w[TILE_WORDS];
-    tile_fetch(w, a, table, kvh, p_begin, p_end);
-    for (int p0 = p_begin; p0 < p_end; p0 += ATTN_TILE) {
-        __syncthreads(); /* the previous tile is used up */
-        tile_store(sm, w);
-        __syncthreads();
-        if (p0 + ATTN_TILE < p_end)
-            tile_fetch(w, a, table, kvh, p0 + ATTN_TILE, p_end); /* in flight during this tile */
-
-        /* scores: position j = lane, rows warp, warp + 4, warp + 8, warp + 12: each
-         * k[j][d] read once for the thread's rows (q rows are broadcasts); each score is
-         * still one fmaf chain over d in ascending order */
-        {
-            constexpr int RSTEP = ATTN_THREADS / 32, RPER = R / RSTEP;
-            const int j = lane;
-            float d0[RPER];
-            bool live[RPER];
-#pragma unroll
-            for (int i = 0; i < RPER; i++) {
-                int r = warp + i * RSTEP;
-                d0[i] = 0.0f;
-                live[i] = r < rows && p0 + j <= b.positions[t0 + r / group];
-            }
-            bool any = false;
-#pragma unroll
-            for (int i = 0; i < RPER; i++)
-                any |= live[i];
-            if (any) { /* a dead row's sum is computed and dropped */
-#pragma unroll 8
-                for (int d = 0; d < HD; d++) {
-                    float kd = sm.k[j][d];
-#pragma unroll
-                    for (int i = 0; i < RPER; i++)
-                        d0[i] = fmaf(sm.q[warp + i * RSTEP][d], kd, d0[i]);
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < RPER; i++) {
-                int r = warp + i * RSTEP;
-                if (r < rows)
-                    sm.p[r][j] = live[i] ? __fmul_rn(d0[i], a.scale) : -INFINITY;
-            }
+        for (int u = 0; u < MR / RS; u++) {
+            int r = r0 + RS * u;
+            v[u] = r < rows ? *(const float4 *)(a.q + ((size_t)(t0 + r / group) * a.n_heads + kvh * group + r % group) *
+                                                          HD + 4 * c)
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
-        __syncthreads();
-        /* online softmax: a warp per row */
-        for (int r = warp; r < rows; r += ATTN_THREADS / 32) {
-            int pos_r = b.positions[t0 + r / group];
-            if (p0 > pos_r) {
-                if (lane == 0)
-                    sm.skip[r] = 1;
-                continue;
-            }
-            float sc = sm.p[r][lane];
-            float m_old = sm.m[r];
-            float m_new = fmaxf(m_old, warp_max(sc));
-            float pj = expf(__fsub_rn(sc, m_new));
-            float psum = warp_sum(pj);
-            sm.p[r][lane] = pj;
-            __syncwarp();
-            if (lane == 0) {
-                float corr = expf(__fsub_rn(m_old, m_new));
-                sm.corr[r] = corr;
-                sm.l[r] = __fadd_rn(__fmul_rn(sm.l[r], corr), psum);
-                sm.m[r] = m_new;
-                sm.skip[r] = 0;
-            }
-        }
-        __syncthreads();
-        /* acc[r] (dimension tid) = acc * corr + sum_j p[r][j] v[j]: v[j][tid] read once
-         * for every row; each row's sum is still one fmaf chain over j in order */
-        {
-            float pv[R];
 #pragma unroll
-            for (int r = 0; r < R; r++)
-                pv[r] = 0.0f;
-#pragma unroll 4
-            for (int j = 0; j < ATTN_TILE; j++) {
-                float vj = sm.v[j][tid];
+        for (int u = 0; u < MR / RS; u++) {
+            int r = r0 + RS * u;
+            const float f[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
 #pragma unroll
-                for (int r = 0; r < R; r++)
-                    if (r < rows)
-                        pv[r] = fmaf(sm.p[r][j], vj, pv[r]);
-            }
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                if (r >= rows || sm.skip[r])
-                    continue;
-                acc[r] = __fadd_rn(__fmul_rn(acc[r], sm.corr[r]), pv[r]);
+            for (int e = 0; e < 4; e++) {
+                uint16_t h = f32_to_bf16(f[e]);
+                sqh[r * LDS + 4 * c + e] = h;
+                sql[r * LDS + 4 * c + e] = f32_to_bf16(__fsub_rn(f[e], bf16_to_f32(h)));
             }
         }
     }
     __syncthreads();
+
+    const bool active = warp * 16 < rows; /* warp-uniform */
+    const int g = lane >> 2, c4 = lane & 3;
+    unsigned qh[HD / 16][4], ql[HD / 16][4];
+    int pos_r[2] = {-1, -1}; /* the positions of this thread's rows g and g + 8 (-1: no row) */
+    if (active) {
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        if (r >= rows)
-            continue;
-        int tok = t0 + r / group, h = kvh * group + r % group;
-        int pos_r = b.positions[tok];
-        if (pos_r < p_begin)
-            continue; /* this split lies wholly past the token */
-        size_t at = ((size_t)tok * a.n_heads + h) * HD + tid;
-        if (pos_r / CUDA_ATTN_SPLIT == 0) {
-            float o = __fdiv_rn(acc[r], sm.l[r]);
-            if (a.out_f32)
-                a.out_f32[at] = o;
-            if (a.out_bf16)
-                a.out_bf16[at] = f32_to_bf16(o);
+        for (int kk = 0; kk < HD / 16; kk++) {
+            const int off = (warp * 16 + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8;
+            ldsm_x4(qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], sqh + off);
+            ldsm_x4(ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3], sql + off);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int r = warp * 16 + g + 8 * h;
+            if (r < rows)
+                pos_r[h] = b.positions[t0 + r / group];
+        }
+    }
+    __syncthreads(); /* q is in registers: the second stage is free for tile 1 */
+    float o[HD / 8][4];
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            o[j][e] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+    for (int it = 0; it < n_tiles; it++) {
+        const int p0 = p_begin + it * KT;
+        if (it + 1 < n_tiles) {
+            uint16_t *nk = skv + ((it + 1) & 1) * 2 * TILE_ELEMS;
+            tile_load(nk, nk + TILE_ELEMS, a, table, kvh, p0 + KT, p_end);
+            cp_commit();
+            cp_wait<1>();
         } else {
-            float *wp = work + (((size_t)tok * a.n_heads + h) * max_splits + s) * (HD + 2);
-            wp[tid] = acc[r];
-            if (tid == 0) {
-                wp[HD] = sm.m[r];
-                wp[HD + 1] = sm.l[r];
+            cp_wait<0>();
+        }
+        __syncthreads();
+        const uint16_t *sk = skv + (it & 1) * 2 * TILE_ELEMS, *sv = sk + TILE_ELEMS;
+        if (active) {
+            /* S = q . K^T: 8 n-tiles of 8 positions; k16 steps over d in order, hi then lo */
+            float sc[KT / 8][4];
+#pragma unroll
+            for (int j = 0; j < KT / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    sc[j][e] = 0.0f;
+            /* per k16 step: the hi half into all eight accumulators, then the lo half
+             * (each accumulator still takes hi, then lo, step after step) */
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                unsigned kb[KT / 8][2];
+#pragma unroll
+                for (int j2 = 0; j2 < KT / 16; j2++)
+                    ldsm_x4(kb[2 * j2][0], kb[2 * j2][1], kb[2 * j2 + 1][0], kb[2 * j2 + 1][1],
+                            sk + (j2 * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+                for (int j = 0; j < KT / 8; j++)
+                    mma16816(sc[j], qh[kk], kb[j]);
+#pragma unroll
+                for (int j = 0; j < KT / 8; j++)
+                    mma16816(sc[j], ql[kk], kb[j]);
+            }
+            /* scale, mask, online softmax: element e of n-tile j is row g + 8 (e / 2),
+             * position p0 + 8 j + 2 c4 + e % 2 */
+            float corr[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < KT / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        int p = p0 + 8 * j + 2 * c4 + e;
+                        float v = p <= pos_r[h] ? __fmul_rn(sc[j][2 * h + e], a.scale) : -INFINITY;
+                        sc[j][2 * h + e] = v;
+                        mx = fmaxf(mx, v);
+                    }
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                float m_new = fmaxf(m[h], mx);
+                float sum = 0.0f;
+#pragma unroll
+                for (int j = 0; j < KT / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        float pj = m_new == -INFINITY ? 0.0f : expf(__fsub_rn(sc[j][2 * h + e], m_new));
+                        sc[j][2 * h + e] = pj;
+                        sum = __fadd_rn(sum, pj);
+                    }
+                sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+                sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+                corr[h] = m_new == -INFINITY ? 1.0f : expf(__fsub_rn(m[h], m_new));
+                l[h] = __fadd_rn(__fmul_rn(l[h], corr[h]), sum);
+                m[h] = m_new;
+            }
+#pragma unroll
+            for (int j = 0; j < HD / 8; j++) {
+                o[j][0] = __fmul_rn(o[j][0], corr[0]);
+                o[j][1] = __fmul_rn(o[j][1], corr[0]);
+                o[j][2] = __fmul_rn(o[j][2], corr[1]);
+                o[j][3] = __fmul_rn(o[j][3], corr[1]);
+            }
+            /* O += P . V: k16 steps over the tile's positions in order, hi then lo; P's
+             * A fragments are S's accumulators of n-tiles 2t and 2t + 1 */
+#pragma unroll
+            for (int t = 0; t < KT / 16; t++) {
+                unsigned ph[4], pl[4];
+                const float *s0 = sc[2 * t], *s1 = sc[2 * t + 1];
+                const float f[8] = {s0[0], s0[1], s0[2], s0[3], s1[0], s1[1], s1[2], s1[3]};
+                float r[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    r[e] = __fsub_rn(f[e], bf16_to_f32(f32_to_bf16(f[e])));
+                ph[0] = pack_bf16(f[0], f[1]);
+                ph[1] = pack_bf16(f[2], f[3]);
+                ph[2] = pack_bf16(f[4], f[5]);
+                ph[3] = pack_bf16(f[6], f[7]);
+                pl[0] = pack_bf16(r[0], r[1]);
+                pl[1] = pack_bf16(r[2], r[3]);
+                pl[2] = pack_bf16(r[4], r[5]);
+                pl[3] = pack_bf16(r[6], r[7]);
+                unsigned vb[HD / 8][2];
+#pragma unroll
+                for (int jd = 0; jd < HD / 8; jd += 2) {
+                    const int mi = lane >> 3;
+                    ldsm_x4_t(vb[jd][0], vb[jd][1], vb[jd + 1][0], vb[jd + 1][1],
+                              sv + (t * 16 + (mi & 1) * 8 + (lane & 7)) * LDS + jd * 8 + (mi >> 1) * 8);
+                }
+#pragma unroll
+                for (int jd = 0; jd < HD / 8; jd++)
+                    mma16816(o[jd], ph, vb[jd]);
+#pragma unroll
+                for (int jd = 0; jd < HD / 8; jd++)
+                    mma16816(o[jd], pl, vb[jd]);
+            }
+        }
+        __syncthreads(); /* this stage is used up before the next load refills it */
+    }
+    if (!active)
+        return;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int r = warp * 16 + g + 8 * h;
+        if (r >= rows || pos_r[h] < p_begin)
+            continue; /* no row, or this split lies wholly past the token */
+        int tok = t0 + r / group, hd = kvh * group + r % group;
+        if (pos_r[h] / CUDA_ATTN_SPLIT == 0) {
+            size_t at = ((size_t)tok * a.n_heads + hd) * HD;
+#pragma unroll
+            for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int d = 8 * j + 2 * c4 + e;
+                    float v = __fdiv_rn(o[j][2 * h + e], l[h]);
+                    if (a.out_f32)
+                        a.out_f32[at + d] = v;
+                    if (a.out_bf16)
+                        a.out_bf16[at + d] = f32_to_bf16(v);
+                }
+        } else {
+            float *wp = work + (((size_t)tok * a.n_heads + hd) * max_splits + s) * (HD + 2);
+#pragma unroll
+            for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    wp[8 * j + 2 * c4 + e] = o[j][2 * h + e];
+            if (c4 == 0) {
+                wp[HD] = m[h];
+                wp[HD + 1] = l[h];
             }
         }
     }
@@ -345,6 +418,12 @@ enum hr_status check_kv(const struct cuda_kv *kv, int layer, const char *what, c
 
 } // namespace
 
+enum hr_status attn_prepare(char *err, size_t errlen)
+{
+    cudaFuncSetAttribute(attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_SMEM);
+    return launch_status("attention prepare", err, errlen);
+}
+
 enum hr_status attn_prep(const struct cuda_attn_prep *a, void *stream, char *err, size_t errlen)
 {
     enum hr_status st = check_kv(&a->kv, a->layer, "attn_prep", err, errlen);
@@ -354,7 +433,8 @@ enum hr_status attn_prep(const struct cuda_attn_prep *a, void *stream, char *err
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda attn_prep: bad arguments");
     if (a->b->n_tok == 0)
         return HR_OK;
-    prep_kernel<<<a->b->n_tok, 256, 0, (cudaStream_t)stream>>>(*a, *a->b);
+    dim3 grid(a->b->n_tok, (a->n_heads + a->kv.n_kv_heads + 7) / 8);
+    prep_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(*a, *a->b);
     return launch_status("attn_prep", err, errlen);
 }
 
@@ -373,9 +453,9 @@ enum hr_status attention(const struct cuda_attention *a, void *stream, char *err
     if (!b || !a->q || (!a->out_f32 && !a->out_bf16) || a->n_heads <= 0 || a->n_heads % a->kv.n_kv_heads)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda attention: bad arguments");
     int group = a->n_heads / a->kv.n_kv_heads;
-    if (group > R)
+    if (group > MR)
         return hr_err(err, errlen, HR_ERR_UNSUPPORTED, "cuda attention: %d query heads per KV head (at most %d)", group,
-                      R);
+                      MR);
     if (b->n_tok == 0 || b->n_qblocks == 0)
         return HR_OK;
     int ns = splits_of(b->max_kv);
@@ -387,7 +467,7 @@ enum hr_status attention(const struct cuda_attention *a, void *stream, char *err
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda attention: grid too large");
     dim3 grid(b->n_qblocks, a->kv.n_kv_heads, ns);
     cudaStream_t s = (cudaStream_t)stream;
-    attn_kernel<<<grid, ATTN_THREADS, 0, s>>>(*a, *b, group, ns, (float *)a->work);
+    attn_kernel<<<grid, ATTN_THREADS, ATTN_SMEM, s>>>(*a, *b, group, ns, (float *)a->work);
     if ((st = launch_status("attention", err, errlen)))
         return st;
     if (ns > 1) {

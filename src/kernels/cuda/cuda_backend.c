@@ -391,7 +391,8 @@ static enum hr_status cb_reserve(struct backend *be, const struct model_config *
     struct {
         int n, k;
         enum cuda_epi epi;
-    } shapes[] = {{Q, H, CUDA_EPI_STORE_F32}, {KV, H, CUDA_EPI_STORE_F32}, {H, Q, CUDA_EPI_ADD_F32},
+    } shapes[] = {{Q, H, CUDA_EPI_STORE_F32}, {KV, H, CUDA_EPI_STORE_F32}, {Q + 2 * KV, H, CUDA_EPI_STORE_F32},
+                  {H, Q, CUDA_EPI_ADD_F32},
                   {I, H, CUDA_EPI_SWIGLU_BF16}, {H, I, CUDA_EPI_ADD_F32}, {V, H, CUDA_EPI_STORE_F32}};
     size_t work = 0, tickets = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -903,21 +904,39 @@ static void cb_b16_left(struct cuda_backend *c, const float *y, const uint16_t *
     c->b16_n = n;
 }
 
-static void cb_gemm(struct cuda_backend *c, enum cuda_epi epi, void *y, const uint16_t *xb, int m,
-                    const struct weights_mat *w, const struct weights_mat *up)
+/* y = x . w^T (and the extra products of a matmul_multi: more_y[i] = x . more_w[i]^T,
+ * one launch) by the epilogue epi. */
+static void cb_gemm_segs(struct cuda_backend *c, enum cuda_epi epi, void *y, const uint16_t *xb, int m,
+                         const struct weights_mat *w, const struct weights_mat *up, int n_more,
+                         float *const *more_y, const struct weights_mat *const *more_w)
 {
     if (!cb_ok(c) || m == 0)
         return;
     char err[HR_ERRLEN];
     struct cuda_gemm g = {.epi = epi, .y = y, .x = xb, .w = w->data, .w_up = up ? up->data : NULL, .m = m,
                           .n = (int)w->rows, .k = (int)w->cols, .work = c->gemm_work,
-                          .work_bytes = c->gemm_work_bytes, .tickets = c->tickets, .n_tickets = c->n_tickets};
+                          .work_bytes = c->gemm_work_bytes, .tickets = c->tickets, .n_tickets = c->n_tickets,
+                          .n_more = n_more};
+    for (int i = 0; i < n_more; i++) {
+        g.more_w[i] = more_w[i]->data;
+        g.more_y[i] = more_y[i];
+        g.more_n[i] = (int)more_w[i]->rows;
+    }
     cb_fail(c, c->K->gemm(&g, c->stream, err, sizeof err), err);
     /* a product written over the buffer whose bf16 copy is kept makes the copy stale */
-    size_t y_bytes = (size_t)m * (size_t)g.n * (epi == CUDA_EPI_STORE_BF16 || epi == CUDA_EPI_SWIGLU_BF16 ? 2 : 4);
-    const uint8_t *y0 = y, *k0 = (const uint8_t *)c->b16_of;
-    if (k0 && y0 < k0 + c->b16_n * sizeof(float) && k0 < y0 + y_bytes)
-        c->b16_of = NULL;
+    int esz = epi == CUDA_EPI_STORE_BF16 || epi == CUDA_EPI_SWIGLU_BF16 ? 2 : 4;
+    for (int i = 0; i <= n_more; i++) {
+        const uint8_t *y0 = i ? (const uint8_t *)more_y[i - 1] : (const uint8_t *)y, *k0 = (const uint8_t *)c->b16_of;
+        size_t y_bytes = (size_t)m * (size_t)(i ? g.more_n[i - 1] : g.n) * (size_t)esz;
+        if (k0 && y0 < k0 + c->b16_n * sizeof(float) && k0 < y0 + y_bytes)
+            c->b16_of = NULL;
+    }
+}
+
+static void cb_gemm(struct cuda_backend *c, enum cuda_epi epi, void *y, const uint16_t *xb, int m,
+                    const struct weights_mat *w, const struct weights_mat *up)
+{
+    cb_gemm_segs(c, epi, y, xb, m, w, up, 0, NULL, NULL);
 }
 
 static void cb_matmul(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w)
@@ -944,6 +963,15 @@ static void cb_matmul_multi(struct backend *be, int n_mats, float *const *ys, co
     if (!run || m == 0)
         return;
     const uint16_t *xb = cb_bf16_input(c, x, m, ws[0]->cols);
+    /* q, k and v in one launch (fewer launches and a fuller grid at decode) where the
+     * split workspace was sized for it: the attention projections, whole tiles each */
+    int Q = c->cfg->n_heads * c->cfg->head_dim, KV = c->cfg->n_kv_heads * c->cfg->head_dim;
+    bool fused = n_mats == 3 && ws[0]->rows == Q && ws[1]->rows == KV && ws[2]->rows == KV &&
+                 Q % 128 == 0 && KV % 128 == 0 && ws[1]->cols == ws[0]->cols && ws[2]->cols == ws[0]->cols;
+    if (fused) {
+        cb_gemm_segs(c, CUDA_EPI_STORE_F32, ys[0], xb, m, ws[0], NULL, 2, ys + 1, ws + 1);
+        return;
+    }
     for (int i = 0; i < n_mats; i++)
         cb_gemm(c, CUDA_EPI_STORE_F32, ys[i], xb, m, ws[i], NULL);
 }

@@ -32,6 +32,8 @@ enum cuda_epi {
     CUDA_EPI_SWIGLU_BF16, /* y (bf16 [m, n]) = bf16(silu(x . w^T) * (x . w_up^T)) */
 };
 
+#define CUDA_GEMM_SEGS 3
+
 struct cuda_gemm {
     enum cuda_epi epi;
     void *y;              /* [m, n], float or bf16 by epi */
@@ -44,6 +46,14 @@ struct cuda_gemm {
     int *tickets;         /* gemm_tickets counters, zeroed once when allocated: every
                            * launch leaves them zero, so shapes may share them */
     size_t n_tickets;
+    /* More products of the same x in the same launch (q, k and v): y_more[i] [m,
+     * n_more[i]] = x . w_more[i]^T, after y's columns in the tile order; the tile shape
+     * and the K split are those of the summed width (gemm_workspace and gemm_tickets of
+     * n + the more_n).  Not with SwiGLU. */
+    int n_more;           /* 0 .. CUDA_GEMM_SEGS - 1 */
+    const uint16_t *more_w[CUDA_GEMM_SEGS - 1];
+    void *more_y[CUDA_GEMM_SEGS - 1];
+    int more_n[CUDA_GEMM_SEGS - 1];
 };
 
 struct cuda_rmsnorm {
@@ -138,8 +148,9 @@ struct cuda_moe {
 /* Positions per KV split of attention: a row's walk is cut at multiples of this
  * (absolute positions), and the pieces combined in order. */
 #define CUDA_ATTN_SPLIT 256
-/* Query rows (tokens x the query heads of one KV head) of one attention block. */
-#define CUDA_ATTN_ROWS 16
+/* Query rows (tokens x the query heads of one KV head) of one attention block: four
+ * m16 tiles of the tensor cores. */
+#define CUDA_ATTN_ROWS 64
 
 struct cuda_kernels {
     const char *name; /* "sm90a" or "sm80" */

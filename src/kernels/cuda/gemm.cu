@@ -48,11 +48,14 @@ int g_sm_count = 132;
 int g_tile_forced = -1;
 
 struct params {
-    const uint16_t *x, *w, *w_up;
-    void *y;
+    const uint16_t *x, *w_up;
+    const uint16_t *seg_w[CUDA_GEMM_SEGS]; /* segment i: y_i[m, n_i] = x . w_i^T */
+    void *seg_y[CUDA_GEMM_SEGS];
+    int seg_n[CUDA_GEMM_SEGS], seg_t0[CUDA_GEMM_SEGS]; /* columns; first tile */
+    int n_seg;
     float *part;  /* [split, m, n_tiles * BN] */
     int *tickets; /* [m_tiles, n_tiles], zero between launches */
-    int m, n, k, split, n_tiles;
+    int m, k, split, n_tiles;
 };
 
 /* One block: tile (blockIdx.y, blockIdx.x) of y, k tiles of split blockIdx.z.  For
@@ -64,7 +67,13 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
     uint16_t *sa = smem, *sb = smem + STAGES * C::A_STAGE;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp >> 2, wn = warp & 3;
-    const int nt = blockIdx.x, mt = blockIdx.y, s = blockIdx.z;
+    const int ntg = blockIdx.x, mt = blockIdx.y, s = blockIdx.z;
+    int sg = 0; /* the segment of tile ntg (segments: several products of x in one launch) */
+    while (sg + 1 < p.n_seg && ntg >= p.seg_t0[sg + 1])
+        sg++;
+    const int nt = ntg - p.seg_t0[sg], Np = p.seg_n[sg];
+    const uint16_t *const Wp = p.seg_w[sg];
+    void *const Yp = p.seg_y[sg];
     const int m0 = mt * BM;
     const int kt_per = p.k / BK / p.split, kt0 = s * kt_per;
     constexpr bool swiglu = EPI == CUDA_EPI_SWIGLU_BF16;
@@ -86,15 +95,15 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
 #pragma unroll
     for (int i = 0; i < C::B_PER; i++) {
         int idx = tid + i * THREADS, r = idx / CPR, ch = idx % CPR;
-        const uint16_t *base = p.w;
+        const uint16_t *base = Wp;
         int n_at;
         if (swiglu) {
             n_at = nt * (BN / 2) + (r & (BN / 2 - 1));
-            base = r < BN / 2 ? p.w : p.w_up;
+            base = r < BN / 2 ? Wp : p.w_up;
         } else {
             n_at = nt * BN + r;
         }
-        b_ok[i] = n_at < p.n;
+        b_ok[i] = n_at < Np;
         b_src[i] = base + (size_t)(b_ok[i] ? n_at : 0) * p.k + ch * 8;
         b_dst[i] = r * LDS + ch * 8;
     }
@@ -172,7 +181,7 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
                     int row = m0 + wm * WM + i * 16 + (lane >> 2) + (r >> 1) * 8;
-                    int col = nt * BN + wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
+                    int col = ntg * BN + wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
                     if (row < p.m)
                         __stcg(p.part + ((size_t)s * p.m + row) * pw + col, acc[i][j][r]);
                 }
@@ -180,10 +189,10 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
         __syncthreads();
         __shared__ int last;
         if (tid == 0) {
-            int t = atomicAdd(p.tickets + (size_t)mt * p.n_tiles + nt, 1);
+            int t = atomicAdd(p.tickets + (size_t)mt * p.n_tiles + ntg, 1);
             last = t == p.split - 1;
             if (last)
-                p.tickets[(size_t)mt * p.n_tiles + nt] = 0; /* ready for the next launch */
+                p.tickets[(size_t)mt * p.n_tiles + ntg] = 0; /* ready for the next launch */
         }
         __syncthreads();
         if (!last)
@@ -196,7 +205,7 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
                     int row = m0 + wm * WM + i * 16 + (lane >> 2) + (r >> 1) * 8;
-                    int col = nt * BN + wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
+                    int col = ntg * BN + wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
                     if (row >= p.m)
                         continue;
                     float v = __ldcg(p.part + (size_t)row * pw + col);
@@ -220,15 +229,15 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
                     tile[lr * C::EPI_LD + lc] = acc[i][j][r];
                 }
         __syncthreads();
-        uint16_t *y = (uint16_t *)p.y;
+        uint16_t *y = (uint16_t *)Yp;
         for (int e = tid; e < BM * (BN / 2); e += THREADS) {
             int lr = e / (BN / 2), lc = e % (BN / 2);
             int row = m0 + lr, col = nt * (BN / 2) + lc;
-            if (row >= p.m || col >= p.n)
+            if (row >= p.m || col >= Np)
                 continue;
             float g = tile[lr * C::EPI_LD + lc], u = tile[lr * C::EPI_LD + BN / 2 + lc];
             float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-            y[(size_t)row * p.n + col] = f32_to_bf16(__fmul_rn(silu, u));
+            y[(size_t)row * Np + col] = f32_to_bf16(__fmul_rn(silu, u));
         }
     } else {
 #pragma unroll
@@ -239,18 +248,18 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
                 for (int h = 0; h < 2; h++) {
                     int row = m0 + wm * WM + i * 16 + (lane >> 2) + h * 8;
                     int col = nt * BN + wn * 32 + j * 8 + (lane & 3) * 2;
-                    if (row >= p.m || col >= p.n)
+                    if (row >= p.m || col >= Np)
                         continue; /* n is even: col + 1 < n too */
                     float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                    size_t at = (size_t)row * p.n + col;
+                    size_t at = (size_t)row * Np + col;
                     if constexpr (EPI == CUDA_EPI_STORE_F32) {
-                        *(float2 *)((float *)p.y + at) = make_float2(v0, v1);
+                        *(float2 *)((float *)Yp + at) = make_float2(v0, v1);
                     } else if constexpr (EPI == CUDA_EPI_ADD_F32) {
-                        float2 o = *(float2 *)((float *)p.y + at);
-                        *(float2 *)((float *)p.y + at) = make_float2(__fadd_rn(o.x, v0), __fadd_rn(o.y, v1));
+                        float2 o = *(float2 *)((float *)Yp + at);
+                        *(float2 *)((float *)Yp + at) = make_float2(__fadd_rn(o.x, v0), __fadd_rn(o.y, v1));
                     } else {
                         uint32_t pk = (uint32_t)f32_to_bf16(v0) | ((uint32_t)f32_to_bf16(v1) << 16);
-                        *(uint32_t *)((uint16_t *)p.y + at) = pk;
+                        *(uint32_t *)((uint16_t *)Yp + at) = pk;
                     }
                 }
     }
@@ -303,7 +312,13 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kern
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     uint8_t *sa = smem, *sb = smem + STAGES * TILE_BYTES;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wgi = warp >> 2, wr = warp & 3;
-    const int nt = blockIdx.x, mt = blockIdx.y, s = blockIdx.z;
+    const int ntg = blockIdx.x, mt = blockIdx.y, s = blockIdx.z;
+    int sg = 0; /* the segment of tile ntg (segments: several products of x in one launch) */
+    while (sg + 1 < p.n_seg && ntg >= p.seg_t0[sg + 1])
+        sg++;
+    const int nt = ntg - p.seg_t0[sg], Np = p.seg_n[sg];
+    const uint16_t *const Wp = p.seg_w[sg];
+    void *const Yp = p.seg_y[sg];
     const int m0 = mt * BM;
     const int kt_per = p.k / BK / p.split, kt0 = s * kt_per;
     constexpr bool swiglu = EPI == CUDA_EPI_SWIGLU_BF16;
@@ -318,15 +333,15 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kern
         dst[i] = r * 128 + ((c ^ (r & 7)) << 4);
         a_ok[i] = m0 + r < p.m;
         a_src[i] = p.x + (size_t)(a_ok[i] ? m0 + r : 0) * p.k + c * 8;
-        const uint16_t *base = p.w;
+        const uint16_t *base = Wp;
         int n_at;
         if (swiglu) {
             n_at = nt * (BN / 2) + (r & (BN / 2 - 1));
-            base = r < BN / 2 ? p.w : p.w_up;
+            base = r < BN / 2 ? Wp : p.w_up;
         } else {
             n_at = nt * BN + r;
         }
-        b_ok[i] = n_at < p.n;
+        b_ok[i] = n_at < Np;
         b_src[i] = base + (size_t)(b_ok[i] ? n_at : 0) * p.k + c * 8;
     }
     auto load = [&](int stage, int kt) {
@@ -380,7 +395,7 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kern
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 int row = m0 + wgi * 64 + wr * 16 + (lane >> 2) + (r >> 1) * 8;
-                int col = nt * BN + i * 8 + (lane & 3) * 2 + (r & 1);
+                int col = ntg * BN + i * 8 + (lane & 3) * 2 + (r & 1);
                 if (row < p.m)
                     __stcg(p.part + ((size_t)s * p.m + row) * pw + col, d[4 * i + r]);
             }
@@ -388,10 +403,10 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kern
         __syncthreads();
         __shared__ int last;
         if (tid == 0) {
-            int t = atomicAdd(p.tickets + (size_t)mt * p.n_tiles + nt, 1);
+            int t = atomicAdd(p.tickets + (size_t)mt * p.n_tiles + ntg, 1);
             last = t == p.split - 1;
             if (last)
-                p.tickets[(size_t)mt * p.n_tiles + nt] = 0;
+                p.tickets[(size_t)mt * p.n_tiles + ntg] = 0;
         }
         __syncthreads();
         if (!last)
@@ -402,7 +417,7 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kern
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 int row = m0 + wgi * 64 + wr * 16 + (lane >> 2) + (r >> 1) * 8;
-                int col = nt * BN + i * 8 + (lane & 3) * 2 + (r & 1);
+                int col = ntg * BN + i * 8 + (lane & 3) * 2 + (r & 1);
                 if (row >= p.m)
                     continue;
                 float v = __ldcg(p.part + (size_t)row * pw + col);
@@ -423,15 +438,15 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kern
                 tile[lr * EPI_LD + lc] = d[4 * i + r];
             }
         __syncthreads();
-        uint16_t *y = (uint16_t *)p.y;
+        uint16_t *y = (uint16_t *)Yp;
         for (int e = tid; e < BM * (BN / 2); e += THREADS) {
             int lr = e / (BN / 2), lc = e % (BN / 2);
             int row = m0 + lr, col = nt * (BN / 2) + lc;
-            if (row >= p.m || col >= p.n)
+            if (row >= p.m || col >= Np)
                 continue;
             float g = tile[lr * EPI_LD + lc], u = tile[lr * EPI_LD + BN / 2 + lc];
             float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-            y[(size_t)row * p.n + col] = f32_to_bf16(__fmul_rn(silu, u));
+            y[(size_t)row * Np + col] = f32_to_bf16(__fmul_rn(silu, u));
         }
     } else {
 #pragma unroll
@@ -440,18 +455,18 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kern
             for (int h = 0; h < 2; h++) {
                 int row = m0 + wgi * 64 + wr * 16 + (lane >> 2) + h * 8;
                 int col = nt * BN + i * 8 + (lane & 3) * 2;
-                if (row >= p.m || col >= p.n)
+                if (row >= p.m || col >= Np)
                     continue;
                 float v0 = d[4 * i + 2 * h], v1 = d[4 * i + 2 * h + 1];
-                size_t at = (size_t)row * p.n + col;
+                size_t at = (size_t)row * Np + col;
                 if constexpr (EPI == CUDA_EPI_STORE_F32) {
-                    *(float2 *)((float *)p.y + at) = make_float2(v0, v1);
+                    *(float2 *)((float *)Yp + at) = make_float2(v0, v1);
                 } else if constexpr (EPI == CUDA_EPI_ADD_F32) {
-                    float2 o = *(float2 *)((float *)p.y + at);
-                    *(float2 *)((float *)p.y + at) = make_float2(__fadd_rn(o.x, v0), __fadd_rn(o.y, v1));
+                    float2 o = *(float2 *)((float *)Yp + at);
+                    *(float2 *)((float *)Yp + at) = make_float2(__fadd_rn(o.x, v0), __fadd_rn(o.y, v1));
                 } else {
                     uint32_t pk = (uint32_t)f32_to_bf16(v0) | ((uint32_t)f32_to_bf16(v1) << 16);
-                    *(uint32_t *)((uint16_t *)p.y + at) = pk;
+                    *(uint32_t *)((uint16_t *)Yp + at) = pk;
                 }
             }
     }
@@ -574,7 +589,8 @@ const char *gemm_tile_name(int n, int k, enum cuda_epi epi)
 
 /* Splits K (in powers of two, each part at least 256 long and whole k tiles) until
  * the tiles of n fill the SMs once: the weight streams of a small-m product need that
- * many blocks. */
+ * many blocks.  (Filling the last wave too, e.g. 8B gate/up split in two on wgmma,
+ * measured slower at m = 1 and at m = 2048: bench/notes/cuda.md.) */
 int gemm_split(int n, int k, enum cuda_epi epi)
 {
     int tiles = n_tiles_of(n, epi), bk = tile_bk(tile_of(n, k, epi)), s = 1;
@@ -597,6 +613,15 @@ size_t gemm_tickets(int m, int n, int k, enum cuda_epi epi)
 
 enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t errlen)
 {
+    int n_seg = 1 + g->n_more, n = g->n;
+    if (g->n_more < 0 || n_seg > CUDA_GEMM_SEGS || (g->n_more && g->epi == CUDA_EPI_SWIGLU_BF16))
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: %d segments (at most %d, one for SwiGLU)", n_seg,
+                      CUDA_GEMM_SEGS);
+    for (int i = 0; i < g->n_more; i++) {
+        if (!g->more_w[i] || !g->more_y[i] || g->more_n[i] <= 0 || g->more_n[i] % 2)
+            return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: bad segment %d (n=%d)", i + 1, g->more_n[i]);
+        n += g->more_n[i];
+    }
     if (g->m < 0 || g->n <= 0 || g->k <= 0 || g->k % 64 || g->n % 2)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: bad shape m=%d n=%d k=%d (k a multiple of 64, n even)",
                       g->m, g->n, g->k);
@@ -606,23 +631,33 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: unknown epilogue %d", (int)g->epi);
     if (g->m == 0)
         return HR_OK;
-    int t = tile_of(g->n, g->k, g->epi);
+    /* the tiles, the tile shape and the split are those of the whole width: a
+     * function of (sum n, k, epi), the same at every m */
+    int t = tile_of(n, g->k, g->epi);
     params p;
+    memset(&p, 0, sizeof p);
     p.x = g->x;
-    p.w = g->w;
     p.w_up = g->w_up;
-    p.y = g->y;
+    p.n_seg = n_seg;
+    int t0 = 0;
+    for (int i = 0; i < n_seg; i++) {
+        p.seg_w[i] = i ? g->more_w[i - 1] : g->w;
+        p.seg_y[i] = i ? g->more_y[i - 1] : g->y;
+        p.seg_n[i] = i ? g->more_n[i - 1] : g->n;
+        p.seg_t0[i] = t0;
+        t0 += n_tiles_of(p.seg_n[i], g->epi);
+    }
     p.m = g->m;
-    p.n = g->n;
     p.k = g->k;
-    p.split = gemm_split(g->n, g->k, g->epi);
-    p.n_tiles = n_tiles_of(g->n, g->epi);
+    p.split = gemm_split(n, g->k, g->epi);
+    p.n_tiles = t0;
     p.tickets = NULL;
     p.part = NULL;
     if ((g->m + tile_bm(t) - 1) / tile_bm(t) > 65535)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: m=%d too large", g->m);
     if (p.split > 1) {
-        size_t need = gemm_workspace(g->m, g->n, g->k, g->epi), nt = gemm_tickets(g->m, g->n, g->k, g->epi);
+        size_t need = (size_t)p.split * g->m * p.n_tiles * BN * sizeof(float);
+        size_t nt = (size_t)((g->m + tile_bm(t) - 1) / tile_bm(t)) * p.n_tiles;
         if (!g->work || g->work_bytes < need || !g->tickets || g->n_tickets < nt)
             return hr_err(err, errlen, HR_ERR_INVALID,
                           "cuda gemm: workspace of %zu bytes and %zu tickets needed, %zu and %zu given", need, nt,

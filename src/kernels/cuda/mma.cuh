@@ -32,6 +32,15 @@ __device__ __forceinline__ void ldsm_x4(unsigned &r0, unsigned &r1, unsigned &r2
                  : "r"(a));
 }
 
+/* The transposed load: each 8x8 matrix stored [k][n] comes out as an mma B fragment. */
+__device__ __forceinline__ void ldsm_x4_t(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, const void *p)
+{
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(a));
+}
+
 __device__ __forceinline__ void mma16816(float *c, const unsigned *a, const unsigned *b)
 {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
