@@ -407,6 +407,21 @@ int qwen3_scratch_logit_rows(const struct qwen3 *q)
     return qwen3_room_rows(&q->m->cfg, q->scratch.cap, q->last_n_tok);
 }
 
+enum hr_status qwen3_logits_dev(struct qwen3 *q, const struct batch *b, int first, int n, float **logits_out,
+                                char *err, size_t errlen)
+{
+    const struct model_config *c = &q->m->cfg;
+    HR_ASSERT(q->last_h && n >= 1 && n <= qwen3_scratch_logit_rows(q));
+    struct arena *a = &q->scratch;
+    arena_reset(a);
+    float *h = qwen3_take(a, (size_t)q->last_n_tok * c->hidden_size * sizeof(float));
+    HR_ASSERT(h == q->last_h);
+    float *lx = qwen3_take(a, (size_t)n * c->hidden_size * sizeof(float));
+    float *logits = qwen3_take(a, (size_t)n * c->vocab_size * sizeof(float));
+    *logits_out = logits;
+    return qwen3_logits_via(q, b, first, n, lx, logits, err, errlen);
+}
+
 enum hr_status qwen3_logits_host(struct qwen3 *q, const struct batch *b, int first, int n, float **host,
                                  char *err, size_t errlen)
 {
