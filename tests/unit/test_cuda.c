@@ -1054,7 +1054,7 @@ static void scase_make(struct scase *c, int i, int V)
         c->n_prompt = (int)(urand() * 400);
         c->n_gen = (int)(urand() * 300);
         for (int k = 0; k < c->n_prompt + c->n_gen; k++)
-            c->hist[k] = (int32_t)(urand() * (k % 2 ? 50 : V));
+            c->hist[k] = (int32_t)(urand() * (k % 2 && V > 50 ? 50 : V));
     }
     if (i % 4 == 2) {
         int n = 1 + (int)(urand() * 6);
