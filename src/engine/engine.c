@@ -501,8 +501,7 @@ static void engine_publish_stats(struct hearth_engine *e)
  * the engine's settings) alone, so that its tokens never depend on the batch. */
 static bool engine_on_device(const struct hearth_engine *e, const struct group *g)
 {
-    /* (a test's fault wrapper hides the op) */
-    return e->ds_on && e->be.ops->sample && !e->logits_hook && !g->grammar && !g->prompt_lp &&
+    return e->ds_on && e->be.ops->sample && e->be.ops->to_host_rows && !e->logits_hook && !g->grammar && !g->prompt_lp &&
            dev_sample_allowed(&g->sp);
 }
 
@@ -636,12 +635,14 @@ static enum hr_status engine_logits(struct hearth_engine *e, const struct sched_
         piece = b->n_logits;
     float *rowp[piece];
     int dev_idx[plan->n_rows];
+    /* (a test's fault wrapper hides the ops) */
+    bool dev = e->ds_on && e->be.ops->sample && e->be.ops->to_host_rows;
     for (int c0 = 0; c0 < b->n_logits; c0 += piece) {
         int cn = b->n_logits - c0 < piece ? b->n_logits - c0 : piece;
         for (int i = 0; i < plan->n_rows; i++)
             dev_idx[i] = -1;
         enum hr_status st;
-        if (e->ds_on) {
+        if (dev) {
             for (int j = 0; j < cn; j++)
                 rowp[j] = NULL;
             st = engine_piece_device(e, plan, c0, cn, rowp, dev_idx, err, errlen);
