@@ -1,7 +1,8 @@
 /* CUDA kernel benchmark (bench/cuda_kernels.sh runs it): the card's yardsticks (HBM
  * read and copy bandwidth by our own kernels, the bf16 tensor-core rate by cuBLAS at
  * 8192^3), then our GEMM against cuBLAS at the Qwen3-0.6B and -8B shapes for m = 1,
- * 8, 32, 128, 512, 4096, then attention decode and prefill.  JSON on stdout.
+ * 8, 32, 128, 512, 4096, then attention decode and prefill; first the sampling kernel
+ * against the copy of its rows to the host.  JSON on stdout.
  *
  * cuBLAS is a yardstick only: it is loaded with dlopen (HEARTH_CUBLAS names the
  * library; default libcublas.so.13), and its figures are null when it is absent.
