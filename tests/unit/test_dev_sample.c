@@ -232,8 +232,9 @@ static void test_allowed_and_result(void)
     struct sampler_result r;
     dev_sample_result(&ds, 0, &r);
     CHECK(r.token == 4 && r.logprob == -0.5f && r.n_top == 2 && r.top[1].token == 1 && r.top[1].logprob == -1.5f);
-    CHECK(dev_sample_init(&ds, 0, 1, err, sizeof err) == HR_ERR_INVALID);
     dev_sample_free(&ds);
+    CHECK(dev_sample_init(&ds, 0, 1, err, sizeof err) == HR_ERR_INVALID);
+    dev_sample_free(&ds); /* a no-op on the zeroed struct */
 }
 
 /* ------------------------------------------------------------------ the engine */
