@@ -1,7 +1,8 @@
 /* CUDA kernel benchmark (bench/cuda_kernels.sh runs it): the card's yardsticks (HBM
  * read and copy bandwidth by our own kernels, the bf16 tensor-core rate by cuBLAS at
  * 8192^3), then our GEMM against cuBLAS at the Qwen3-0.6B and -8B shapes for m = 1,
- * 8, 32, 128, 512, 4096, then attention decode and prefill.  JSON on stdout.
+ * 8, 32, 128, 512, 4096, then attention decode and prefill; first the sampling kernel
+ * against the copy of its rows to the host.  JSON on stdout.
  *
  * cuBLAS is a yardstick only: it is loaded with dlopen (HEARTH_CUBLAS names the
  * library; default libcublas.so.13), and its figures are null when it is absent.
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/dev_sample.h"
 #include "kernels/cuda/cuda_dev.h"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -306,10 +308,94 @@ static void bench_attn(const struct cuda_kernels *K, int nh, int nkv, int n_rows
     cuda_dev_free(kv.slab);
 }
 
+/* ------------------------------------------------------------------ sampling */
+
+/* One launch of the sampling kernel over `rows` rows of the 151,936-token vocabulary
+ * (random logits, one parameter set), against bringing the same rows to page-locked
+ * host memory (what sampling on the host needs first). */
+static void bench_sample(const struct cuda_kernels *K, int rows, int kind)
+{
+    static const char *kinds[] = {"greedy", "t0.8_top_p0.9", "t1_top_k50", "t1_logprobs20", "t0.7_penalties"};
+    const int V = 151936;
+    float *h = malloc((size_t)rows * V * sizeof *h);
+    uint64_t s = 88172645463325252ull;
+    for (size_t i = 0; i < (size_t)rows * V; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        h[i] = (float)((double)(s >> 11) * 0x1.0p-53 * 16.0 - 8.0);
+    }
+    float *d, *work;
+    MUST(cuda_dev_alloc((void **)&d, (size_t)rows * V * sizeof *d, err, sizeof err));
+    MUST(cuda_dev_alloc((void **)&work, (size_t)rows * V * sizeof *work, err, sizeof err));
+    MUST(cuda_dev_copy(d, h, (size_t)rows * V * sizeof *h, err, sizeof err));
+    struct dev_sample ds;
+    MUST(dev_sample_init(&ds, V, rows, err, sizeof err));
+    int32_t hist[512];
+    for (int i = 0; i < 512; i++)
+        hist[i] = (int32_t)((i * 7919) % V);
+    for (int r = 0; r < rows; r++) {
+        struct sampler_params p;
+        sampler_params_default(&p);
+        p.seed = (uint64_t)r;
+        p.temperature = kind == 0 ? 0.0f : kind == 1 ? 0.8f : kind == 4 ? 0.7f : 1.0f;
+        p.top_p = kind == 1 ? 0.9f : 1.0f;
+        p.top_k = kind == 2 ? 50 : 0;
+        p.logprobs = kind == 3;
+        p.n_logprobs = kind == 3 ? 20 : 0;
+        p.repetition_penalty = kind == 4 ? 1.1f : 1.0f;
+        p.frequency_penalty = kind == 4 ? 0.5f : 0.0f;
+        int idx;
+        MUST(dev_sample_add(&ds, &p, r, hist, 256, 256, 0, 3, &idx, err, sizeof err));
+    }
+    struct dsample_row *dr;
+    struct dsample_mod *dm;
+    float *db;
+    struct dsample_out *dout;
+    MUST(cuda_dev_alloc((void **)&dr, (size_t)rows * sizeof *dr, err, sizeof err));
+    MUST(cuda_dev_alloc((void **)&dm, (size_t)(ds.n_mods + 1) * sizeof *dm, err, sizeof err));
+    MUST(cuda_dev_alloc((void **)&db, 64, err, sizeof err));
+    MUST(cuda_dev_alloc((void **)&dout, (size_t)rows * sizeof *dout, err, sizeof err));
+    MUST(cuda_dev_copy(dr, ds.rows, (size_t)rows * sizeof *dr, err, sizeof err));
+    if (ds.n_mods)
+        MUST(cuda_dev_copy(dm, ds.mods, (size_t)ds.n_mods * sizeof *dm, err, sizeof err));
+    struct cuda_sample a = {.logits = d, .vocab = V, .n_rows = rows, .rows = dr, .mods = dm, .n_mods = ds.n_mods,
+                            .biases = db, .work = work, .out = dout};
+    double t[TRIALS], c[TRIALS];
+    void *pinned = cuda_dev_host_alloc((size_t)rows * V * sizeof(float));
+    for (int tr = -1; tr < TRIALS; tr++) {
+        cuda_dev_timer_start(timer);
+        MUST(K->sample(&a, NULL, err, sizeof err));
+        double ms = cuda_dev_timer_stop(timer);
+        cuda_dev_timer_start(timer);
+        if (pinned)
+            MUST(cuda_dev_copy(pinned, d, (size_t)rows * V * sizeof(float), err, sizeof err));
+        double cms = cuda_dev_timer_stop(timer);
+        if (tr >= 0) {
+            t[tr] = ms;
+            c[tr] = cms;
+        }
+    }
+    qsort(t, TRIALS, sizeof(double), cmp_d);
+    qsort(c, TRIALS, sizeof(double), cmp_d);
+    item_sep();
+    printf("{\"variant\": \"%s\", \"params\": \"%s\", \"rows\": %d, \"us\": %.1f, \"us_per_row\": %.2f, "
+           "\"copy_to_host_us\": %.1f}",
+           K->name, kinds[kind], rows, t[TRIALS / 2] * 1e3, t[TRIALS / 2] * 1e3 / rows, c[TRIALS / 2] * 1e3);
+    fflush(stdout);
+    cuda_dev_host_free(pinned);
+    dev_sample_free(&ds);
+    free(h);
+    cuda_dev_free(d);
+    cuda_dev_free(work);
+    cuda_dev_free(dr);
+    cuda_dev_free(dm);
+    cuda_dev_free(db);
+    cuda_dev_free(dout);
+}
+
 int main(int argc, char **argv)
 {
     const char *variant = "all";
-    int only_m = 0, gemm_only = 0, ceilings_only = 0;
+    int only_m = 0, gemm_only = 0, ceilings_only = 0, sample_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--variant") && i + 1 < argc)
             variant = argv[++i];
@@ -319,8 +405,11 @@ int main(int argc, char **argv)
             gemm_only = 1;
         else if (!strcmp(argv[i], "--ceilings-only"))
             ceilings_only = 1;
+        else if (!strcmp(argv[i], "--sample-only"))
+            sample_only = 1;
         else {
-            fprintf(stderr, "usage: cuda_bench [--variant sm90a|sm80|all] [--m M] [--gemm-only | --ceilings-only]\n");
+            fprintf(stderr, "usage: cuda_bench [--variant sm90a|sm80|all] [--m M] [--gemm-only | --ceilings-only | "
+                            "--sample-only]\n");
             return 2;
         }
     }
@@ -370,6 +459,24 @@ int main(int argc, char **argv)
     }
     printf(",\n");
     static const char *names[] = {"sm90a", "sm80"};
+    printf("  \"sampling\": [");
+    for (int v = 0; v < 2 && !gemm_only; v++) {
+        if (strcmp(variant, "all") && strcmp(variant, names[v]))
+            continue;
+        const struct cuda_kernels *K = cuda_kernels_pick(names[v], info.major, info.minor, err, sizeof err);
+        if (!K)
+            continue;
+        MUST(K->prepare(info.sm_count, err, sizeof err));
+        for (int kind = 0; kind < 5; kind++)
+            for (int rows = 1; rows <= 256; rows *= 16)
+                bench_sample(K, rows, kind);
+    }
+    printf("\n  ],\n");
+    first_item = 1;
+    if (sample_only) {
+        printf("  \"gemm\": [],\n  \"attention\": []\n}\n");
+        return 0;
+    }
     printf("  \"gemm\": [");
     for (int v = 0; v < 2; v++) {
         if (strcmp(variant, "all") && strcmp(variant, names[v]))

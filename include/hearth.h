@@ -87,6 +87,10 @@ struct hearth_engine_params {
                                    (0: 1 GiB) */
     bool enforce_eager;         /* a device backend runs every step op by op: no CUDA graphs for
                                    decode steps (vLLM's name; graphs change no bit, only the speed) */
+    bool no_device_sampling;    /* a device backend brings every logits row to the host and the CPU
+                                   samples it (default: rows without a grammar or prompt logprobs
+                                   are sampled on the device; their tokens may differ from the
+                                   CPU's where a draw falls within rounding of a boundary) */
     size_t kv_cache_host_bytes; /* the prefix cache's host-RAM tier: blocks evicted from the pool are
                                    kept in this much host memory (pinned on a GPU, allocated at
                                    init), least recently used go on to the disk tier when there is

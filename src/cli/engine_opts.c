@@ -51,7 +51,10 @@ const char engine_opts_help[] =
     "  --gpu-memory-utilization F    --device cuda without --kv-cache-mib: the KV pool takes what is\n"
     "                                left of F of the card's memory after weights and scratch (0.9)\n"
     "  --enforce-eager               --device cuda: run decode steps op by op, not as CUDA graphs\n"
-    "                                (the same bits either way; graphs cut the launch overhead)\n";
+    "                                (the same bits either way; graphs cut the launch overhead)\n"
+    "  --no-device-sampling          --device cuda: bring every logits row to the host and sample\n"
+    "                                there (default: requests without a grammar or prompt logprobs\n"
+    "                                are sampled on the device; only tokens and logprobs come back)\n";
 
 void engine_opts_default(struct hearth_engine_params *p)
 {
@@ -86,6 +89,10 @@ int engine_opts_parse(struct hearth_engine_params *p, int argc, char **argv, int
     }
     if (!strcmp(a, "--enforce-eager")) {
         p->enforce_eager = true;
+        return 1;
+    }
+    if (!strcmp(a, "--no-device-sampling")) {
+        p->no_device_sampling = true;
         return 1;
     }
     if (args_is(a, "--model")) {

@@ -497,6 +497,22 @@ static void engine_publish_stats(struct hearth_engine *e)
     pthread_mutex_unlock(&e->stats_mu);
 }
 
+/* Whether a request's rows are sampled on the device: a property of the request (and
+ * the engine's settings) alone, so that its tokens never depend on the batch. */
+static bool engine_on_device(const struct hearth_engine *e, const struct group *g)
+{
+    return e->ds_on && e->be.ops->sample && e->be.ops->to_host_rows && !e->logits_hook && !g->grammar && !g->prompt_lp &&
+           dev_sample_allowed(&g->sp);
+}
+
+/* The plan's row i's logits rows [*lo, *hi) within the piece [c0, c0 + cn) (empty: lo >= hi). */
+static void engine_row_span(const struct sched_row *pr, const struct batch_row *br, int c0, int cn, int *lo, int *hi)
+{
+    int nl = pr->all_logits ? pr->query_len : pr->sample ? 1 : 0;
+    *lo = br->logit_offset > c0 ? br->logit_offset : c0;
+    *hi = br->logit_offset + nl < c0 + cn ? br->logit_offset + nl : c0 + cn;
+}
+
 /* Whether the plan's row i samples from this piece's logits as a pure function of
  * them (no grammar, not a fork's first sampling), so that it can be sampled before
  * the rows ahead of it are accepted. */
@@ -508,25 +524,25 @@ static bool engine_row_presamples(const struct sched_row *pr, const struct batch
     return pr->sample && nl > 0 && end > c0 && end <= c0 + cn && !pr->s->gram && (g->forked || g->n == 1);
 }
 
-/* The piece's pure rows, sampled at once on the sampling threads. */
+/* The piece's pure rows that the host samples, at once on the sampling threads;
+ * rowp[j]: logits row c0 + j on the host (NULL: not brought over). */
 static void engine_presample(struct hearth_engine *e, const struct sched_plan *plan, int c0, int cn,
-                             const float *logits)
+                             float *const *rowp, const int *dev_idx)
 {
     struct sample_rows *sr = &e->srows;
     const struct batch *b = &e->batch;
-    int V = e->m.cfg.vocab_size;
     sample_rows_reset(sr);
     for (int i = 0; i < plan->n_rows && i < sr->cap; i++) {
         const struct sched_row *pr = &plan->rows[i];
         const struct batch_row *br = &b->rows[i];
-        if (!engine_row_presamples(pr, br, c0, cn))
+        if (dev_idx[i] >= 0 || !engine_row_presamples(pr, br, c0, cn))
             continue;
         int nl = pr->all_logits ? pr->query_len : 1;
         struct seq *s = pr->s;
         struct group *g = s->g;
         struct sample_rows_item *it = sample_rows_add(sr, i);
         it->p = &g->sp;
-        it->logits = logits + (int64_t)(br->logit_offset + nl - 1 - c0) * V;
+        it->logits = rowp[br->logit_offset + nl - 1 - c0];
         it->history = s->tokens;
         it->n_prompt = g->n_prompt;
         it->n_generated = s->n_generated;
@@ -539,11 +555,72 @@ static void engine_presample(struct hearth_engine *e, const struct sched_plan *p
         sample_rows_reset(sr); /* one row: the engine thread samples it as before */
 }
 
+/* On a device with a sample op: the piece's rows whose requests allow it are sampled
+ * there (dev_idx[i]: row i's first result, siblings of a fork following), and only the
+ * logits rows the host needs (prompt logprobs, the other rows' samples) come over. */
+static enum hr_status engine_piece_device(struct hearth_engine *e, const struct sched_plan *plan, int c0, int cn,
+                                          float **rowp, int *dev_idx, char *err, size_t errlen)
+{
+    const struct batch *b = &e->batch;
+    int V = e->m.cfg.vocab_size;
+    float *dlogits;
+    enum hr_status st = qwen3_logits_dev(&e->fwd, b, c0, cn, &dlogits, err, errlen);
+    if (st != HR_OK)
+        return st;
+    dev_sample_reset(&e->ds);
+    int32_t host_rows[cn];
+    int n_host = 0;
+    for (int i = 0; i < plan->n_rows; i++) {
+        const struct sched_row *pr = &plan->rows[i];
+        const struct batch_row *br = &b->rows[i];
+        int lo, hi;
+        engine_row_span(pr, br, c0, cn, &lo, &hi);
+        if (lo >= hi)
+            continue;
+        struct seq *s = pr->s;
+        struct group *g = s->g;
+        int nl = pr->all_logits ? pr->query_len : 1;
+        if (pr->sample && hi == br->logit_offset + nl && engine_on_device(e, g)) {
+            int row = hi - 1 - c0, at = -1;
+            if (!g->forked && g->n > 1) {
+                /* the fork: every sibling samples this row with its own key, as it will
+                 * have sample 0's prompt as its history */
+                for (int k = 0; k < g->n && st == HR_OK; k++) {
+                    int idx; /* consecutive: at + k */
+                    st = dev_sample_add(&e->ds, &g->sp, row, s->tokens, g->n_prompt, 0,
+                                        (uint64_t)(g->index_base + g->seqs[k].index), 0, &idx, err, errlen);
+                    if (k == 0)
+                        at = idx;
+                }
+            } else {
+                st = dev_sample_add(&e->ds, &g->sp, row, s->tokens, g->n_prompt, s->n_generated,
+                                    (uint64_t)(g->index_base + s->index), (uint64_t)s->n_generated, &at, err,
+                                    errlen);
+            }
+            if (st != HR_OK)
+                return st;
+            dev_idx[i] = at;
+            continue;
+        }
+        for (int j = lo; j < hi; j++)
+            host_rows[n_host++] = j - c0;
+    }
+    st = dev_sample_run(&e->ds, &e->be, dlogits, err, errlen);
+    if (st == HR_OK && n_host > 0) {
+        void *host;
+        st = e->be.ops->to_host_rows(&e->be, dlogits, V, host_rows, n_host, &host, err, errlen);
+        for (int k = 0; st == HR_OK && k < n_host; k++)
+            rowp[host_rows[k]] = (float *)host + (int64_t)k * V;
+    }
+    return st;
+}
+
 /* The step's logits rows, a piece at a time in the forward's scratch (whatever room
  * the residual stream leaves: ENGINE_LOGIT_ROWS rows at least), each piece brought to
- * the host, scored and sampled before the next is computed.  So no logits buffer
- * grows with max_num_seqs, and a row's events keep their order (its prompt logprobs,
- * then its sample).  A piece the backend fails to compute fails the step's rows. */
+ * the host (or sampled on the device), scored and sampled before the next is computed.
+ * So no logits buffer grows with max_num_seqs, and a row's events keep their order (its
+ * prompt logprobs, then its sample).  A piece the backend fails to compute fails the
+ * step's rows. */
 static enum hr_status engine_logits(struct hearth_engine *e, const struct sched_plan *plan, char *err, size_t errlen)
 {
     const struct batch *b = &e->batch;
@@ -554,33 +631,64 @@ static enum hr_status engine_logits(struct hearth_engine *e, const struct sched_
     HR_ASSERT(piece >= ENGINE_LOGIT_ROWS);
     if (e->hook_logit_rows > 0 && piece > e->hook_logit_rows)
         piece = e->hook_logit_rows;
+    if (piece > b->n_logits)
+        piece = b->n_logits;
+    float *rowp[piece];
+    int dev_idx[plan->n_rows];
+    /* (a test's fault wrapper hides the ops) */
+    bool dev = e->ds_on && e->be.ops->sample && e->be.ops->to_host_rows;
     for (int c0 = 0; c0 < b->n_logits; c0 += piece) {
         int cn = b->n_logits - c0 < piece ? b->n_logits - c0 : piece;
-        float *logits;
-        enum hr_status st = qwen3_logits_host(&e->fwd, b, c0, cn, &logits, err, errlen);
+        for (int i = 0; i < plan->n_rows; i++)
+            dev_idx[i] = -1;
+        enum hr_status st;
+        if (dev) {
+            for (int j = 0; j < cn; j++)
+                rowp[j] = NULL;
+            st = engine_piece_device(e, plan, c0, cn, rowp, dev_idx, err, errlen);
+        } else {
+            float *logits;
+            st = qwen3_logits_host(&e->fwd, b, c0, cn, &logits, err, errlen);
+            for (int j = 0; st == HR_OK && j < cn; j++)
+                rowp[j] = logits + (int64_t)j * V;
+        }
         if (st != HR_OK)
             return st;
         if (e->srows_on)
-            engine_presample(e, plan, c0, cn, logits);
+            engine_presample(e, plan, c0, cn, rowp, dev_idx);
         for (int i = 0; i < plan->n_rows; i++) {
             const struct sched_row *pr = &plan->rows[i];
             const struct batch_row *br = &b->rows[i];
             int nl = pr->all_logits ? pr->query_len : pr->sample ? 1 : 0;
-            int lo = br->logit_offset > c0 ? br->logit_offset : c0;
-            int hi = br->logit_offset + nl < c0 + cn ? br->logit_offset + nl : c0 + cn;
+            int lo, hi;
+            engine_row_span(pr, br, c0, cn, &lo, &hi);
             if (lo >= hi)
                 continue;
             struct seq *s = pr->s;
-            if (pr->all_logits)
-                engine_prompt_logprobs(e, s, br->context_len + (lo - br->logit_offset), hi - lo,
-                                       logits + (int64_t)(lo - c0) * V);
+            struct group *g = s->g;
+            if (dev_idx[i] >= 0) {
+                /* sampled on the device: only the results came back */
+                struct sampler_result r;
+                if (!g->forked && g->n > 1) {
+                    engine_fork(e, g);
+                    for (int k = 0; k < g->n; k++) {
+                        dev_sample_result(&e->ds, dev_idx[i] + k, &r);
+                        engine_accept(e, &g->seqs[k], &r);
+                    }
+                } else {
+                    dev_sample_result(&e->ds, dev_idx[i], &r);
+                    engine_accept(e, s, &r);
+                }
+                continue;
+            }
+            if (pr->all_logits) /* host rows of a row lie one after another */
+                engine_prompt_logprobs(e, s, br->context_len + (lo - br->logit_offset), hi - lo, rowp[lo - c0]);
             if (!pr->sample || hi != br->logit_offset + nl)
                 continue;
             /* The row's last logits (rows with every token's logits end with them). */
-            float *lg = logits + (int64_t)(hi - 1 - c0) * V;
+            float *lg = rowp[hi - 1 - c0];
             if (e->logits_hook)
                 e->logits_hook(e->logits_hook_ctx, i, lg, V);
-            struct group *g = s->g;
             const struct sampler_result *pre = e->srows_on ? sample_rows_result(&e->srows, i) : NULL;
             if (!g->forked && g->n > 1) {
                 engine_fork(e, g);
@@ -951,6 +1059,12 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
      * step's rows (on the CPU they are the kernels' threads, busy with the forward) */
     if (st == HR_OK && strcmp(e->be.device, "cpu") != 0)
         st = engine_sample_threads(e, p->n_threads < 32 ? p->n_threads : 32, err, errlen);
+    /* a device that samples: the rows that allow it never bring their logits over */
+    if (st == HR_OK && !p->no_device_sampling)
+        st = engine_dev_sampling(e, true, err, errlen);
+    if (st == HR_OK && e->ds_on)
+        log_info("engine: sampling on the %s (requests without a grammar or prompt logprobs; "
+                 "--no-device-sampling: on the host)", e->be.device);
     if (st == HR_OK)
         grammar_cache_init(&e->gcache, e->has_tk ? &e->tk : NULL, e->m.cfg.vocab_size, 0, 0);
     if (st == HR_OK && start_thread) {
@@ -977,6 +1091,18 @@ enum hr_status engine_sample_threads(struct hearth_engine *e, int n_threads, cha
         return HR_OK;
     enum hr_status st = sample_rows_init(&e->srows, n_threads, e->m.cfg.vocab_size, e->batch.max_rows, err, errlen);
     e->srows_on = st == HR_OK;
+    return st;
+}
+
+enum hr_status engine_dev_sampling(struct hearth_engine *e, bool on, char *err, size_t errlen)
+{
+    if (e->ds_on)
+        dev_sample_free(&e->ds);
+    e->ds_on = false;
+    if (!on || !e->be.ops->sample || !e->be.ops->to_host_rows)
+        return HR_OK;
+    enum hr_status st = dev_sample_init(&e->ds, e->m.cfg.vocab_size, e->batch.max_rows, err, errlen);
+    e->ds_on = st == HR_OK;
     return st;
 }
 
@@ -1022,6 +1148,8 @@ void hearth_engine_free(struct hearth_engine *e)
     sampler_scratch_free(&e->ss);
     if (e->srows_on)
         sample_rows_free(&e->srows);
+    if (e->ds_on)
+        dev_sample_free(&e->ds);
     grammar_cache_free(&e->gcache);
     batch_free(&e->batch);
     qwen3_free(&e->fwd);

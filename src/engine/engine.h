@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 
 #include "cache/prefix_cache.h"
+#include "engine/dev_sample.h"
 #include "engine/kv_restore.h"
 #include "engine/request.h"
 #include "engine/sample_rows.h"
@@ -47,6 +48,8 @@ struct hearth_engine {
     struct sampler_scratch ss;
     struct sample_rows srows;  /* a device's steps: rows sampled on host threads at once */
     bool srows_on;
+    struct dev_sample ds;      /* a device with a sample op: the step's rows sampled there */
+    bool ds_on;
     struct grammar_cache gcache; /* compiled grammars of constrained requests (any thread) */
     struct prefix_cache pc;
     bool pc_on;
@@ -94,6 +97,11 @@ struct hearth_engine {
 /* Samples a step's rows on n_threads host threads (n < 2: on the engine thread), as a
  * device backend does by default; tests call it before the first step. */
 enum hr_status engine_sample_threads(struct hearth_engine *e, int n_threads, char *err, size_t errlen);
+
+/* Samples the rows of requests that allow it on the backend (on: when it has the sample
+ * and to_host_rows ops), as a device backend does unless no_device_sampling; tests call
+ * it before the first step. */
+enum hr_status engine_dev_sampling(struct hearth_engine *e, bool on, char *err, size_t errlen);
 
 /* Builds the engine; with start_thread false no thread runs and the caller drives
  * engine_step itself (tests that control exactly when requests arrive). */

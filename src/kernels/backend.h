@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "kernels/dsample.h"
 #include "kv/batch.h"
 #include "kv/kv_store.h"
 #include "model/config.h"
@@ -152,6 +153,22 @@ struct backend_ops {
     /* dst[i] = src[logit_tok[first + i]] for i < n: rows [dim] of the tokens whose
      * logits the batch asks for. */
     void (*gather_logit_rows)(struct backend *be, float *dst, const float *src, int first, int n, int dim);
+
+    /* ---- sampling on the device: both NULL where the host samples (the CPU) */
+
+    /* Samples n rows whose logits lie in backend memory (logits [*, vocab], after the
+     * step's logits were computed; row rows[i].logit_row) as kernels/dsample.h defines;
+     * mods [n_mods] and biases [n_biases] (host memory) are indexed by the rows and
+     * mods.  out[n] (host) gets each row's token and the logprobs it asked for: nothing
+     * else comes back.  Synchronous.  Each row's result is a function of its logits row,
+     * parameters and mods alone: never of the other rows, n, or the launch. */
+    enum hr_status (*sample)(struct backend *be, const float *logits, int vocab, const struct dsample_row *rows,
+                             int n, const struct dsample_mod *mods, int n_mods, const float *biases, int n_biases,
+                             struct dsample_out *out, char *err, size_t errlen);
+    /* Brings rows rows[0..n) of src [*, dim] (backend memory) to the host: *host [n, dim],
+     * the caller's to read and write until the next call (as to_host's). */
+    enum hr_status (*to_host_rows)(struct backend *be, const float *src, int dim, const int32_t *rows, int n,
+                                   void **host, char *err, size_t errlen);
 
     void (*free)(struct backend *be);
 };

@@ -99,5 +99,9 @@ enum hr_status qwen3_reserve_logits(struct qwen3 *q, int rows, char *err, size_t
 int qwen3_scratch_logit_rows(const struct qwen3 *q);
 enum hr_status qwen3_logits_host(struct qwen3 *q, const struct batch *b, int first, int n, float **host,
                                  char *err, size_t errlen);
+/* The same rows left in backend memory: *logits [n, vocab], valid until the next call or
+ * forward (a device samples them there, or brings some of them over). */
+enum hr_status qwen3_logits_dev(struct qwen3 *q, const struct batch *b, int first, int n, float **logits,
+                                char *err, size_t errlen);
 
 #endif

@@ -407,8 +407,8 @@ int qwen3_scratch_logit_rows(const struct qwen3 *q)
     return qwen3_room_rows(&q->m->cfg, q->scratch.cap, q->last_n_tok);
 }
 
-enum hr_status qwen3_logits_host(struct qwen3 *q, const struct batch *b, int first, int n, float **host,
-                                 char *err, size_t errlen)
+enum hr_status qwen3_logits_dev(struct qwen3 *q, const struct batch *b, int first, int n, float **logits_out,
+                                char *err, size_t errlen)
 {
     const struct model_config *c = &q->m->cfg;
     HR_ASSERT(q->last_h && n >= 1 && n <= qwen3_scratch_logit_rows(q));
@@ -418,13 +418,20 @@ enum hr_status qwen3_logits_host(struct qwen3 *q, const struct batch *b, int fir
     float *h = qwen3_take(a, (size_t)q->last_n_tok * c->hidden_size * sizeof(float));
     HR_ASSERT(h == q->last_h);
     float *lx = qwen3_take(a, (size_t)n * c->hidden_size * sizeof(float));
-    size_t bytes = (size_t)n * c->vocab_size * sizeof(float);
-    float *logits = qwen3_take(a, bytes);
-    enum hr_status st = qwen3_logits_via(q, b, first, n, lx, logits, err, errlen);
+    float *logits = qwen3_take(a, (size_t)n * c->vocab_size * sizeof(float));
+    *logits_out = logits;
+    return qwen3_logits_via(q, b, first, n, lx, logits, err, errlen);
+}
+
+enum hr_status qwen3_logits_host(struct qwen3 *q, const struct batch *b, int first, int n, float **host,
+                                 char *err, size_t errlen)
+{
+    float *logits;
+    enum hr_status st = qwen3_logits_dev(q, b, first, n, &logits, err, errlen);
     if (st != HR_OK)
         return st;
     void *p = NULL;
-    st = q->be->ops->to_host(q->be, logits, bytes, &p, err, errlen);
+    st = q->be->ops->to_host(q->be, logits, (size_t)n * q->m->cfg.vocab_size * sizeof(float), &p, err, errlen);
     *host = p;
     return st;
 }

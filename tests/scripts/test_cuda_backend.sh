@@ -73,6 +73,53 @@ for r in $([ "$dev" = cuda ] && echo 1 2); do
     >"$tmp/g$r" 2>/dev/null
 done
 [ "$dev" = cuda ] && check "sampling on the GPU: run to run the same bytes" "[ -s $tmp/g1 ] && cmp -s $tmp/g1 $tmp/g2"
+# Sampling on the device (the default; --no-device-sampling samples on the host): greedy
+# tokens equal the host's (plain, with penalties and n = 2, and n = 70: a fork over two
+# of the backend's 64-row launches); a sampled request
+# (temperature 0.8, top_p 0.9, a seed) gives the same bytes alone and among 7 others of
+# every kind (grammar-free, prompt logprobs, penalties, n = 3) arriving with it.
+if [ "$dev" = cuda ]; then
+  for mode in dev host; do
+    for a in "--temperature 0" "--temperature 0 --repetition-penalty 1.3 --frequency-penalty 0.5 -n 2" \
+             "--temperature 0 --top-k 5 --presence-penalty 0.5 -n 70 --max-num-seqs 96"; do
+      "$bin" generate --device cuda --model "$m" --prompt-ids $P --max-tokens 24 $a \
+        $([ $mode = host ] && echo --no-device-sampling) >>"$tmp/gr_$mode" 2>>"$tmp/gr_$mode.err"
+    done
+  done
+  check "device sampling: on by default, off with --no-device-sampling" \
+    "grep -q 'sampling on the cuda' $tmp/gr_dev.err && ! grep -q 'sampling on the cuda' $tmp/gr_host.err"
+  check "device sampling: greedy tokens equal the host's (plain; penalties, n = 2; n = 70: two launches)" \
+    "[ -s $tmp/gr_dev ] && cmp -s $tmp/gr_dev $tmp/gr_host"
+  port=$((20000 + RANDOM % 20000))
+  "$bin" serve --device cuda --model "$m" --port $port --max-num-seqs 16 --kv-cache-mib 512 --prefix-cache off \
+    >"$tmp/ds.log" 2>&1 &
+  spid=$!
+  for i in $(seq 1 120); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$port/health)" = 200 ] && break; sleep 1
+  done
+  dreq() { # NAME BODY-EXTRA
+    curl -s -m 120 http://127.0.0.1:$port/v1/completions -H 'content-type: application/json' \
+      -d "{\"model\":\"m06\",\"prompt\":[3,17,250,99,4,4,31,7,150,2,88,19,5],\"max_tokens\":32,\"ignore_eos\":true$2}" \
+      | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//' >"$tmp/$1"
+  }
+  sampled=',"temperature":0.8,"top_p":0.9,"seed":11'
+  dreq alone "$sampled$lp"
+  others=(',"temperature":0' ',"temperature":1.0,"top_k":5,"seed":3,"n":3' ',"temperature":0.7,"seed":1,"presence_penalty":1.0'
+          ',"temperature":0.9,"min_p":0.1,"seed":2,"logit_bias":{"5":5.0}' ',"temperature":0.5,"seed":9,"echo":true,"logprobs":1'
+          ',"temperature":1.2,"seed":4,"frequency_penalty":0.8' ',"temperature":0.3,"top_p":0.5,"seed":6')
+  for k in "${!others[@]}"; do dreq "o$k" "${others[$k]}" & done
+  dreq together "$sampled$lp"
+  wait $(jobs -p | grep -v "^$spid$") 2>/dev/null
+  if [ ${#tok[@]} -gt 0 ]; then # without a tokenizer a response carries no tokens to compare
+    check "device sampling: a sampled request alone = among 7 others (bytes of text and logprobs)" \
+      "grep -q '\"top_logprobs\"' $tmp/alone && cmp -s $tmp/alone $tmp/together"
+  else
+    echo "skip: device sampling alone = among others (no tokenizer in $cache/qwen3)"
+  fi
+  check "device sampling: the others were answered" "grep -q '\"choices\"' $tmp/o1 && grep -q '\"choices\"' $tmp/o5"
+  head -c 300 "$tmp/o4"; echo
+  kill $spid 2>/dev/null; wait $spid 2>/dev/null
+fi
 if [ "$dev" = cuda ] && python3 -c "import torch, transformers" 2>/dev/null; then
   python3 tools/hf_reference.py --model "$m" --out "$tmp/exp.safetensors" --lengths 1,7,33,70 >/dev/null 2>&1
   "$bin" eval --device cuda --model "$m" --expected "$tmp/exp.safetensors" >"$tmp/eval" 2>&1; rc=$?

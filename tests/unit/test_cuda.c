@@ -19,6 +19,8 @@ int main(void)
 }
 #else
 
+#include "dsample_ref.h"
+#include "engine/dev_sample.h"
 #include "kernels/cuda/cuda_dev.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "model/dtype.h"
@@ -1094,6 +1096,260 @@ static void test_dummy_fill(void)
     cuda_dev_free(d);
 }
 
+/* ------------------------------------------------------------------ sampling */
+
+/* Rows and parameters for the sampler: a pool of cases, each a logits row kind and a
+ * parameter set; the device must give the host reference's bytes (dsample_ref.c, a full
+ * sort instead of histograms), the CPU sampler's token away from boundaries, and the
+ * same bytes whatever the other rows of the launch. */
+#define SCASES 112
+struct scase {
+    struct sampler_params p;
+    struct sampler_logit_bias bias[16];
+    int32_t hist[700];
+    int n_prompt, n_gen;
+    uint64_t seq, step;
+};
+static struct scase scases[SCASES];
+
+static void scase_make(struct scase *c, int i, int V)
+{
+    memset(c, 0, sizeof *c);
+    struct sampler_params *p = &c->p;
+    sampler_params_default(p);
+    p->seed = ((uint64_t)(urand() * 4294967296.0) << 32) | (uint64_t)(urand() * 4294967296.0);
+    switch (i % 10) {
+    case 0: p->temperature = 0.0f; break;
+    case 1: p->temperature = 0.8f; p->top_p = 0.9f; break;
+    case 2: p->temperature = 1.0f; p->top_k = 1 + (int)(urand() * 60); break;
+    case 3: p->temperature = 1.3f; p->min_p = 0.05f; p->top_p = 0.5f; break;
+    case 4: p->temperature = 0.7f; p->top_k = 1; break;
+    case 5: p->temperature = 1.0f; p->top_p = 0.02f; break;
+    case 6: p->temperature = 2.0f; p->top_k = V / 2; p->top_p = 0.99f; break;
+    case 7: p->temperature = 1.0f; break;
+    case 8: p->temperature = 0.6f; p->top_k = 40; p->top_p = 0.95f; p->min_p = 0.01f; break;
+    default: p->temperature = 1.1f; p->top_k = V + 5; p->top_p = 0.7f; break;
+    }
+    if (i % 3 == 1) {
+        p->repetition_penalty = 1.3f;
+        p->frequency_penalty = 0.4f;
+        p->presence_penalty = -0.3f;
+        c->n_prompt = (int)(urand() * 400);
+        c->n_gen = (int)(urand() * 300);
+        for (int k = 0; k < c->n_prompt + c->n_gen; k++)
+            c->hist[k] = (int32_t)(urand() * (k % 2 && V > 50 ? 50 : V));
+    }
+    if (i % 4 == 2) {
+        int n = 1 + (int)(urand() * 6);
+        for (int k = 0; k < n; k++) {
+            c->bias[k].token = (int32_t)(urand() * V);
+            c->bias[k].bias = (float)((urand() - 0.5) * 20.0);
+        }
+        c->bias[n] = c->bias[0];
+        c->bias[n].bias = 0.37f;
+        p->logit_bias = c->bias;
+        p->n_logit_bias = n + 1;
+    }
+    if (i % 5 != 0) {
+        p->logprobs = true;
+        p->n_logprobs = (int)(urand() * 21);
+        p->logprobs_mode = i % 2 ? SAMPLER_LOGPROBS_PENALIZED : SAMPLER_LOGPROBS_RAW;
+    }
+    c->seq = (uint64_t)(urand() * 1000);
+    c->step = (uint64_t)(urand() * 5000);
+}
+
+/* Logits row kind k: typical, many ties, non-finite entries, peaked, flat, all -inf. */
+static void srow_make(float *x, int V, int k)
+{
+    for (int i = 0; i < V; i++) {
+        double v = (urand() + urand() + urand() - 1.5) * 8.0;
+        if (k == 1)
+            v = floor(v * 2.0) / 2.0;
+        x[i] = (float)v;
+    }
+    if (k == 2) {
+        for (int j = 0; j < 5; j++)
+            x[(int)(urand() * V)] = NAN;
+        x[(int)(urand() * V)] = -INFINITY;
+        x[(int)(urand() * V)] = INFINITY;
+    }
+    if (k == 3)
+        x[(int)(urand() * V)] = 40.0f;
+    if (k == 4)
+        for (int i = 0; i < V; i++)
+            x[i] = 1.5f;
+    if (k == 5)
+        for (int i = 0; i < V; i++)
+            x[i] = -INFINITY;
+}
+
+static int srow_kind(int i) { return i % 13 == 12 ? 5 : i % 11 == 10 ? 4 : i % 7 == 6 ? 3 : i % 6 == 5 ? 2 : i % 4 == 3; }
+
+/* The device's results for the rows in ds (logits rows d_logits [*, V]). */
+static void slaunch(const float *d_logits, int V, const struct dev_sample *ds, struct dsample_out *out)
+{
+    struct dsample_row *rows = dmust((size_t)ds->n * sizeof *rows);
+    struct dsample_mod *mods = dmust((size_t)(ds->n_mods + 1) * sizeof *mods);
+    float *biases = dmust((size_t)(ds->n_biases + 1) * sizeof *biases);
+    struct dsample_out *d_out = dmust((size_t)ds->n * sizeof *d_out);
+    float *work = dmust((size_t)ds->n * V * sizeof *work);
+    up(rows, ds->rows, (size_t)ds->n * sizeof *rows);
+    if (ds->n_mods)
+        up(mods, ds->mods, (size_t)ds->n_mods * sizeof *mods);
+    if (ds->n_biases)
+        up(biases, ds->biases, (size_t)ds->n_biases * sizeof *biases);
+    struct cuda_sample a = {.logits = d_logits, .vocab = V, .n_rows = ds->n, .rows = rows, .mods = mods,
+                            .n_mods = ds->n_mods, .biases = biases, .n_biases = ds->n_biases, .work = work,
+                            .out = d_out};
+    CHECK_OK(K->sample(&a, NULL, err, sizeof err), err);
+    down(out, d_out, (size_t)ds->n * sizeof *out);
+    cuda_dev_free(rows);
+    cuda_dev_free(mods);
+    cuda_dev_free(biases);
+    cuda_dev_free(d_out);
+    cuda_dev_free(work);
+}
+
+static void sadd(struct dev_sample *ds, int c, int logit_row)
+{
+    int idx;
+    const struct scase *sc = &scases[c];
+    CHECK_OK(dev_sample_add(ds, &sc->p, logit_row, sc->hist, sc->n_prompt, sc->n_gen, sc->seq, sc->step, &idx, err,
+                            sizeof err),
+             err);
+}
+
+static void sample_vocab(int V, int n_cases, int invariance)
+{
+    float *h = hmust((size_t)n_cases * V * sizeof *h);
+    for (int i = 0; i < n_cases; i++) {
+        scase_make(&scases[i], i, V);
+        srow_make(h + (size_t)i * V, V, srow_kind(i));
+    }
+    float *d = dmust((size_t)n_cases * V * sizeof *d);
+    up(d, h, (size_t)n_cases * V * sizeof *h);
+    struct dev_sample ds;
+    struct sampler_scratch ss;
+    CHECK_OK(dev_sample_init(&ds, V, 8, err, sizeof err), err);
+    CHECK_OK(sampler_scratch_init(&ss, V, err, sizeof err), err);
+    for (int i = 0; i < n_cases; i++)
+        sadd(&ds, i, i);
+    struct dsample_out *out = hmust((size_t)n_cases * sizeof *out), *again = hmust((size_t)n_cases * sizeof *out);
+    slaunch(d, V, &ds, out);
+    slaunch(d, V, &ds, again);
+    CHECK_MSG(!memcmp(out, again, (size_t)n_cases * sizeof *out), "V=%d: run to run differ", V);
+    int ref_bad = 0, greedy_bad = 0, cpu_bad = 0, near = 0, lp_ids = 0;
+    double lp_worst = 0.0;
+    for (int i = 0; i < n_cases; i++) {
+        const struct scase *c = &scases[i];
+        const float *row = h + (size_t)i * V;
+        struct dsample_out want;
+        double margin;
+        dsample_ref(&c->p, row, V, c->hist, c->n_prompt, c->n_gen, c->seq, c->step, &ss, &want, &margin);
+        if (memcmp(&want, &out[i], sizeof want)) {
+            ref_bad++;
+            if (ref_bad <= 5)
+                fprintf(stderr, "  V=%d case %d (kind %d, T %g k %d p %g minp %g lp %d/%d): device %d %.9g n_top %d, "
+                        "reference %d %.9g n_top %d\n", V, i, srow_kind(i), (double)c->p.temperature, c->p.top_k,
+                        (double)c->p.top_p, (double)c->p.min_p, c->p.logprobs, c->p.n_logprobs, out[i].token,
+                        (double)out[i].logprob, out[i].n_top, want.token, (double)want.logprob, want.n_top);
+        }
+        struct sampler_result cpu;
+        sampler_sample(&c->p, row, V, c->hist, c->n_prompt, c->n_gen, c->seq, c->step, &ss, &cpu);
+        if (c->p.temperature < SAMPLER_GREEDY_EPS)
+            greedy_bad += cpu.token != out[i].token;
+        else if (margin < 1e-5)
+            near++;
+        else
+            cpu_bad += cpu.token != out[i].token;
+        for (int k = 0; k < cpu.n_top && k < out[i].n_top; k++) {
+            lp_ids += cpu.top[k].token != out[i].top[k].token;
+            double e = fabs((double)cpu.top[k].logprob - out[i].top[k].logprob);
+            lp_worst = e > lp_worst && !isnan(e) ? e : lp_worst;
+        }
+        lp_ids += cpu.n_top != out[i].n_top;
+    }
+    CHECK_MSG(ref_bad == 0, "V=%d: %d of %d rows differ from the host reference", V, ref_bad, n_cases);
+    CHECK_MSG(greedy_bad == 0, "V=%d: %d greedy tokens differ from the CPU sampler's", V, greedy_bad);
+    CHECK_MSG(cpu_bad == 0, "V=%d: %d tokens differ from the CPU sampler's away from a boundary", V, cpu_bad);
+    CHECK_MSG(lp_ids == 0 && lp_worst < 1e-4, "V=%d: top logprob ids differ %d times, values within %.3g", V, lp_ids,
+              lp_worst);
+    printf("  V=%d: %d rows as the reference; CPU tokens equal (%d near a boundary), logprobs within %.3g\n", V,
+           n_cases - ref_bad, near, lp_worst);
+
+    /* batch invariance: a row alone, then among k others at a random place */
+    static const int ks[] = {1, 7, 63, 64, 65, 300};
+    int inv_bad = 0;
+    for (int t = 0; invariance && t < 12; t++) {
+        int target = (int)(urand() * n_cases), k = ks[t % 6];
+        dev_sample_reset(&ds);
+        sadd(&ds, target, target);
+        struct dsample_out alone;
+        slaunch(d, V, &ds, &alone);
+        dev_sample_reset(&ds);
+        int at = (int)(urand() * (k + 1));
+        for (int j = 0; j <= k; j++) {
+            int c = j == at ? target : (int)(urand() * n_cases);
+            sadd(&ds, c, c);
+        }
+        struct dsample_out *many = hmust((size_t)(k + 1) * sizeof *many);
+        slaunch(d, V, &ds, many);
+        inv_bad += memcmp(&alone, &many[at], sizeof alone) != 0;
+        free(many);
+    }
+    CHECK_MSG(inv_bad == 0, "V=%d: %d rows differ alone and among others", V, inv_bad);
+    free(h);
+    free(out);
+    free(again);
+    cuda_dev_free(d);
+    dev_sample_free(&ds);
+    sampler_scratch_free(&ss);
+}
+
+static void test_sample(void)
+{
+    sample_vocab(151936, SCASES, 1);
+    sample_vocab(1000, SCASES, 1);
+    sample_vocab(7, 40, 0);
+}
+
+/* Philox on the device: 2^16 equal logits make the draw floor(u 2^16), the top 16 of the
+ * 53 random bits, which must be the host's. */
+static void test_sample_philox(void)
+{
+    const int V = 65536;
+    float *h = hmust(V * sizeof *h);
+    for (int i = 0; i < V; i++)
+        h[i] = 0.25f;
+    float *d = dmust(V * sizeof *d);
+    up(d, h, V * sizeof *h);
+    struct dev_sample ds;
+    CHECK_OK(dev_sample_init(&ds, V, 256, err, sizeof err), err);
+    struct sampler_params p;
+    sampler_params_default(&p);
+    uint64_t seeds[256], idx[256], step[256];
+    for (int i = 0; i < 256; i++) {
+        p.seed = seeds[i] = ((uint64_t)(urand() * 4294967296.0) << 32) ^ (uint64_t)i;
+        idx[i] = (uint64_t)(urand() * 1e6) << (i % 40);
+        step[i] = (uint64_t)(urand() * 1e5);
+        int k;
+        CHECK_OK(dev_sample_add(&ds, &p, 0, NULL, 0, 0, idx[i], step[i], &k, err, sizeof err), err);
+    }
+    struct dsample_out *out = hmust(256 * sizeof *out);
+    slaunch(d, V, &ds, out);
+    int bad = 0;
+    for (int i = 0; i < 256; i++) {
+        uint64_t want = (uint64_t)(sampler_uniform(seeds[i], idx[i], step[i]) * 65536.0);
+        bad += (uint64_t)out[i].token != want;
+    }
+    CHECK_MSG(bad == 0, "%d of 256 draws differ from the host's Philox", bad);
+    free(h);
+    free(out);
+    cuda_dev_free(d);
+    dev_sample_free(&ds);
+}
+
 int main(int argc, char **argv)
 {
     /* HEARTH_CUDA_TESTS=quick leaves out the GEMM row sweep (the slowest test) */
@@ -1129,6 +1385,8 @@ int main(int argc, char **argv)
         TEST_RUN(test_attention);
         TEST_RUN(test_gemm_reference);
         TEST_RUN(test_moe);
+        TEST_RUN(test_sample_philox);
+        TEST_RUN(test_sample);
         if (!quick)
             TEST_RUN(test_gemm_rows);
         else

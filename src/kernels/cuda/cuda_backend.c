@@ -85,6 +85,12 @@ struct cuda_backend {
     /* to_host's staging, page-locked */
     void *host;
     size_t host_bytes;
+    /* sampling: up to CB_SAMPLE_ROWS rows a launch; rows | mods | biases | results, on
+     * the device and page-locked on the host, laid out alike */
+    int s_vocab, s_mods_cap, s_bias_cap;
+    float *s_work;             /* [CB_SAMPLE_ROWS, vocab]: the rows' logits after bias and penalties */
+    void *s_dev, *s_host;
+    size_t s_bytes;
     /* the step's first error */
     enum hr_status st;
     char msg[HR_ERRLEN];
@@ -342,6 +348,51 @@ static enum hr_status cb_size_attention(struct cuda_backend *c, char *err, size_
     return c->attn_work_bytes ? cuda_dev_alloc(&c->attn_work, c->attn_work_bytes, err, errlen) : HR_OK;
 }
 
+/* Rows a sampling launch takes at most (more go in several launches: rows are
+ * independent, so how they are cut changes no result). */
+#define CB_SAMPLE_ROWS 64
+
+static size_t cb_sample_off(const struct cuda_backend *c, int part)
+{
+    size_t off[4];
+    off[0] = 0;
+    off[1] = off[0] + (((size_t)CB_SAMPLE_ROWS * sizeof(struct dsample_row) + 63) & ~(size_t)63);
+    off[2] = off[1] + (((size_t)c->s_mods_cap * sizeof(struct dsample_mod) + 63) & ~(size_t)63);
+    off[3] = off[2] + (((size_t)c->s_bias_cap * sizeof(float) + 63) & ~(size_t)63);
+    return part < 4 ? off[part] : off[3] + (size_t)CB_SAMPLE_ROWS * sizeof(struct dsample_out);
+}
+
+static void cb_sampling_free(struct cuda_backend *c)
+{
+    cuda_dev_free(c->s_work);
+    cuda_dev_free(c->s_dev);
+    cuda_dev_host_free(c->s_host);
+    c->s_work = NULL;
+    c->s_dev = c->s_host = NULL;
+    c->s_vocab = 0;
+}
+
+/* One row has at most vocab mods and DSAMPLE_MAX_BIAS biases: any row fits a launch. */
+static enum hr_status cb_size_sampling(struct cuda_backend *c, int vocab, char *err, size_t errlen)
+{
+    cb_sampling_free(c);
+    c->s_mods_cap = 2 * vocab;
+    c->s_bias_cap = 4 * DSAMPLE_MAX_BIAS;
+    c->s_bytes = cb_sample_off(c, 4);
+    enum hr_status st = cuda_dev_alloc((void **)&c->s_work, (size_t)CB_SAMPLE_ROWS * (size_t)vocab * sizeof(float),
+                                       err, errlen);
+    if (st == HR_OK)
+        st = cuda_dev_alloc(&c->s_dev, c->s_bytes, err, errlen);
+    if (st == HR_OK && !(c->s_host = cuda_dev_host_alloc(c->s_bytes)))
+        st = hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: no page-locked host memory for sampling");
+    if (st != HR_OK) {
+        cb_sampling_free(c);
+        return st;
+    }
+    c->s_vocab = vocab;
+    return HR_OK;
+}
+
 static int cb_max_k(const struct model_config *c)
 {
     int k = c->hidden_size;
@@ -413,6 +464,8 @@ static enum hr_status cb_reserve(struct backend *be, const struct model_config *
     c->gemm_work_bytes = work;
     c->n_tickets = tickets;
     if ((st = cb_size_attention(c, err, errlen)) != HR_OK)
+        return st;
+    if ((st = cb_size_sampling(c, V, err, errlen)) != HR_OK)
         return st;
     return cb_size_step(c, err, errlen);
 }
@@ -860,6 +913,123 @@ static enum hr_status cb_to_host(struct backend *be, const void *src, size_t byt
     return st;
 }
 
+/* ------------------------------------------------------------------ sampling */
+
+static enum hr_status cb_sample_check(const struct dsample_row *r, int vocab, const struct dsample_mod *mods,
+                                      int n_mods, int n_biases, int *row_biases, char *err, size_t errlen)
+{
+    if (r->logit_row < 0 || r->n_logprobs < 0 || r->n_logprobs > DSAMPLE_MAX_TOP || r->n_mods < 0 ||
+        r->n_mods > vocab || r->mod_first < 0 || r->mod_first > n_mods - r->n_mods)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda sample: bad row (logits row %d, %d mods at %d)",
+                      r->logit_row, r->n_mods, r->mod_first);
+    int nb = 0;
+    for (int j = 0; j < r->n_mods; j++) {
+        const struct dsample_mod *m = &mods[r->mod_first + j];
+        if (m->token < 0 || m->token >= vocab || m->n_bias < 0 || m->bias_first < 0 ||
+            m->bias_first > n_biases - m->n_bias)
+            return hr_err(err, errlen, HR_ERR_INVALID, "cuda sample: bad mod (token %d, %d biases at %d)",
+                          (int)m->token, (int)m->n_bias, (int)m->bias_first);
+        nb += m->n_bias;
+    }
+    if (nb > DSAMPLE_MAX_BIAS)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda sample: a row with %d logit biases (at most %d)", nb,
+                      DSAMPLE_MAX_BIAS);
+    *row_biases = nb;
+    return HR_OK;
+}
+
+static enum hr_status cb_sample(struct backend *be, const float *logits, int vocab, const struct dsample_row *rows,
+                                int n, const struct dsample_mod *mods, int n_mods, const float *biases, int n_biases,
+                                struct dsample_out *out, char *err, size_t errlen)
+{
+    struct cuda_backend *c = cb_of(be);
+    if (!c->s_dev || vocab != c->s_vocab || n < 0)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda sample: not sized for %d rows of %d (reserve: %d)", n,
+                      vocab, c->s_vocab);
+    char *h = c->s_host, *d = c->s_dev;
+    struct dsample_row *hr = (struct dsample_row *)(h + cb_sample_off(c, 0));
+    struct dsample_mod *hm = (struct dsample_mod *)(h + cb_sample_off(c, 1));
+    float *hb = (float *)(h + cb_sample_off(c, 2));
+    const struct dsample_out *ho = (const struct dsample_out *)(h + cb_sample_off(c, 3));
+    for (int i0 = 0; i0 < n;) {
+        /* A launch's rows, their mods and biases packed and renumbered. */
+        int k = 0, nm = 0, nb = 0;
+        while (i0 + k < n && k < CB_SAMPLE_ROWS) {
+            const struct dsample_row *r = &rows[i0 + k];
+            int rb = 0;
+            enum hr_status st = cb_sample_check(r, vocab, mods, n_mods, n_biases, &rb, err, errlen);
+            if (st != HR_OK)
+                return st;
+            if (k > 0 && (nm + r->n_mods > c->s_mods_cap || nb + rb > c->s_bias_cap))
+                break;
+            hr[k] = *r;
+            hr[k].mod_first = nm;
+            for (int j = 0; j < r->n_mods; j++) {
+                struct dsample_mod m = mods[r->mod_first + j];
+                memcpy(hb + nb, biases + m.bias_first, (size_t)m.n_bias * sizeof *hb);
+                m.bias_first = nb;
+                nb += m.n_bias;
+                hm[nm++] = m;
+            }
+            k++;
+        }
+        struct cuda_sample a = {
+            .logits = logits, .vocab = vocab, .n_rows = k,
+            .rows = (const struct dsample_row *)(d + cb_sample_off(c, 0)),
+            .mods = (const struct dsample_mod *)(d + cb_sample_off(c, 1)), .n_mods = nm,
+            .biases = (const float *)(d + cb_sample_off(c, 2)), .n_biases = nb,
+            .work = c->s_work, .out = (struct dsample_out *)(d + cb_sample_off(c, 3)),
+        };
+        enum hr_status st = cuda_dev_copy(d, h, cb_sample_off(c, 0) + (size_t)k * sizeof *hr, err, errlen);
+        if (st == HR_OK && nm)
+            st = cuda_dev_copy(d + cb_sample_off(c, 1), hm, (size_t)nm * sizeof *hm, err, errlen);
+        if (st == HR_OK && nb)
+            st = cuda_dev_copy(d + cb_sample_off(c, 2), hb, (size_t)nb * sizeof *hb, err, errlen);
+        if (st == HR_OK)
+            st = c->K->sample(&a, c->stream, err, errlen);
+        /* the copy waits for the kernel (the stream orders with the default stream) */
+        if (st == HR_OK)
+            st = cuda_dev_copy((void *)ho, a.out, (size_t)k * sizeof *ho, err, errlen);
+        if (st != HR_OK)
+            return st;
+        memcpy(out + i0, ho, (size_t)k * sizeof *ho);
+        i0 += k;
+    }
+    return HR_OK;
+}
+
+static enum hr_status cb_to_host_rows(struct backend *be, const float *src, int dim, const int32_t *rows, int n,
+                                      void **host, char *err, size_t errlen)
+{
+    struct cuda_backend *c = cb_of(be);
+    *host = NULL;
+    size_t row = (size_t)dim * sizeof(float), bytes = (size_t)n * row;
+    if (n < 0 || dim < 1)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda to_host_rows: %d rows of %d", n, dim);
+    if (bytes > c->host_bytes) {
+        void *p = cuda_dev_host_alloc(bytes);
+        if (!p)
+            return hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: no page-locked host memory for %zu bytes",
+                          bytes);
+        cuda_dev_host_free(c->host);
+        c->host = p;
+        c->host_bytes = bytes;
+    }
+    /* runs of consecutive rows go in one copy */
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        while (j < n && rows[j] == rows[j - 1] + 1)
+            j++;
+        enum hr_status st = cuda_dev_copy((char *)c->host + (size_t)i * row, src + (size_t)rows[i] * dim,
+                                          (size_t)(j - i) * row, err, errlen);
+        if (st != HR_OK)
+            return st;
+        i = j;
+    }
+    *host = c->host;
+    return HR_OK;
+}
+
 /* ------------------------------------------------------------------ ops */
 
 static void cb_embed(struct backend *be, float *out, const struct weights_mat *emb)
@@ -1106,6 +1276,7 @@ static void cb_free(struct backend *be)
     cuda_dev_free(c->area.dev);
     cuda_dev_host_free(c->area.host);
     cuda_dev_host_free(c->host);
+    cb_sampling_free(c);
     free(c);
     be->impl = NULL;
 }
@@ -1141,6 +1312,8 @@ static const struct backend_ops cuda_ops = {
     .moe_work_bytes = cb_moe_work_bytes,
     .moe = cb_moe,
     .gather_logit_rows = cb_gather_logit_rows,
+    .sample = cb_sample,
+    .to_host_rows = cb_to_host_rows,
     .free = cb_free,
 };
 

@@ -23,6 +23,7 @@ extern "C" {
 #endif
 
 #include "base/status.h"
+#include "kernels/dsample.h"
 
 /* What the GEMM does with y[m, n] = x[m, k] . w[n, k]^T. */
 enum cuda_epi {
@@ -145,6 +146,20 @@ struct cuda_moe {
 };
 #define CUDA_MOE_MAX_EXPERTS 1024
 
+/* Sampling on the device (sample.cu; kernels/dsample.h defines the arithmetic): one
+ * block per row, each row's result a function of its own inputs alone. */
+struct cuda_sample {
+    const float *logits;             /* [*, vocab]: row rows[i].logit_row */
+    int vocab, n_rows;
+    const struct dsample_row *rows;  /* device [n_rows] */
+    const struct dsample_mod *mods;  /* device [n_mods]: the rows' mod_first index it */
+    int n_mods;
+    const float *biases;             /* device [n_biases]: the mods' bias_first index it */
+    int n_biases;
+    float *work;                     /* device [n_rows, vocab]: each row's logits after bias and penalties */
+    struct dsample_out *out;         /* device [n_rows] */
+};
+
 /* Positions per KV split of attention: a row's walk is cut at multiples of this
  * (absolute positions), and the pieces combined in order. */
 #define CUDA_ATTN_SPLIT 256
@@ -180,6 +195,7 @@ struct cuda_kernels {
     /* Bytes of work memory the MoE block needs for n_tok tokens of a shape. */
     size_t (*moe_workspace)(int n_tok, int hidden, int inter, int n_experts, int top_k);
     enum hr_status (*moe)(const struct cuda_moe *a, void *stream, char *err, size_t errlen);
+    enum hr_status (*sample)(const struct cuda_sample *a, void *stream, char *err, size_t errlen);
 };
 
 extern const struct cuda_kernels cuda_kernels_sm90a;

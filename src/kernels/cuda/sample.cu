@@ -1,0 +1,476 @@
+/* Sampling on the device (kernels/dsample.h defines what it computes): one block per
+ * row, everything a function of that row's logits and parameters alone.
+ *
+ * Maxima and argmaxima have one answer whatever the order (no NaN is left, ties go to
+ * the lower id).  Every sum is of integers (fixed-point weights, counts): integer
+ * addition is associative, so the shared-memory atomics that build the histograms give
+ * the same sums in any order; no float is ever summed.
+ *
+ * Selection without a sort: a histogram of the candidates by first-level bin (distance
+ * from the maximum), the bin where the cumulative count or mass crosses the target,
+ * then a radix descent inside that bin over the order-preserving bits of the value (4
+ * passes of 8 bits) and over the ids of the tied tokens (ascending), each pass a
+ * 256-bin histogram of the tokens still in play.  One primitive serves top-k (count),
+ * top-p and the draw (mass), and the top logprobs (count).  Without top-k the CPU
+ * sampler draws in id order: then each thread sums a run of ids and an integer scan of
+ * the runs finds the one that holds the target. */
+#include "kernels/cuda/common.cuh"
+
+#include <limits.h>
+
+namespace CUK_NS {
+
+namespace {
+
+constexpr int ST = 512; /* threads per row */
+constexpr int NW = ST / 32;
+constexpr unsigned FULL = 0xffffffffu;
+typedef unsigned long long u64;
+
+struct smem {
+    u64 hmass[DSAMPLE_BINS];
+    unsigned hcnt[DSAMPLE_BINS];
+    u64 dmass[256];
+    unsigned dcnt[256];
+    float fred[NW];
+    int ired[NW];
+    u64 wsum[NW];
+    int f_idx;
+    u64 f_above_cnt, f_above_mass, tot_cnt, tot_mass;
+    int n_list;
+    int list_id[DSAMPLE_MAX_TOP];
+    float list_v[DSAMPLE_MAX_TOP];
+};
+
+/* A row as one selection sees it: the values, the reference maximum and temperature of
+ * the weights, and which tokens are candidates. */
+struct view {
+    const float *vals; /* [vocab] */
+    int clean;         /* 1: raw logits, cleaned as they are read */
+    float ref, t;
+    int all;           /* 1: every token (logprobs); 0: finite and passing min-p */
+    double keep_from;
+};
+
+__device__ __forceinline__ bool view_get(const view &w, int i, float *v)
+{
+    float x = w.vals[i];
+    if (w.clean)
+        x = dsample_clean(x);
+    *v = x;
+    if (w.all)
+        return true;
+    if (x == -INFINITY)
+        return false;
+    return !((double)(x - w.ref) < w.keep_from); /* the CPU's min-p test, float difference */
+}
+
+/* Order-free: max of floats without NaN (every thread gets it). */
+__device__ float block_max(float v, smem &s)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
+    if ((threadIdx.x & 31) == 0)
+        s.fred[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float m = s.fred[0];
+    for (int w = 1; w < NW; w++)
+        m = fmaxf(m, s.fred[w]);
+    __syncthreads();
+    return m == 0.0f ? 0.0f : m; /* -0 and +0 are one maximum */
+}
+
+__device__ int block_min(int v, smem &s)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = min(v, __shfl_xor_sync(FULL, v, o));
+    if ((threadIdx.x & 31) == 0)
+        s.ired[threadIdx.x >> 5] = v;
+    __syncthreads();
+    int m = s.ired[0];
+    for (int w = 1; w < NW; w++)
+        m = min(m, s.ired[w]);
+    __syncthreads();
+    return m;
+}
+
+/* Adds (1, q) to bin idx (idx < 0: nothing) for every lane of the warp; lanes with the
+ * same bin (and the same q) add once for all.  Integer atomics: order-free sums.  Every
+ * lane of the warp must call it. */
+__device__ __forceinline__ void hist_add(unsigned *cnt, u64 *mass, int idx, u64 q)
+{
+    if (!__any_sync(FULL, idx >= 0))
+        return;
+    unsigned peers = __match_any_sync(FULL, idx);
+    unsigned qpeers = __match_any_sync(FULL, q) & peers;
+    int lane = threadIdx.x & 31;
+    if (idx >= 0) {
+        if (lane == __ffs(peers) - 1)
+            atomicAdd(&cnt[idx], (unsigned)__popc(peers));
+        if (q && lane == __ffs(qpeers) - 1)
+            atomicAdd(&mass[idx], q * (u64)__popc(qpeers));
+    }
+}
+
+/* Warp 0: the first bin (in index order, best first) where the cumulative count or mass
+ * reaches need (before < need <= before + its own); the counts and masses of the bins
+ * before it, and the totals.  Integer sums. */
+__device__ void find_bin(const unsigned *cnt, const u64 *mass, int nbins, bool by_count, u64 need, smem &s)
+{
+    if (threadIdx.x < 32) {
+        int lane = threadIdx.x, per = nbins / 32, b0 = lane * per;
+        u64 c = 0, m = 0;
+        for (int j = 0; j < per; j++) {
+            c += cnt[b0 + j];
+            m += mass[b0 + j];
+        }
+        u64 ci = c, mi = m;
+        for (int o = 1; o < 32; o <<= 1) {
+            u64 a = __shfl_up_sync(FULL, ci, o), b = __shfl_up_sync(FULL, mi, o);
+            if (lane >= o) {
+                ci += a;
+                mi += b;
+            }
+        }
+        unsigned hit = __ballot_sync(FULL, (by_count ? ci : mi) >= need);
+        int at = hit ? __ffs(hit) - 1 : 31;
+        if (lane == at) {
+            u64 bc = ci - c, bm = mi - m;
+            int idx = b0 + per - 1;
+            for (int j = 0; j < per; j++) {
+                u64 f = by_count ? (u64)cnt[b0 + j] : mass[b0 + j];
+                if ((by_count ? bc : bm) + f >= need) {
+                    idx = b0 + j;
+                    break;
+                }
+                bc += cnt[b0 + j];
+                bm += mass[b0 + j];
+            }
+            s.f_idx = idx;
+            s.f_above_cnt = bc;
+            s.f_above_mass = bm;
+        }
+        if (lane == 31) {
+            s.tot_cnt = ci;
+            s.tot_mass = mi;
+        }
+    }
+    __syncthreads();
+}
+
+__device__ void clear_digits(smem &s)
+{
+    for (int j = threadIdx.x; j < 256; j += ST) {
+        s.dcnt[j] = 0;
+        s.dmass[j] = 0;
+    }
+    __syncthreads();
+}
+
+/* The first-level histogram of w's candidates; totals in s.tot_cnt, s.tot_mass. */
+__device__ void build_hist(const view &w, int V, smem &s)
+{
+    for (int j = threadIdx.x; j < DSAMPLE_BINS; j += ST) {
+        s.hcnt[j] = 0;
+        s.hmass[j] = 0;
+    }
+    __syncthreads();
+    for (int base = 0; base < V; base += ST) {
+        int i = base + threadIdx.x, bin = -1;
+        u64 q = 0;
+        float v;
+        if (i < V && view_get(w, i, &v)) {
+            bin = dsample_bin(w.ref, v, w.t);
+            q = dsample_weight(w.ref, v, w.t);
+        }
+        hist_add(s.hcnt, s.hmass, bin, q);
+    }
+    __syncthreads();
+    find_bin(s.hcnt, s.hmass, DSAMPLE_BINS, true, ~0ull, s); /* for the totals */
+}
+
+struct sel {
+    int id;            /* the token where the cumulative reaches need (-1: not asked) */
+    u64 mass_through;  /* the mass of it and every candidate before it */
+    uint32_t order;    /* its value's order key */
+};
+
+/* The candidate of w (histogram built) where the cumulative count (by_count) or mass, in
+ * (value desc, id asc) order, first reaches need (1 <= need <= the total). */
+__device__ sel select_at(const view &w, int V, int id_bits, bool by_count, u64 need, bool need_id, smem &s)
+{
+    find_bin(s.hcnt, s.hmass, DSAMPLE_BINS, by_count, need, s);
+    int b = s.f_idx;
+    u64 ac = s.f_above_cnt, am = s.f_above_mass;
+    bool massless = s.hmass[b] == 0;
+    __syncthreads();
+    sel out = {-1, am, 0};
+    if (!need_id && massless)
+        return out; /* the bin adds no mass: the mass through is what lies above it */
+    uint32_t prefix = 0;
+    u64 tie_cnt = 0, tie_mass = 0;
+    for (int p = 0; p < 4; p++) {
+        int shift = 24 - 8 * p;
+        clear_digits(s);
+        for (int base = 0; base < V; base += ST) {
+            int i = base + threadIdx.x, idx = -1;
+            u64 q = 0;
+            float v;
+            if (i < V && view_get(w, i, &v) && dsample_bin(w.ref, v, w.t) == b) {
+                uint32_t o = dsample_order(v);
+                if (p == 0 || (o >> (shift + 8)) == prefix) {
+                    idx = 255 - (int)((o >> shift) & 255u); /* higher values first */
+                    q = dsample_weight(w.ref, v, w.t);
+                }
+            }
+            hist_add(s.dcnt, s.dmass, idx, q);
+        }
+        __syncthreads();
+        find_bin(s.dcnt, s.dmass, 256, by_count, need - (by_count ? ac : am), s);
+        int d = s.f_idx;
+        ac += s.f_above_cnt;
+        am += s.f_above_mass;
+        prefix = (prefix << 8) | (uint32_t)(255 - d);
+        tie_cnt = s.dcnt[d];
+        tie_mass = s.dmass[d];
+        __syncthreads();
+    }
+    /* The tied tokens (one value) weigh the same: the m-th of them in id order. */
+    u64 rem = need - (by_count ? ac : am);
+    u64 qt = tie_cnt ? tie_mass / tie_cnt : 0;
+    u64 m = by_count ? rem : (rem + qt - 1) / qt;
+    out.mass_through = am + m * qt;
+    out.order = prefix;
+    if (!need_id)
+        return out;
+    if (tie_cnt == 1) {
+        int best = INT_MAX;
+        for (int i = threadIdx.x; i < V; i += ST) {
+            float v;
+            if (view_get(w, i, &v) && dsample_order(v) == prefix)
+                best = i;
+        }
+        out.id = block_min(best, s);
+        return out;
+    }
+    int id_prefix = 0;
+    for (int left = id_bits; left > 0;) {
+        int take = left >= 8 ? 8 : left, shift = left - take;
+        clear_digits(s);
+        for (int base = 0; base < V; base += ST) {
+            int i = base + threadIdx.x, idx = -1;
+            float v;
+            if (i < V && (i >> (shift + take)) == id_prefix && view_get(w, i, &v) && dsample_order(v) == prefix)
+                idx = (i >> shift) & ((1 << take) - 1); /* lower ids first */
+            hist_add(s.dcnt, s.dmass, idx, 0);
+        }
+        __syncthreads();
+        find_bin(s.dcnt, s.dmass, 256, true, m, s);
+        m -= s.f_above_cnt;
+        id_prefix = (id_prefix << take) | s.f_idx;
+        __syncthreads();
+        left -= take;
+    }
+    out.id = id_prefix;
+    return out;
+}
+
+/* The draw in id order over the candidates whose CPU bin is below edge (the CPU
+ * sampler's order without top-k): the first whose cumulative mass exceeds target, or -1
+ * when target is at or past their total mass (then the rest, in sorted order, hold it).
+ * Each thread sums a run of ids; the runs' exclusive prefix is an integer scan. */
+__device__ int draw_id_order(const view &w, int V, int edge, u64 target, smem &s)
+{
+    int chunk = (V + ST - 1) / ST, lo = threadIdx.x * chunk, hi = min(V, lo + chunk);
+    u64 sum = 0;
+    for (int i = lo; i < hi; i++) {
+        float v;
+        if (view_get(w, i, &v) && dsample_cpu_bin(w.ref, v, w.t) < edge)
+            sum += dsample_weight(w.ref, v, w.t);
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    u64 incl = sum;
+    for (int o = 1; o < 32; o <<= 1) {
+        u64 a = __shfl_up_sync(FULL, incl, o);
+        if (lane >= o)
+            incl += a;
+    }
+    if (lane == 31)
+        s.wsum[warp] = incl;
+    if (threadIdx.x == 0)
+        s.f_idx = -1;
+    __syncthreads();
+    u64 before = incl - sum;
+    for (int k = 0; k < warp; k++)
+        before += s.wsum[k];
+    if (before <= target && target < before + sum) {
+        u64 cum = before;
+        for (int i = lo; i < hi; i++) {
+            float v;
+            if (view_get(w, i, &v) && dsample_cpu_bin(w.ref, v, w.t) < edge) {
+                cum += dsample_weight(w.ref, v, w.t);
+                if (cum > target) {
+                    s.f_idx = i;
+                    break;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    int token = s.f_idx;
+    __syncthreads();
+    return token;
+}
+
+__global__ void __launch_bounds__(ST) sample_kernel(struct cuda_sample a)
+{
+    __shared__ smem s;
+    const struct dsample_row r = a.rows[blockIdx.x];
+    const int V = a.vocab;
+    const float *L = a.logits + (size_t)r.logit_row * V;
+    float *x = a.work + (size_t)blockIdx.x * V;
+    int id_bits = 1;
+    while (id_bits < 31 && ((V - 1) >> id_bits) != 0)
+        id_bits++;
+
+    /* Bias and penalties: the CPU's float operations, each token by one thread. */
+    for (int i = threadIdx.x; i < V; i += ST)
+        x[i] = dsample_clean(L[i]);
+    __syncthreads();
+    for (int j = threadIdx.x; j < r.n_mods; j += ST) {
+        const struct dsample_mod m = a.mods[r.mod_first + j];
+        if (m.token >= 0 && m.token < V) /* checked on the host */
+            dsample_apply_mod(&r, &m, a.biases, x);
+    }
+    __syncthreads();
+
+    float xmax = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += ST)
+        xmax = fmaxf(xmax, x[i]);
+    xmax = block_max(xmax, s);
+    int first = INT_MAX;
+    for (int i = threadIdx.x; i < V; i += ST)
+        if (x[i] == xmax) {
+            first = i;
+            break;
+        }
+    int token = block_min(first, s);
+
+    if (!(r.temperature < DSAMPLE_GREEDY_EPS) && xmax != -INFINITY) {
+        view w = {x, 0, xmax, r.temperature, 0, r.keep_from};
+        build_hist(w, V, s);
+        u64 total = s.tot_mass, n_cand = s.tot_cnt;
+        __syncthreads();
+        if (total > 0) { /* else every candidate was +inf: greedy */
+            const bool sorted = r.top_k > 0 && r.top_k < V; /* the CPU draws in sorted order */
+            if (r.top_k > 0 && (u64)r.top_k < n_cand)
+                total = select_at(w, V, id_bits, true, (u64)r.top_k, false, s).mass_through;
+            int edge = DSAMPLE_CPU_BINS; /* without top-p: every token in id order */
+            if (r.top_p < 1.0f) {
+                sel kept = select_at(w, V, id_bits, false, dsample_top_p_limit(r.top_p, total), !sorted, s);
+                total = kept.mass_through;
+                if (!sorted)
+                    edge = dsample_cpu_bin(xmax, x[kept.id], r.temperature);
+            }
+            u64 target = dsample_target(dsample_bits53(r.seed, r.seq_index, r.step), total);
+            token = sorted ? -1 : draw_id_order(w, V, edge, target, s);
+            if (token < 0) /* in sorted order: the kept tokens the id walk left, after its mass */
+                token = select_at(w, V, id_bits, false, target + 1, true, s).id;
+        }
+    }
+
+    float lp = 0.0f;
+    int n_top = 0;
+    if (r.logprobs || r.n_logprobs > 0) {
+        view w = {r.penalized ? x : L, !r.penalized, 0.0f, 1.0f, 1, 0.0};
+        float bmax = -INFINITY;
+        for (int i = threadIdx.x; i < V; i += ST) {
+            float v;
+            view_get(w, i, &v);
+            bmax = fmaxf(bmax, v);
+        }
+        bmax = block_max(bmax, s);
+        n_top = r.n_logprobs < V ? r.n_logprobs : V;
+        if (bmax == -INFINITY) {
+            lp = -INFINITY; /* the top are ids 0.. (all tie), filled below */
+            if (threadIdx.x == 0)
+                for (int k = 0; k < n_top; k++) {
+                    s.list_id[k] = k;
+                    s.list_v[k] = -INFINITY;
+                }
+        } else {
+            w.ref = bmax;
+            build_hist(w, V, s);
+            double shift = (double)bmax + dsample_log((double)s.tot_mass * (1.0 / DSAMPLE_ONE));
+            float vt;
+            view_get(w, token, &vt);
+            lp = (float)((double)vt - shift);
+            __syncthreads();
+            if (n_top > 0) {
+                sel k = select_at(w, V, id_bits, true, (u64)n_top, true, s);
+                if (threadIdx.x == 0)
+                    s.n_list = 0;
+                __syncthreads();
+                for (int i = threadIdx.x; i < V; i += ST) {
+                    float v;
+                    view_get(w, i, &v);
+                    uint32_t o = dsample_order(v);
+                    if (o > k.order || (o == k.order && i <= k.id)) {
+                        int at = atomicAdd(&s.n_list, 1); /* slot order varies: sorted below */
+                        if (at < DSAMPLE_MAX_TOP) {
+                            s.list_id[at] = i;
+                            s.list_v[at] = v;
+                        }
+                    }
+                }
+                __syncthreads();
+                if (threadIdx.x == 0) {
+                    for (int p = 1; p < n_top; p++) { /* insertion sort: (value desc, id asc) */
+                        int id = s.list_id[p];
+                        float v = s.list_v[p];
+                        uint32_t o = dsample_order(v);
+                        int q = p - 1;
+                        while (q >= 0 && (dsample_order(s.list_v[q]) < o ||
+                                          (dsample_order(s.list_v[q]) == o && s.list_id[q] > id))) {
+                            s.list_id[q + 1] = s.list_id[q];
+                            s.list_v[q + 1] = s.list_v[q];
+                            q--;
+                        }
+                        s.list_id[q + 1] = id;
+                        s.list_v[q + 1] = v;
+                    }
+                    for (int p = 0; p < n_top; p++)
+                        s.list_v[p] = (float)((double)s.list_v[p] - shift);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        struct dsample_out *o = &a.out[blockIdx.x];
+        o->token = token;
+        o->logprob = lp;
+        o->n_top = n_top;
+        o->pad = 0;
+        for (int k = 0; k < DSAMPLE_MAX_TOP; k++) {
+            o->top[k].token = k < n_top ? s.list_id[k] : 0;
+            o->top[k].logprob = k < n_top ? s.list_v[k] : 0.0f;
+        }
+    }
+}
+
+} // namespace
+
+enum hr_status sample(const struct cuda_sample *a, void *stream, char *err, size_t errlen)
+{
+    if (a->n_rows == 0)
+        return HR_OK;
+    if (a->n_rows < 0 || a->vocab <= 0 || !a->logits || !a->rows || !a->work || !a->out ||
+        (!a->mods && a->n_mods > 0) || (!a->biases && a->n_biases > 0))
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda sample: bad arguments (rows=%d vocab=%d)", a->n_rows,
+                      a->vocab);
+    sample_kernel<<<a->n_rows, ST, 0, (cudaStream_t)stream>>>(*a);
+    return launch_status("sample", err, errlen);
+}
+
+} // namespace CUK_NS
