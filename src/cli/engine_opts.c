@@ -54,7 +54,10 @@ const char engine_opts_help[] =
     "                                (the same bits either way; graphs cut the launch overhead)\n"
     "  --no-device-sampling          --device cuda: bring every logits row to the host and sample\n"
     "                                there (default: requests without a grammar or prompt logprobs\n"
-    "                                are sampled on the device; only tokens and logprobs come back)\n";
+    "                                are sampled on the device; only tokens and logprobs come back)\n"
+    "  --device-sampling-all         --device cuda: sample requests with a temperature on the device\n"
+    "                                too (default: greedy requests only; the device's top-k/top-p\n"
+    "                                pass is slower than the host's at a few rows)\n";
 
 void engine_opts_default(struct hearth_engine_params *p)
 {
@@ -93,6 +96,10 @@ int engine_opts_parse(struct hearth_engine_params *p, int argc, char **argv, int
     }
     if (!strcmp(a, "--no-device-sampling")) {
         p->no_device_sampling = true;
+        return 1;
+    }
+    if (!strcmp(a, "--device-sampling-all")) {
+        p->device_sampling_all = true;
         return 1;
     }
     if (args_is(a, "--model")) {

@@ -502,7 +502,7 @@ static void engine_publish_stats(struct hearth_engine *e)
 static bool engine_on_device(const struct hearth_engine *e, const struct group *g)
 {
     return e->ds_on && e->be.ops->sample && e->be.ops->to_host_rows && !e->logits_hook && !g->grammar && !g->prompt_lp &&
-           dev_sample_allowed(&g->sp);
+           dev_sample_allowed(&g->sp) && (e->ds_all || g->sp.temperature < SAMPLER_GREEDY_EPS);
 }
 
 /* The plan's row i's logits rows [*lo, *hi) within the piece [c0, c0 + cn) (empty: lo >= hi). */
@@ -1062,9 +1062,10 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
     /* a device that samples: the rows that allow it never bring their logits over */
     if (st == HR_OK && !p->no_device_sampling)
         st = engine_dev_sampling(e, true, err, errlen);
+    e->ds_all = p->device_sampling_all;
     if (st == HR_OK && e->ds_on)
-        log_info("engine: sampling on the %s (requests without a grammar or prompt logprobs; "
-                 "--no-device-sampling: on the host)", e->be.device);
+        log_info("engine: sampling on the %s (%s requests without a grammar or prompt logprobs; "
+                 "--no-device-sampling: on the host)", e->be.device, e->ds_all ? "all" : "greedy");
     if (st == HR_OK)
         grammar_cache_init(&e->gcache, e->has_tk ? &e->tk : NULL, e->m.cfg.vocab_size, 0, 0);
     if (st == HR_OK && start_thread) {

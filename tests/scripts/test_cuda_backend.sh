@@ -28,6 +28,7 @@ fi
 m=$tmp/m06
 cache=${HEARTH_TEST_CACHE:-tests/.cache}
 tok=(); [ -s "$cache/qwen3/tokenizer.json" ] && tok=(--tokenizer "$cache/qwen3")
+lp=; [ ${#tok[@]} -gt 0 ] && lp=',"logprobs":2' # logprobs come back as tokens: only with a tokenizer
 "$bin" mkmodel --shape qwen3-0.6b --dtype bf16 --seed 7 --out "$m" "${tok[@]}" >/dev/null 2>&1
 check "mkmodel qwen3-0.6b" "[ -s $m/config.json ]"
 for k in $([ "$dev" = cuda ] && echo sm90a sm80); do
@@ -70,10 +71,11 @@ done
 P=3,17,250,99,4,4,31,7,150,2,88,19,5,6,200,11,12,400,1000,77
 for r in $([ "$dev" = cuda ] && echo 1 2); do
   "$bin" generate --device cuda --model "$m" --prompt-ids $P -n 3 --max-tokens 24 --temperature 0.8 --seed 5 \
-    >"$tmp/g$r" 2>/dev/null
+    --device-sampling-all >"$tmp/g$r" 2>/dev/null
 done
 [ "$dev" = cuda ] && check "sampling on the GPU: run to run the same bytes" "[ -s $tmp/g1 ] && cmp -s $tmp/g1 $tmp/g2"
-# Sampling on the device (the default; --no-device-sampling samples on the host): greedy
+# Sampling on the device (greedy requests by default, every one with --device-sampling-all;
+# --no-device-sampling samples on the host): greedy
 # tokens equal the host's (plain, with penalties and n = 2, and n = 70: a fork over two
 # of the backend's 64-row launches); a sampled request
 # (temperature 0.8, top_p 0.9, a seed) gives the same bytes alone and among 7 others of
@@ -92,7 +94,7 @@ if [ "$dev" = cuda ]; then
     "[ -s $tmp/gr_dev ] && cmp -s $tmp/gr_dev $tmp/gr_host"
   port=$((20000 + RANDOM % 20000))
   "$bin" serve --device cuda --model "$m" --port $port --max-num-seqs 16 --kv-cache-mib 512 --prefix-cache off \
-    >"$tmp/ds.log" 2>&1 &
+    --device-sampling-all >"$tmp/ds.log" 2>&1 &
   spid=$!
   for i in $(seq 1 120); do
     [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$port/health)" = 200 ] && break; sleep 1
@@ -135,7 +137,6 @@ for i in $(seq 1 120); do
   [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$port/health)" = 200 ] && break; sleep 1
 done
 ids='[3,17,250,99,4,4,31,7,150,2,88,19,5,6,200,11,12,400,1000,77,3,17,250,99,4,4,31,7,150,2,88,19,5,6,200,11,12]'
-lp=; [ ${#tok[@]} -gt 0 ] && lp=',"logprobs":2'
 for r in 1 2; do
   curl -s -m 120 http://127.0.0.1:$port/v1/completions -H 'content-type: application/json' \
     -d "{\"model\":\"m06\",\"prompt\":$ids,\"max_tokens\":8,\"n\":2,\"temperature\":0.7,\"seed\":4$lp}" \

@@ -283,6 +283,8 @@ static enum hr_status fake_to_host_rows(struct backend *be, const float *src, in
     return HR_OK;
 }
 
+/* device: 0 host sampling, 1 the default (greedy requests on the "device"), 2 every
+ * request that allows it (--device-sampling-all) */
 static struct hearth_engine *fake_engine(int device)
 {
     struct hearth_engine *e = rig_engine(rig_kv_bytes(400), 8, 64, 1);
@@ -295,6 +297,7 @@ static struct hearth_engine *fake_engine(int device)
         e->be.ops = &fake_ops;
         CHECK_OK(engine_dev_sampling(e, true, err, sizeof err), err);
         CHECK(e->ds_on);
+        e->ds_all = device == 2;
     }
     return e;
 }
@@ -320,7 +323,7 @@ static void make_jobs(struct job *jobs, int n, int vocab)
 
 static void test_engine_device_path(void)
 {
-    struct hearth_engine *e = fake_engine(1);
+    struct hearth_engine *e = fake_engine(2);
     if (!e) {
         CHECK(0);
         return;
@@ -372,6 +375,36 @@ static void test_engine_device_path(void)
     fake_cap = 0;
 }
 
+/* The default sends greedy requests to the device and sampled ones to the host. */
+static void test_default_greedy_only(void)
+{
+    struct hearth_engine *e = fake_engine(1);
+    if (!e) {
+        CHECK(0);
+        return;
+    }
+    int V = e->m.cfg.vocab_size;
+    struct job j[2];
+    rig_make_job(&j[0], V);
+    j[0].p.temperature = 0.8f;
+    j[0].p.seed = 7;
+    rig_make_job(&j[1], V);
+    j[1].p.temperature = 0.0f;
+    long r0 = fake_rows, h0 = fake_host_rows;
+    CHECK(rig_run_alone(e, &j[0]));
+    CHECK_MSG(fake_rows == r0 && fake_host_rows > h0, "a sampled request: %ld device rows, %ld host rows",
+              fake_rows - r0, fake_host_rows - h0);
+    long r1 = fake_rows, h1 = fake_host_rows;
+    CHECK(rig_run_alone(e, &j[1]));
+    CHECK_MSG(fake_rows > r1 && fake_host_rows == h1, "a greedy request: %ld device rows, %ld host rows",
+              fake_rows - r1, fake_host_rows - h1);
+    rig_check_idle(e);
+    hearth_engine_free(e);
+    free(fake_buf);
+    fake_buf = NULL;
+    fake_cap = 0;
+}
+
 int main(void)
 {
     TEST_RUN(test_math);
@@ -379,5 +412,6 @@ int main(void)
     TEST_RUN(test_ref_vs_cpu);
     TEST_RUN(test_allowed_and_result);
     TEST_RUN(test_engine_device_path);
+    TEST_RUN(test_default_greedy_only);
     TEST_END();
 }
