@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/dsample.h"
+
 struct sampler_cand {
     float x;    /* logit after bias and penalties (before temperature: the order is the same) */
     int32_t id;
@@ -260,34 +262,13 @@ static void select_top(const struct sampler_cand *src, int n, int m, struct samp
 
 void sampler_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
 {
-    uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
-    uint32_t k0 = key[0], k1 = key[1];
-    for (int round = 0; round < 10; round++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c1 = (uint32_t)p1;
-        c3 = (uint32_t)p0;
-        c0 = n0;
-        c2 = n2;
-        k0 += 0x9E3779B9u; /* Weyl key schedule */
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
+    memcpy(out, ctr, 4 * sizeof *out);
+    dsample_philox(out, key[0], key[1]);
 }
 
 double sampler_uniform(uint64_t seed, uint64_t seq_index, uint64_t step)
 {
-    uint32_t ctr[4] = {(uint32_t)step, (uint32_t)(step >> 32), (uint32_t)seq_index, (uint32_t)(seq_index >> 32)};
-    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    uint32_t r[4];
-    sampler_philox4x32(ctr, key, r);
-    uint64_t bits = (((uint64_t)r[0] << 32) | r[1]) >> 11;
-    return (double)bits * 0x1.0p-53;
+    return (double)dsample_bits53(seed, seq_index, step) * 0x1.0p-53;
 }
 
 static uint64_t splitmix64(uint64_t x)

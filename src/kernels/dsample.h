@@ -274,26 +274,30 @@ DSAMPLE_HD uint64_t dsample_top_p_limit(float top_p, uint64_t total)
     return (hi << 32) | (lo2 >> 32);
 }
 
-/* Philox-4x32-10 as sampler_philox4x32, and the 53 random bits sampler_uniform scales:
- * counter (step, seq_index), key seed. */
-DSAMPLE_HD uint64_t dsample_bits53(uint64_t seed, uint64_t seq_index, uint64_t step)
+/* Philox-4x32-10 (Salmon et al., SC'11): ten rounds over the counter c, keyed by k
+ * (the host's sampler_philox4x32 and the device's draw both run this). */
+DSAMPLE_HD void dsample_philox(uint32_t c[4], uint32_t k0, uint32_t k1)
 {
-    uint32_t c0 = (uint32_t)step, c1 = (uint32_t)(step >> 32), c2 = (uint32_t)seq_index,
-             c3 = (uint32_t)(seq_index >> 32);
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     for (int round = 0; round < 10; round++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c1 = (uint32_t)p1;
-        c3 = (uint32_t)p0;
-        c0 = n0;
-        c2 = n2;
-        k0 += 0x9E3779B9u;
+        uint64_t p0 = (uint64_t)0xD2511F53u * c[0];
+        uint64_t p1 = (uint64_t)0xCD9E8D57u * c[2];
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0;
+        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
+        c[1] = (uint32_t)p1;
+        c[3] = (uint32_t)p0;
+        c[0] = n0;
+        c[2] = n2;
+        k0 += 0x9E3779B9u; /* Weyl key schedule */
         k1 += 0xBB67AE85u;
     }
-    return (((uint64_t)c0 << 32) | c1) >> 11;
+}
+
+/* The 53 random bits sampler_uniform scales: counter (step, seq_index), key seed. */
+DSAMPLE_HD uint64_t dsample_bits53(uint64_t seed, uint64_t seq_index, uint64_t step)
+{
+    uint32_t c[4] = {(uint32_t)step, (uint32_t)(step >> 32), (uint32_t)seq_index, (uint32_t)(seq_index >> 32)};
+    dsample_philox(c, (uint32_t)seed, (uint32_t)(seed >> 32));
+    return (((uint64_t)c[0] << 32) | c[1]) >> 11;
 }
 
 /* The draw's target in [0, total): floor(u total) exactly, u = bits53 2^-53. */
