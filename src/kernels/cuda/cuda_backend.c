@@ -889,23 +889,31 @@ static enum hr_status cb_sync(struct backend *be, char *err, size_t errlen)
     return st;
 }
 
+/* The page-locked buffer to_host and to_host_rows copy into, at least bytes long: sized
+ * for the largest piece once (after the first steps it never grows), so a step's
+ * logits come back at the bus's rate. */
+static enum hr_status cb_host_room(struct cuda_backend *c, size_t bytes, char *err, size_t errlen)
+{
+    if (bytes <= c->host_bytes)
+        return HR_OK;
+    void *p = cuda_dev_host_alloc(bytes);
+    if (!p)
+        return hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: no page-locked host memory for %zu bytes", bytes);
+    cuda_dev_host_free(c->host);
+    c->host = p;
+    c->host_bytes = bytes;
+    return HR_OK;
+}
+
 static enum hr_status cb_to_host(struct backend *be, const void *src, size_t bytes, void **host, char *err,
                                  size_t errlen)
 {
     struct cuda_backend *c = cb_of(be);
     *host = NULL;
     cb_prof_mark(c, 11);
-    if (bytes > c->host_bytes) {
-        /* page-locked, sized for the largest piece once (after the first steps it never
-         * grows): a step's logits come back at the bus's rate */
-        void *p = cuda_dev_host_alloc(bytes);
-        if (!p)
-            return hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: no page-locked host memory for %zu bytes",
-                          bytes);
-        cuda_dev_host_free(c->host);
-        c->host = p;
-        c->host_bytes = bytes;
-    }
+    enum hr_status hst = cb_host_room(c, bytes, err, errlen);
+    if (hst != HR_OK)
+        return hst;
     enum hr_status st = cuda_dev_copy(c->host, src, bytes, err, errlen);
     cb_prof_mark(c, -1);
     if (st == HR_OK)
@@ -1006,15 +1014,9 @@ static enum hr_status cb_to_host_rows(struct backend *be, const float *src, int 
     size_t row = (size_t)dim * sizeof(float), bytes = (size_t)n * row;
     if (n < 0 || dim < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda to_host_rows: %d rows of %d", n, dim);
-    if (bytes > c->host_bytes) {
-        void *p = cuda_dev_host_alloc(bytes);
-        if (!p)
-            return hr_err(err, errlen, HR_ERR_NOMEM, "cuda backend: no page-locked host memory for %zu bytes",
-                          bytes);
-        cuda_dev_host_free(c->host);
-        c->host = p;
-        c->host_bytes = bytes;
-    }
+    enum hr_status hst = cb_host_room(c, bytes, err, errlen);
+    if (hst != HR_OK)
+        return hst;
     /* runs of consecutive rows go in one copy */
     for (int i = 0; i < n;) {
         int j = i + 1;
