@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gcc and clang both build every source file (library, CLI, tests) with
 # -Wall -Wextra and no warning (-Werror here, so a warning fails the test), and the
-# libFuzzer targets build with clang.
+# libFuzzer targets build with clang.  gcc's build is make test's own, read from the
+# messages kept beside each object, when it is one (see gcc_logs_clean below).
 set -u
 cd "$(dirname "$0")/../.."
 passed=0; failed=0
