@@ -73,7 +73,7 @@ HELPER_OBJS := $(TEST_HELPERS:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: all test asan test-long run bench fuzz fuzz-long clean deps testdata
+.PHONY: all test asan test-long run bench fuzz fuzz-long clean deps testdata print-cflags
 # Keep the test objects (make would delete them as intermediates and relink every time).
 .SECONDARY:
 all: $(BUILD)/hearth
@@ -83,15 +83,23 @@ $(DEPS_STAMP): scripts/deps.sh
 	@bash scripts/deps.sh
 	@touch $@
 
+# Every object's compiler messages are also kept beside it, in OBJ.log after the command
+# (scripts/cc-log.sh): test_warnings.sh reads those of make test's build.
+CC_LOG = sh scripts/cc-log.sh $@.log
 $(BUILD)/%_avx2.o: %_avx2.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ISA_CFLAGS) $(AVX2_FLAGS) -MMD -MP -c $< -o $@
+	$(CC_LOG) $(CC) $(ISA_CFLAGS) $(AVX2_FLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/%_avx512.o: %_avx512.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ISA_CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
+	$(CC_LOG) $(CC) $(ISA_CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+	$(CC_LOG) $(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+# The compile flags of the three kinds of object (plain, AVX2, AVX-512), one line each:
+# test_warnings.sh checks that make test's build used gcc's -Werror build's (less -Werror).
+print-cflags:
+	@echo '$(ALL_CFLAGS)'; echo '$(ISA_CFLAGS) $(AVX2_FLAGS)'; echo '$(ISA_CFLAGS) $(AVX512_FLAGS)'
 
 ifneq ($(strip $(NVCC)),)
 $(CUDA_BUILD)/dev.o: src/kernels/cuda/dev.cu

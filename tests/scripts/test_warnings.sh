@@ -1,15 +1,49 @@
 #!/usr/bin/env bash
 # gcc and clang both build every source file (library, CLI, tests) with
 # -Wall -Wextra and no warning (-Werror here, so a warning fails the test), and the
-# libFuzzer targets build with clang.
+# libFuzzer targets build with clang.  gcc's build is make test's own, read from the
+# messages kept beside each object, when it is one (see gcc_logs_clean below).
 set -u
 cd "$(dirname "$0")/../.."
 passed=0; failed=0
 # The sanitizer pass (make asan) runs the same script list: the build check is done once.
 case "${BUILD:-build}" in *asan*) echo "skip: checked by make test"; echo "RESULT passed=0 failed=0"; exit 0;; esac
+# gcc_logs_clean: make test has just compiled every file with gcc and the flags of the -Werror
+# build below, less -Werror, and kept each object's messages beside it (OBJ.log, first line
+# the command; see scripts/cc-log.sh): those say whether gcc warns, without compiling
+# everything a second time (40 CPU seconds).  Returns 2 when that build is not such a build
+# (another compiler or other flags, a log missing): then the -Werror build runs.
+gcc_logs_clean() {
+  local b=${BUILD:-build} gcc_path plain avx2 avx512 src obj log cmd first flags n=0 bad=0
+  command -v gcc >/dev/null || return 2
+  gcc_path=$(readlink -f "$(command -v gcc)")
+  { read -r plain; read -r avx2; read -r avx512; } < <(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
+      make -s --no-print-directory CC=gcc CFLAGS= print-cflags | tr -s ' ' | sed 's/ *$//')
+  [ -n "$plain" ] && [ -n "$avx512" ] || return 2
+  while read -r src; do
+    obj=$b/${src%.c}.o; log=$obj.log
+    [ -s "$log" ] && [ -e "$obj" ] && [ "$obj" -nt "$src" ] || return 2
+    cmd=$(head -n 1 "$log" | tr -s ' ')
+    first=${cmd%% *}
+    [ "$(readlink -f "$(command -v "$first" 2>/dev/null)" 2>/dev/null)" = "$gcc_path" ] || return 2
+    case $src in *_avx2.c) flags=$avx2 ;; *_avx512.c) flags=$avx512 ;; *) flags=$plain ;; esac
+    [ "$cmd" = "$first $flags -MMD -MP -c $src -o $obj" ] || return 2
+    if tail -n +2 "$log" | grep -qE 'warning:|error:'; then
+      bad=$((bad + 1)); tail -n +2 "$log" | grep -E 'warning|error' | head -5
+    fi
+    n=$((n + 1))
+  done < <({ find src -name '*.c'; ls tests/unit/*.c; } | sort)
+  echo "  (gcc: make test's compile of the $n files, their messages in $b/**/*.o.log)"
+  [ "$bad" -eq 0 ]
+}
 for cc in gcc clang; do
   if ! command -v $cc >/dev/null; then
     failed=$((failed + 1)); echo "FAIL $cc is not installed"; continue
+  fi
+  if [ $cc = gcc ]; then
+    gcc_logs_clean; rc=$?
+    if [ $rc = 0 ]; then passed=$((passed + 1)); echo "ok   gcc builds warning-free"; continue; fi
+    if [ $rc = 1 ]; then failed=$((failed + 1)); echo "FAIL gcc: warnings or errors"; continue; fi
   fi
   out=build-werror-$cc
   log=$(mktemp)
