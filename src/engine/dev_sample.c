@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/vec.h"
+
 bool dev_sample_allowed(const struct sampler_params *p)
 {
     return p->n_logit_bias <= DSAMPLE_MAX_BIAS;
@@ -16,13 +18,13 @@ enum hr_status dev_sample_init(struct dev_sample *ds, int vocab, int cap, char *
     if (vocab < 1 || cap < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "device sampling: %d rows of %d tokens", cap, vocab);
     ds->vocab = vocab;
-    ds->cap = cap;
+    ds->cap = (size_t)cap;
     ds->cap_mods = 4096;
     ds->cap_biases = 1024;
-    ds->rows = malloc((size_t)cap * sizeof *ds->rows);
-    ds->out = malloc((size_t)cap * sizeof *ds->out);
-    ds->mods = malloc((size_t)ds->cap_mods * sizeof *ds->mods);
-    ds->biases = malloc((size_t)ds->cap_biases * sizeof *ds->biases);
+    ds->rows = malloc(ds->cap * sizeof *ds->rows);
+    ds->out = malloc(ds->cap * sizeof *ds->out);
+    ds->mods = malloc(ds->cap_mods * sizeof *ds->mods);
+    ds->biases = malloc(ds->cap_biases * sizeof *ds->biases);
     ds->slot = malloc((size_t)vocab * sizeof *ds->slot);
     if (!ds->rows || !ds->out || !ds->mods || !ds->biases || !ds->slot) {
         dev_sample_free(ds);
@@ -50,22 +52,6 @@ void dev_sample_reset(struct dev_sample *ds)
     ds->n_biases = 0;
 }
 
-/* Room for need elements of an array (doubling). */
-static bool dev_sample_grow(void **p, int *cap, int need, size_t size)
-{
-    if (need <= *cap)
-        return true;
-    int c = *cap;
-    while (c < need)
-        c = c > (1 << 29) ? need : 2 * c;
-    void *q = realloc(*p, (size_t)c * size);
-    if (!q)
-        return false;
-    *p = q;
-    *cap = c;
-    return true;
-}
-
 /* The row's mod of token t, made on first use. */
 static struct dsample_mod *dev_sample_mod(struct dev_sample *ds, int first, int32_t t)
 {
@@ -86,14 +72,13 @@ enum hr_status dev_sample_add(struct dev_sample *ds, const struct sampler_params
     int n_hist = rep ? n_prompt + n_generated : freq ? n_generated : 0;
     /* distinct tokens: at most the vocabulary */
     int most = p->n_logit_bias + n_hist < ds->vocab ? p->n_logit_bias + n_hist : ds->vocab;
-    if (ds->n == ds->cap) {
-        int cap_out = ds->cap;
-        if (!dev_sample_grow((void **)&ds->out, &cap_out, ds->n + 1, sizeof *ds->out) ||
-            !dev_sample_grow((void **)&ds->rows, &ds->cap, ds->n + 1, sizeof *ds->rows) || cap_out != ds->cap)
-            return hr_err(err, errlen, HR_ERR_NOMEM, "device sampling: out of memory");
-    }
-    if (!dev_sample_grow((void **)&ds->mods, &ds->cap_mods, ds->n_mods + most, sizeof *ds->mods) ||
-        !dev_sample_grow((void **)&ds->biases, &ds->cap_biases, ds->n_biases + p->n_logit_bias, sizeof *ds->biases))
+    /* rows and out share one capacity: the same start and need give the same growth */
+    size_t cap_out = ds->cap, need = (size_t)ds->n + 1;
+    if (!vec_reserve((void **)&ds->out, &cap_out, need, sizeof *ds->out, 1) ||
+        !vec_reserve((void **)&ds->rows, &ds->cap, need, sizeof *ds->rows, 1) ||
+        !vec_reserve((void **)&ds->mods, &ds->cap_mods, (size_t)ds->n_mods + most, sizeof *ds->mods, 1) ||
+        !vec_reserve((void **)&ds->biases, &ds->cap_biases, (size_t)ds->n_biases + p->n_logit_bias,
+                     sizeof *ds->biases, 1))
         return hr_err(err, errlen, HR_ERR_NOMEM, "device sampling: out of memory");
     int first = ds->n_mods;
     /* Biases: each token's entries together, in the request's order. */

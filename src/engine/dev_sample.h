@@ -21,11 +21,14 @@ struct dev_sample {
     int vocab;
     struct dsample_row *rows;  /* [cap] */
     struct dsample_out *out;   /* [cap] */
-    int n, cap;
+    int n;
+    size_t cap;
     struct dsample_mod *mods;  /* [cap_mods] */
-    int n_mods, cap_mods;
+    int n_mods;
+    size_t cap_mods;
     float *biases;             /* [cap_biases] */
-    int n_biases, cap_biases;
+    int n_biases;
+    size_t cap_biases;
     int32_t *slot;             /* [vocab]: token -> its mod in the row being added; -1 between adds */
 };
 

@@ -505,12 +505,14 @@ static bool engine_on_device(const struct hearth_engine *e, const struct group *
            dev_sample_allowed(&g->sp) && (e->ds_all || g->sp.temperature < SAMPLER_GREEDY_EPS);
 }
 
-/* The plan's row i's logits rows [*lo, *hi) within the piece [c0, c0 + cn) (empty: lo >= hi). */
-static void engine_row_span(const struct sched_row *pr, const struct batch_row *br, int c0, int cn, int *lo, int *hi)
+/* The plan's row i's logits rows [*lo, *hi) within the piece [c0, c0 + cn) (empty: lo >= hi);
+ * true when the row samples from the piece's row hi - 1 (its last logits are in it). */
+static bool engine_row_span(const struct sched_row *pr, const struct batch_row *br, int c0, int cn, int *lo, int *hi)
 {
     int nl = pr->all_logits ? pr->query_len : pr->sample ? 1 : 0;
     *lo = br->logit_offset > c0 ? br->logit_offset : c0;
     *hi = br->logit_offset + nl < c0 + cn ? br->logit_offset + nl : c0 + cn;
+    return pr->sample && *lo < *hi && *hi == br->logit_offset + nl;
 }
 
 /* Whether the plan's row i samples from this piece's logits as a pure function of
@@ -574,13 +576,12 @@ static enum hr_status engine_piece_device(struct hearth_engine *e, const struct 
         const struct sched_row *pr = &plan->rows[i];
         const struct batch_row *br = &b->rows[i];
         int lo, hi;
-        engine_row_span(pr, br, c0, cn, &lo, &hi);
+        bool last = engine_row_span(pr, br, c0, cn, &lo, &hi);
         if (lo >= hi)
             continue;
         struct seq *s = pr->s;
         struct group *g = s->g;
-        int nl = pr->all_logits ? pr->query_len : 1;
-        if (pr->sample && hi == br->logit_offset + nl && engine_on_device(e, g)) {
+        if (last && engine_on_device(e, g)) {
             int row = hi - 1 - c0, at = -1;
             if (!g->forked && g->n > 1) {
                 /* the fork: every sibling samples this row with its own key, as it will
@@ -659,9 +660,8 @@ static enum hr_status engine_logits(struct hearth_engine *e, const struct sched_
         for (int i = 0; i < plan->n_rows; i++) {
             const struct sched_row *pr = &plan->rows[i];
             const struct batch_row *br = &b->rows[i];
-            int nl = pr->all_logits ? pr->query_len : pr->sample ? 1 : 0;
             int lo, hi;
-            engine_row_span(pr, br, c0, cn, &lo, &hi);
+            bool last = engine_row_span(pr, br, c0, cn, &lo, &hi);
             if (lo >= hi)
                 continue;
             struct seq *s = pr->s;
@@ -683,7 +683,7 @@ static enum hr_status engine_logits(struct hearth_engine *e, const struct sched_
             }
             if (pr->all_logits) /* host rows of a row lie one after another */
                 engine_prompt_logprobs(e, s, br->context_len + (lo - br->logit_offset), hi - lo, rowp[lo - c0]);
-            if (!pr->sample || hi != br->logit_offset + nl)
+            if (!last)
                 continue;
             /* The row's last logits (rows with every token's logits end with them). */
             float *lg = rowp[hi - 1 - c0];
