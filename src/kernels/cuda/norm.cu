@@ -26,19 +26,52 @@ __device__ float block_sum(float v, float *red)
     return s;
 }
 
+/* Rows up to NORM_THREADS * NORM_HELD floats are read into registers at once (all the
+ * loads in flight, not one a loop turn: a decode step's norms are latency-bound); the
+ * sums are the loop's, element i by thread i % NORM_THREADS in ascending i. */
+constexpr int NORM_HELD = 32;
+
 __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_kernel(struct cuda_rmsnorm a)
 {
     __shared__ float red[NORM_THREADS / 32];
     int r = blockIdx.x;
     int src = a.x_rows ? a.x_rows[r] : r;
-    const float *x = a.x + (size_t)src * a.dim;
+    const float *__restrict__ x = a.x + (size_t)src * a.dim;
+    const float *__restrict__ w = a.w;
     float ss = 0.0f;
+    if (a.dim <= NORM_THREADS * NORM_HELD) {
+        float xv[NORM_HELD], wv[NORM_HELD];
+#pragma unroll
+        for (int j = 0; j < NORM_HELD; j++) {
+            int i = threadIdx.x + j * NORM_THREADS;
+            xv[j] = i < a.dim ? x[i] : 0.0f;
+            wv[j] = i < a.dim ? w[i] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < NORM_HELD; j++)
+            if (threadIdx.x + j * NORM_THREADS < a.dim)
+                ss = fmaf(xv[j], xv[j], ss);
+        ss = block_sum(ss, red);
+        float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)a.dim), a.eps)));
+#pragma unroll
+        for (int j = 0; j < NORM_HELD; j++) {
+            int i = threadIdx.x + j * NORM_THREADS;
+            if (i >= a.dim)
+                break;
+            float y = __fmul_rn(wv[j], __fmul_rn(xv[j], inv));
+            if (a.y_f32)
+                a.y_f32[(size_t)r * a.dim + i] = y;
+            if (a.y_bf16)
+                a.y_bf16[(size_t)r * a.dim + i] = f32_to_bf16(y);
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < a.dim; i += NORM_THREADS)
         ss = fmaf(x[i], x[i], ss);
     ss = block_sum(ss, red);
     float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)a.dim), a.eps)));
     for (int i = threadIdx.x; i < a.dim; i += NORM_THREADS) {
-        float y = __fmul_rn(a.w[i], __fmul_rn(x[i], inv));
+        float y = __fmul_rn(w[i], __fmul_rn(x[i], inv));
         if (a.y_f32)
             a.y_f32[(size_t)r * a.dim + i] = y;
         if (a.y_bf16)

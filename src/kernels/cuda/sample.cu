@@ -94,6 +94,75 @@ __device__ int block_min(int v, smem &s)
     return m;
 }
 
+/* The greater of two (value, id) candidates: the larger value, on a tie (-0 == +0
+ * too) the lower id; id INT_MAX is no candidate.  One answer in any order. */
+__device__ __forceinline__ void amax_take(float &bv, int &bi, float v, int i)
+{
+    if (i != INT_MAX && (bi == INT_MAX || v > bv || (v == bv && i < bi))) {
+        bv = v;
+        bi = i;
+    }
+}
+
+/* Every thread's (maximum, first id) merged: every thread gets the row's. */
+__device__ void block_amax(float &bv, int &bi, smem &s)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(FULL, bv, o);
+        int i = __shfl_xor_sync(FULL, bi, o);
+        amax_take(bv, bi, v, i);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        s.fred[threadIdx.x >> 5] = bv;
+        s.ired[threadIdx.x >> 5] = bi;
+    }
+    __syncthreads();
+    bv = s.fred[0];
+    bi = s.ired[0];
+    for (int w = 1; w < NW; w++)
+        amax_take(bv, bi, s.fred[w], s.ired[w]);
+    __syncthreads();
+}
+
+/* x = the cleaned logits L, and this thread's (maximum, first id) of them, in one pass:
+ * four floats a load and four loads in flight where the row allows (one block reads a
+ * whole row: the greedy step's cost is this pass). */
+__device__ void clean_copy(const float *__restrict__ L, float *__restrict__ x, int V, float &bv, int &bi)
+{
+    int i0 = 0;
+    if (V % 4 == 0 && ((uintptr_t)L & 15) == 0 && ((uintptr_t)x & 15) == 0) {
+        const float4 *L4 = (const float4 *)L;
+        float4 *x4 = (float4 *)x;
+        const int n4 = V / 4;
+        for (int c0 = threadIdx.x; c0 < n4; c0 += 4 * ST) {
+            float4 q[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (c0 + u * ST < n4)
+                    q[u] = __ldg(L4 + c0 + u * ST);
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int c = c0 + u * ST;
+                if (c >= n4)
+                    break;
+                float4 v = make_float4(dsample_clean(q[u].x), dsample_clean(q[u].y), dsample_clean(q[u].z),
+                                       dsample_clean(q[u].w));
+                x4[c] = v;
+                amax_take(bv, bi, v.x, 4 * c);
+                amax_take(bv, bi, v.y, 4 * c + 1);
+                amax_take(bv, bi, v.z, 4 * c + 2);
+                amax_take(bv, bi, v.w, 4 * c + 3);
+            }
+        }
+        i0 = V;
+    }
+    for (int i = i0 + threadIdx.x; i < V; i += ST) {
+        float v = dsample_clean(L[i]);
+        x[i] = v;
+        amax_take(bv, bi, v, i);
+    }
+}
+
 /* Adds (1, q) to bin idx (idx < 0: nothing) for every lane of the warp; lanes with the
  * same bin (and the same q) add once for all.  Integer atomics: order-free sums.  Every
  * lane of the warp must call it. */
@@ -333,28 +402,26 @@ __global__ void __launch_bounds__(ST) sample_kernel(struct cuda_sample a)
     while (id_bits < 31 && ((V - 1) >> id_bits) != 0)
         id_bits++;
 
-    /* Bias and penalties: the CPU's float operations, each token by one thread. */
-    for (int i = threadIdx.x; i < V; i += ST)
-        x[i] = dsample_clean(L[i]);
-    __syncthreads();
-    for (int j = threadIdx.x; j < r.n_mods; j += ST) {
-        const struct dsample_mod m = a.mods[r.mod_first + j];
-        if (m.token >= 0 && m.token < V) /* checked on the host */
-            dsample_apply_mod(&r, &m, a.biases, x);
-    }
-    __syncthreads();
-
-    float xmax = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += ST)
-        xmax = fmaxf(xmax, x[i]);
-    xmax = block_max(xmax, s);
-    int first = INT_MAX;
-    for (int i = threadIdx.x; i < V; i += ST)
-        if (x[i] == xmax) {
-            first = i;
-            break;
+    /* The greedy token: the maximum, ties to the lower id, of the cleaned logits, then
+     * bias and penalties (the CPU's float operations, each token by one thread). */
+    float xmax = 0.0f;
+    int token = INT_MAX;
+    clean_copy(L, x, V, xmax, token);
+    if (r.n_mods > 0) {
+        __syncthreads();
+        for (int j = threadIdx.x; j < r.n_mods; j += ST) {
+            const struct dsample_mod m = a.mods[r.mod_first + j];
+            if (m.token >= 0 && m.token < V) /* checked on the host */
+                dsample_apply_mod(&r, &m, a.biases, x);
         }
-    int token = block_min(first, s);
+        __syncthreads();
+        token = INT_MAX;
+        for (int i = threadIdx.x; i < V; i += ST)
+            amax_take(xmax, token, x[i], i);
+    }
+    block_amax(xmax, token, s);
+    if (xmax == 0.0f)
+        xmax = 0.0f; /* -0 and +0 are one maximum */
 
     if (!(r.temperature < DSAMPLE_GREEDY_EPS) && xmax != -INFINITY) {
         view w = {x, 0, xmax, r.temperature, 0, r.keep_from};
