@@ -137,10 +137,9 @@ static void bench_gemm(const struct cuda_kernels *K, double read_gbs, int only_m
             MUST(cuda_dev_alloc((void **)&tickets, ntk * sizeof(int), err, sizeof err));
             MUST(cuda_dev_memset(tickets, 0, ntk * sizeof(int), err, sizeof err));
         }
-        for (size_t mi = 0; mi < sizeof ms_list / sizeof ms_list[0]; mi++) {
-            int m = ms_list[mi];
-            if (only_m && m != only_m)
-                continue;
+        size_t n_ms = only_m ? 1 : sizeof ms_list / sizeof ms_list[0];
+        for (size_t mi = 0; mi < n_ms; mi++) {
+            int m = only_m ? only_m : ms_list[mi]; /* --m: any m up to max_m */
             double flops = 2.0 * m * s->n * s->k * mats;
             int out_e = s->epi == CUDA_EPI_STORE_BF16 || sw ? 2 : 4;
             double bytes = (double)wbytes + (double)m * s->k * 2 + (double)m * s->n * out_e * (s->epi == CUDA_EPI_ADD_F32 ? 2 : 1);
@@ -399,9 +398,13 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--variant") && i + 1 < argc)
             variant = argv[++i];
-        else if (!strcmp(argv[i], "--m") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--m") && i + 1 < argc) {
             only_m = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--gemm-only"))
+            if (only_m < 1 || only_m > 4096) {
+                fprintf(stderr, "cuda_bench: --m takes 1..4096\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--gemm-only"))
             gemm_only = 1;
         else if (!strcmp(argv[i], "--ceilings-only"))
             ceilings_only = 1;

@@ -4,10 +4,14 @@
  * Batch invariance: an output element is one thread's accumulator, fed the k16 steps
  * of its k range in ascending order; rows never interact inside mma.  The tile shape
  * is fixed (BM x BN x BK), and the only other choice, the K split, is a function of
- * (n, k, epilogue) and the SM count (gemm_split): the split's partial sums go to a
- * workspace and the last block of a tile to finish (a ticket counter decides which
- * block does it, not what is summed) adds them in split order 0, 1, ... S-1.  So
- * row i of y has the same bits whatever m is and whatever the other rows hold.
+ * (n, k, epilogue) and the SM count (gemm_split): K is cut into S equal parts, each
+ * part summed from zero, and the parts' sums added in order 0, 1, ... S-1.  Who
+ * computes a part does not change what is summed: either one block per part (the
+ * partial sums go to a workspace and the last block of a tile to finish, chosen by a
+ * ticket counter, adds them in order), or one block walks all S parts and folds each
+ * into a running sum as it ends (no workspace: large m, where the tiles alone fill the
+ * SMs).  So row i of y has the same bits whatever m is and whatever the other rows
+ * hold; the tests compare both ways at the same shapes, bytes.
  *
  * Blocks whose rows lie past m skip their MMAs (each element still sees the same
  * sequence of steps); rows past m and columns past n are zero-filled on load.
@@ -27,8 +31,8 @@ constexpr int BN = 128, THREADS = 256;
 
 /* Tile configurations (BM x BN x BK, STAGES); which one a shape uses is a function of
  * the shape alone (tile_of), or HEARTH_CUDA_GEMM_TILE for the whole process. */
-enum tile { TILE_64x64, TILE_128x64, TILE_WGMMA, TILE_COUNT };
-static const char *const tile_names[TILE_COUNT] = {"64x64", "128x64", "wgmma128x64"};
+enum tile { TILE_64x64, TILE_128x64, TILE_WGMMA, TILE_WGMMA64, TILE_COUNT };
+static const char *const tile_names[TILE_COUNT] = {"64x64", "128x64", "wgmma128x64", "wgmma64x64"};
 
 template <int BM_, int BK_, int STAGES_> struct cfg {
     static constexpr int BM = BM_, BK = BK_, STAGES = STAGES_;
@@ -46,6 +50,10 @@ using cfg128x64 = cfg<128, 64, 3>; /* 110.6 KB */
 
 int g_sm_count = 132;
 int g_tile_forced = -1;
+int g_fill = 1;       /* the split aims at g_fill blocks an SM */
+int g_min_part = 256; /* the shortest K part a split may make */
+int g_par_rows = 64;  /* the most rows of m whose tiles' parts go to a block each */
+int g_ext_rows = 1;   /* above this many rows the parts are added by combine_kernel */
 
 struct params {
     const uint16_t *x, *w_up;
@@ -56,7 +64,110 @@ struct params {
     float *part;  /* [split, m, n_tiles * BN] */
     int *tickets; /* [m_tiles, n_tiles], zero between launches */
     int m, k, split, n_tiles;
+    int par;      /* blocks a tile's K is shared by: split (a part each) or 1 (one block folds them all) */
+    int ext;      /* 1: a part a block writes its partials only; combine_kernel adds them (no tickets) */
 };
+
+/* Tile ntg of a launch: its segment's weights, output and width, and its column tile
+ * within the segment (segments: several products of x in one launch). */
+struct seg {
+    const uint16_t *w;
+    void *y;
+    int n, nt;
+};
+__device__ __forceinline__ seg seg_of(const params &p, int ntg)
+{
+    int sg = 0;
+    while (sg + 1 < p.n_seg && ntg >= p.seg_t0[sg + 1])
+        sg++;
+    return seg{p.seg_w[sg], p.seg_y[sg], p.seg_n[sg], ntg - p.seg_t0[sg]};
+}
+
+constexpr int MAX_SPLIT = 32;
+
+/* The last block of a tile to finish: each element of the tile's rows below m, its
+ * parts' partial sums added in part order 0, 1, ..., into the staging tile (row stride
+ * ld floats).  A thread takes whole elements and has all of an element's parts in
+ * flight at once (not one load a part and element in turn: at m = 1 that chain was
+ * most of a split product's time). */
+template <int BM, int NT> __device__ void combine_parts(const params &p, int m0, int ntg, float *tile, int ld)
+{
+    const int rows = min(BM, p.m - m0), pw = p.n_tiles * BN, n_el = rows * BN;
+    const size_t qs = (size_t)p.m * pw;
+    for (int e0 = threadIdx.x; e0 < n_el; e0 += 2 * NT) { /* two elements a turn */
+        float v[2][MAX_SPLIT];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            int e = e0 + u * NT;
+            const float *src = p.part + (size_t)(m0 + e / BN) * pw + ntg * BN + e % BN;
+#pragma unroll
+            for (int q = 0; q < MAX_SPLIT; q++)
+                if (e < n_el && q < p.par)
+                    v[u][q] = __ldcg(src + q * qs);
+        }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            int e = e0 + u * NT;
+            if (e >= n_el)
+                break;
+            float t = v[u][0];
+#pragma unroll
+            for (int q = 1; q < MAX_SPLIT; q++)
+                if (q < p.par)
+                    t = __fadd_rn(t, v[u][q]);
+            tile[(e / BN) * ld + e % BN] = t;
+        }
+    }
+}
+
+/* Parts' partial sums of a column of tile ntg at row `row`, added in part order. */
+__device__ __forceinline__ float part_sum(const params &p, int row, int ntg, int c)
+{
+    const int pw = p.n_tiles * BN;
+    const size_t qs = (size_t)p.m * pw;
+    const float *src = p.part + (size_t)row * pw + ntg * BN + c;
+    float v[MAX_SPLIT];
+#pragma unroll
+    for (int q = 0; q < MAX_SPLIT; q++)
+        if (q < p.par)
+            v[q] = __ldcg(src + q * qs);
+    float t = v[0];
+#pragma unroll
+    for (int q = 1; q < MAX_SPLIT; q++)
+        if (q < p.par)
+            t = __fadd_rn(t, v[q]);
+    return t;
+}
+
+/* Block (tile blockIdx.x, row blockIdx.y) after an ext launch: each column's parts
+ * added in part order (the sums of combine_parts), then the epilogue, element by
+ * element as the GEMM kernels do it.  Every element by its own thread: where a tile
+ * holds more than a few rows, the last block's combine was the product's bottleneck. */
+template <int EPI> __global__ void __launch_bounds__(BN) combine_kernel(params p)
+{
+    const int ntg = blockIdx.x, row = blockIdx.y, c = threadIdx.x;
+    const seg sg = seg_of(p, ntg);
+    if constexpr (EPI == CUDA_EPI_SWIGLU_BF16) {
+        int col = sg.nt * (BN / 2) + c;
+        if (c >= BN / 2 || col >= sg.n)
+            return;
+        float g = part_sum(p, row, ntg, c), u = part_sum(p, row, ntg, BN / 2 + c);
+        float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+        ((uint16_t *)sg.y)[(size_t)row * sg.n + col] = f32_to_bf16(__fmul_rn(silu, u));
+    } else {
+        int col = sg.nt * BN + c;
+        if (col >= sg.n)
+            return;
+        float v = part_sum(p, row, ntg, c);
+        size_t at = (size_t)row * sg.n + col;
+        if constexpr (EPI == CUDA_EPI_STORE_F32)
+            ((float *)sg.y)[at] = v;
+        else if constexpr (EPI == CUDA_EPI_ADD_F32)
+            ((float *)sg.y)[at] = __fadd_rn(((float *)sg.y)[at], v);
+        else
+            ((uint16_t *)sg.y)[at] = f32_to_bf16(v);
+    }
+}
 
 /* One block: tile (blockIdx.y, blockIdx.x) of y, k tiles of split blockIdx.z.  For
  * SwiGLU the tile's columns 0..BN/2-1 are gate rows and BN/2.. the same up rows. */
@@ -68,33 +179,34 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp >> 2, wn = warp & 3;
     const int ntg = blockIdx.x, mt = blockIdx.y, s = blockIdx.z;
-    int sg = 0; /* the segment of tile ntg (segments: several products of x in one launch) */
-    while (sg + 1 < p.n_seg && ntg >= p.seg_t0[sg + 1])
-        sg++;
-    const int nt = ntg - p.seg_t0[sg], Np = p.seg_n[sg];
-    const uint16_t *const Wp = p.seg_w[sg];
-    void *const Yp = p.seg_y[sg];
+    const seg sgm = seg_of(p, ntg);
+    const int nt = sgm.nt, Np = sgm.n;
+    const uint16_t *const Wp = sgm.w;
+    void *const Yp = sgm.y;
     const int m0 = mt * BM;
-    const int kt_per = p.k / BK / p.split, kt0 = s * kt_per;
+    /* this block's parts: one (par == split) or all of them, folded in order (par == 1) */
+    const int kt_per = p.k / BK / p.split, nq = p.split / p.par, kt0 = s * nq * kt_per, kt_n = nq * kt_per;
     constexpr bool swiglu = EPI == CUDA_EPI_SWIGLU_BF16;
     constexpr int CPR = BK / 8; /* 16-byte chunks per row */
+    constexpr bool can_fold = BM == 64; /* the running sum's registers fit the 64-row tile only */
 
+    /* chunk i of a thread: row (tid + i * THREADS) / CPR, 16 bytes (tid % CPR) * 8 on;
+     * rows past m or n are zero-filled (their source a valid row, never read).  The
+     * destinations and flags are recomputed at each load: registers are this kernel's
+     * limit (two blocks an SM, the fold's running sum). */
+    const int ch = tid % CPR, row0 = tid / CPR;
+    constexpr int ROWS_PER = THREADS / CPR;
     const uint16_t *a_src[C::A_PER];
-    bool a_ok[C::A_PER];
-    int a_dst[C::A_PER];
 #pragma unroll
     for (int i = 0; i < C::A_PER; i++) {
-        int idx = tid + i * THREADS, row = idx / CPR, ch = idx % CPR;
-        a_ok[i] = m0 + row < p.m;
-        a_src[i] = p.x + (size_t)(a_ok[i] ? m0 + row : 0) * p.k + ch * 8;
-        a_dst[i] = row * LDS + ch * 8;
+        int row = row0 + i * ROWS_PER;
+        a_src[i] = p.x + (size_t)(m0 + row < p.m ? m0 + row : 0) * p.k + ch * 8;
     }
     const uint16_t *b_src[C::B_PER];
-    bool b_ok[C::B_PER];
-    int b_dst[C::B_PER];
+    unsigned b_okm = 0; /* bit i: chunk i's weight row lies below n */
 #pragma unroll
     for (int i = 0; i < C::B_PER; i++) {
-        int idx = tid + i * THREADS, r = idx / CPR, ch = idx % CPR;
+        int r = row0 + i * ROWS_PER;
         const uint16_t *base = Wp;
         int n_at;
         if (swiglu) {
@@ -103,22 +215,23 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
         } else {
             n_at = nt * BN + r;
         }
-        b_ok[i] = n_at < Np;
-        b_src[i] = base + (size_t)(b_ok[i] ? n_at : 0) * p.k + ch * 8;
-        b_dst[i] = r * LDS + ch * 8;
+        b_okm |= (unsigned)(n_at < Np) << i;
+        b_src[i] = base + (size_t)(n_at < Np ? n_at : 0) * p.k + ch * 8;
     }
 
     auto load = [&](int stage, int kt) {
         size_t ko = (size_t)kt * BK;
 #pragma unroll
-        for (int i = 0; i < C::A_PER; i++)
-            cp16(sa + stage * C::A_STAGE + a_dst[i], a_src[i] + ko, a_ok[i]);
+        for (int i = 0; i < C::A_PER; i++) {
+            int row = row0 + i * ROWS_PER;
+            cp16(sa + stage * C::A_STAGE + row * LDS + ch * 8, a_src[i] + ko, m0 + row < p.m);
+        }
 #pragma unroll
         for (int i = 0; i < C::B_PER; i++)
-            cp16(sb + stage * C::B_STAGE + b_dst[i], b_src[i] + ko, b_ok[i]);
+            cp16(sb + stage * C::B_STAGE + (row0 + i * ROWS_PER) * LDS + ch * 8, b_src[i] + ko, (b_okm >> i) & 1);
     };
 
-    float acc[MI][4][4];
+    float acc[MI][4][4], run[can_fold ? MI : 1][4][4];
 #pragma unroll
     for (int i = 0; i < MI; i++)
 #pragma unroll
@@ -135,15 +248,15 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
 
 #pragma unroll
     for (int st = 0; st < STAGES - 1; st++) {
-        if (st < kt_per)
+        if (st < kt_n)
             load(st, kt0 + st);
         cp_commit();
     }
-    for (int kt = 0; kt < kt_per; kt++) {
+    for (int kt = 0; kt < kt_n; kt++) {
         cp_wait<STAGES - 2>();
         __syncthreads();
         int nk = kt + STAGES - 1;
-        if (nk < kt_per)
+        if (nk < kt_n)
             load(nk % STAGES, kt0 + nk);
         cp_commit();
         if (n_act == 0)
@@ -168,12 +281,36 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
                     mma16816(acc[i][j], a[i], b[j]);
             }
         }
+        if constexpr (can_fold) {
+            if (nq > 1 && (kt + 1) % kt_per == 0) { /* a part ends: run = run + part, in part order */
+                const bool first = kt + 1 == kt_per;
+#pragma unroll
+                for (int i = 0; i < MI; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+#pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            run[i][j][r] = first ? acc[i][j][r] : __fadd_rn(run[i][j][r], acc[i][j][r]);
+                            acc[i][j][r] = 0.0f;
+                        }
+            }
+        }
     }
     cp_wait<0>();
+    if constexpr (can_fold) {
+        if (nq > 1)
+#pragma unroll
+            for (int i = 0; i < MI; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++)
+                        acc[i][j][r] = run[i][j][r];
+    }
 
-    /* the split's partials, then the combine in split order by the last block */
+    /* one part a block: the partials, then the combine in part order by the last block */
     const int pw = p.n_tiles * BN; /* partial row width */
-    if (p.split > 1) {
+    if (p.par > 1) {
 #pragma unroll
         for (int i = 0; i < MI; i++)
 #pragma unroll
@@ -185,12 +322,14 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
                     if (row < p.m)
                         __stcg(p.part + ((size_t)s * p.m + row) * pw + col, acc[i][j][r]);
                 }
+        if (p.ext)
+            return;
         __threadfence();
         __syncthreads();
         __shared__ int last;
         if (tid == 0) {
             int t = atomicAdd(p.tickets + (size_t)mt * p.n_tiles + ntg, 1);
-            last = t == p.split - 1;
+            last = t == p.par - 1;
             if (last)
                 p.tickets[(size_t)mt * p.n_tiles + ntg] = 0; /* ready for the next launch */
         }
@@ -198,21 +337,20 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
         if (!last)
             return;
         __threadfence();
+        float *tile = (float *)smem; /* the pipeline is done with it (the barrier above) */
+        combine_parts<BM, THREADS>(p, m0, ntg, tile, C::EPI_LD);
+        __syncthreads();
 #pragma unroll
         for (int i = 0; i < MI; i++)
 #pragma unroll
             for (int j = 0; j < 4; j++)
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
-                    int row = m0 + wm * WM + i * 16 + (lane >> 2) + (r >> 1) * 8;
-                    int col = ntg * BN + wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
-                    if (row >= p.m)
-                        continue;
-                    float v = __ldcg(p.part + (size_t)row * pw + col);
-                    for (int q = 1; q < p.split; q++)
-                        v = __fadd_rn(v, __ldcg(p.part + ((size_t)q * p.m + row) * pw + col));
-                    acc[i][j][r] = v;
+                    int lr = wm * WM + i * 16 + (lane >> 2) + (r >> 1) * 8;
+                    int lc = wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
+                    acc[i][j][r] = tile[lr * C::EPI_LD + lc]; /* rows past m: never stored */
                 }
+        __syncthreads(); /* the SwiGLU epilogue stages through the same smem */
     }
 
     if constexpr (EPI == CUDA_EPI_SWIGLU_BF16) {
@@ -269,19 +407,21 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
 #if defined(CUK_HOPPER)
 /* ------------------------------------------------------------------ wgmma (sm90a) */
 
-/* 128 x 128 tiles, BK 64, two warpgroups (64 rows each, m64n128k16 wgmma from shared
- * memory); cp.async fills 128-byte-swizzled rows (chunk c of row r at c ^ (r % 8)), the
- * layout the wgmma descriptors name.  Each accumulator element still sees the k16
- * steps of its range in ascending order, so the K split and the combine are those of
- * the mma.sync kernels. */
-namespace wg {
-constexpr int BM = 128, BK = 64, STAGES = 4;
-constexpr int TILE_BYTES = 128 * BK * 2; /* A or B, one stage: 16 KB */
-constexpr int PIPE = STAGES * 2 * TILE_BYTES;
-constexpr int EPI_LD = BN + 1;
-constexpr int SMEM = PIPE + 1024; /* + alignment to 1024 (the swizzle's period) */
-static_assert(BM * EPI_LD * 4 <= PIPE, "SwiGLU staging fits");
-}
+/* (64 WG) x 128 tiles, BK 64, WG warpgroups (64 rows each, m64n128k16 wgmma from
+ * shared memory); cp.async fills 128-byte-swizzled rows (chunk c of row r at c ^ (r %
+ * 8)), the layout the wgmma descriptors name.  Each accumulator element still sees
+ * the k16 steps of its range in ascending order, so the K split and the combine are
+ * those of the mma.sync kernels.  WG = 1 (64-row tiles, two blocks an SM): twice the
+ * weight bytes in flight an SM at small m, and a wave of 2 x SMs tiles. */
+template <int WG> struct wg {
+    static constexpr int BM = 64 * WG, NT = 128 * WG, BK = 64, STAGES = 4;
+    static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2; /* one stage */
+    static constexpr int PIPE = STAGES * (A_BYTES + B_BYTES);
+    static constexpr int EPI_LD = BN + 1;
+    static constexpr int SMEM = PIPE + 1024; /* + alignment to 1024 (the swizzle's period) */
+    static constexpr int A_PER = BM * 8 / NT, B_PER = BN * 8 / NT; /* 16-byte chunks a thread */
+    static_assert(BM * EPI_LD * 4 <= PIPE, "SwiGLU staging fits");
+};
 
 __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
 {
@@ -305,34 +445,35 @@ __device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db)
                  : "l"(da), "l"(db), "r"(1));
 }
 
-template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kernel(params p)
+template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) gemm_wgmma_kernel(params p)
 {
-    using namespace wg;
+    using G = wg<WG>;
+    constexpr int BM = G::BM, NT = G::NT, BK = G::BK, STAGES = G::STAGES, EPI_LD = G::EPI_LD;
     extern __shared__ __align__(128) uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    uint8_t *sa = smem, *sb = smem + STAGES * TILE_BYTES;
+    uint8_t *sa = smem, *sb = smem + STAGES * G::A_BYTES;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wgi = warp >> 2, wr = warp & 3;
     const int ntg = blockIdx.x, mt = blockIdx.y, s = blockIdx.z;
-    int sg = 0; /* the segment of tile ntg (segments: several products of x in one launch) */
-    while (sg + 1 < p.n_seg && ntg >= p.seg_t0[sg + 1])
-        sg++;
-    const int nt = ntg - p.seg_t0[sg], Np = p.seg_n[sg];
-    const uint16_t *const Wp = p.seg_w[sg];
-    void *const Yp = p.seg_y[sg];
+    const seg sgm = seg_of(p, ntg);
+    const int nt = sgm.nt, Np = sgm.n;
+    const uint16_t *const Wp = sgm.w;
+    void *const Yp = sgm.y;
     const int m0 = mt * BM;
     const int kt_per = p.k / BK / p.split, kt0 = s * kt_per;
     constexpr bool swiglu = EPI == CUDA_EPI_SWIGLU_BF16;
 
-    /* 4 chunks of A and 4 of B a thread: row = idx / 8, chunk = idx % 8 */
-    const uint16_t *a_src[4], *b_src[4];
-    bool a_ok[4], b_ok[4];
-    int dst[4];
+    /* chunk i of a thread: row idx / 8, chunk idx % 8 of it, idx = tid + i * NT */
+    const uint16_t *a_src[G::A_PER], *b_src[G::B_PER];
+    bool a_ok[G::A_PER], b_ok[G::B_PER];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int idx = tid + i * THREADS, r = idx >> 3, c = idx & 7;
-        dst[i] = r * 128 + ((c ^ (r & 7)) << 4);
+    for (int i = 0; i < G::A_PER; i++) {
+        int idx = tid + i * NT, r = idx >> 3, c = idx & 7;
         a_ok[i] = m0 + r < p.m;
         a_src[i] = p.x + (size_t)(a_ok[i] ? m0 + r : 0) * p.k + c * 8;
+    }
+#pragma unroll
+    for (int i = 0; i < G::B_PER; i++) {
+        int idx = tid + i * NT, r = idx >> 3, c = idx & 7;
         const uint16_t *base = Wp;
         int n_at;
         if (swiglu) {
@@ -344,13 +485,18 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kern
         b_ok[i] = n_at < Np;
         b_src[i] = base + (size_t)(b_ok[i] ? n_at : 0) * p.k + c * 8;
     }
+    auto swz = [&](int idx) { /* the swizzled byte offset of chunk idx in a stage */
+        int r = idx >> 3, c = idx & 7;
+        return r * 128 + ((c ^ (r & 7)) << 4);
+    };
     auto load = [&](int stage, int kt) {
         size_t ko = (size_t)kt * BK;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            cp16(sa + stage * TILE_BYTES + dst[i], a_src[i] + ko, a_ok[i]);
-            cp16(sb + stage * TILE_BYTES + dst[i], b_src[i] + ko, b_ok[i]);
-        }
+        for (int i = 0; i < G::A_PER; i++)
+            cp16(sa + stage * G::A_BYTES + swz(tid + i * NT), a_src[i] + ko, a_ok[i]);
+#pragma unroll
+        for (int i = 0; i < G::B_PER; i++)
+            cp16(sb + stage * G::B_BYTES + swz(tid + i * NT), b_src[i] + ko, b_ok[i]);
     };
 
     float d[64];
@@ -377,7 +523,7 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kern
         if (!active)
             continue;
         int stg = kt % STAGES;
-        uint32_t a0 = sa_addr + stg * TILE_BYTES + wgi * 64 * 128, b0 = sb_addr + stg * TILE_BYTES;
+        uint32_t a0 = sa_addr + stg * G::A_BYTES + wgi * 64 * 128, b0 = sb_addr + stg * G::B_BYTES;
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++)
@@ -389,7 +535,7 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kern
 
     /* element (i, r) of d: row wgi*64 + wr*16 + lane/4 + 8*(r/2), column 8i + 2*(lane%4) + r%2 */
     const int pw = p.n_tiles * BN;
-    if (p.split > 1) {
+    if (p.par > 1) { /* here par == split: the wgmma tile has no fold */
 #pragma unroll
         for (int i = 0; i < 16; i++)
 #pragma unroll
@@ -399,12 +545,14 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kern
                 if (row < p.m)
                     __stcg(p.part + ((size_t)s * p.m + row) * pw + col, d[4 * i + r]);
             }
+        if (p.ext)
+            return;
         __threadfence();
         __syncthreads();
         __shared__ int last;
         if (tid == 0) {
             int t = atomicAdd(p.tickets + (size_t)mt * p.n_tiles + ntg, 1);
-            last = t == p.split - 1;
+            last = t == p.par - 1;
             if (last)
                 p.tickets[(size_t)mt * p.n_tiles + ntg] = 0;
         }
@@ -412,19 +560,18 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kern
         if (!last)
             return;
         __threadfence();
+        float *tile = (float *)smem;
+        combine_parts<BM, NT>(p, m0, ntg, tile, EPI_LD);
+        __syncthreads();
 #pragma unroll
         for (int i = 0; i < 16; i++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                int row = m0 + wgi * 64 + wr * 16 + (lane >> 2) + (r >> 1) * 8;
-                int col = ntg * BN + i * 8 + (lane & 3) * 2 + (r & 1);
-                if (row >= p.m)
-                    continue;
-                float v = __ldcg(p.part + (size_t)row * pw + col);
-                for (int q = 1; q < p.split; q++)
-                    v = __fadd_rn(v, __ldcg(p.part + ((size_t)q * p.m + row) * pw + col));
-                d[4 * i + r] = v;
+                int lr = wgi * 64 + wr * 16 + (lane >> 2) + (r >> 1) * 8;
+                int lc = i * 8 + (lane & 3) * 2 + (r & 1);
+                d[4 * i + r] = tile[lr * EPI_LD + lc];
             }
+        __syncthreads();
     }
     if constexpr (EPI == CUDA_EPI_SWIGLU_BF16) {
         __syncthreads();
@@ -439,7 +586,7 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kern
             }
         __syncthreads();
         uint16_t *y = (uint16_t *)Yp;
-        for (int e = tid; e < BM * (BN / 2); e += THREADS) {
+        for (int e = tid; e < BM * (BN / 2); e += NT) {
             int lr = e / (BN / 2), lc = e % (BN / 2);
             int row = m0 + lr, col = nt * (BN / 2) + lc;
             if (row >= p.m || col >= Np)
@@ -472,38 +619,42 @@ template <int EPI> __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma_kern
     }
 }
 
-void wg_set_smem()
+template <int WG> void wg_set_smem()
 {
-    cudaFuncSetAttribute(gemm_wgmma_kernel<CUDA_EPI_STORE_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::SMEM);
-    cudaFuncSetAttribute(gemm_wgmma_kernel<CUDA_EPI_ADD_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::SMEM);
-    cudaFuncSetAttribute(gemm_wgmma_kernel<CUDA_EPI_STORE_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::SMEM);
-    cudaFuncSetAttribute(gemm_wgmma_kernel<CUDA_EPI_SWIGLU_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::SMEM);
+    constexpr int S = wg<WG>::SMEM;
+    cudaFuncSetAttribute(gemm_wgmma_kernel<WG, CUDA_EPI_STORE_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, S);
+    cudaFuncSetAttribute(gemm_wgmma_kernel<WG, CUDA_EPI_ADD_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, S);
+    cudaFuncSetAttribute(gemm_wgmma_kernel<WG, CUDA_EPI_STORE_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, S);
+    cudaFuncSetAttribute(gemm_wgmma_kernel<WG, CUDA_EPI_SWIGLU_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, S);
 }
 
-void wg_launch(const params &p, enum cuda_epi epi, cudaStream_t st)
+template <int WG> void wg_launch(const params &p, enum cuda_epi epi, cudaStream_t st)
 {
-    dim3 grid(p.n_tiles, (p.m + wg::BM - 1) / wg::BM, p.split);
+    using G = wg<WG>;
+    dim3 grid(p.n_tiles, (p.m + G::BM - 1) / G::BM, p.par);
     switch (epi) {
-    case CUDA_EPI_STORE_F32: gemm_wgmma_kernel<CUDA_EPI_STORE_F32><<<grid, THREADS, wg::SMEM, st>>>(p); break;
-    case CUDA_EPI_ADD_F32: gemm_wgmma_kernel<CUDA_EPI_ADD_F32><<<grid, THREADS, wg::SMEM, st>>>(p); break;
-    case CUDA_EPI_STORE_BF16: gemm_wgmma_kernel<CUDA_EPI_STORE_BF16><<<grid, THREADS, wg::SMEM, st>>>(p); break;
-    case CUDA_EPI_SWIGLU_BF16: gemm_wgmma_kernel<CUDA_EPI_SWIGLU_BF16><<<grid, THREADS, wg::SMEM, st>>>(p); break;
+    case CUDA_EPI_STORE_F32: gemm_wgmma_kernel<WG, CUDA_EPI_STORE_F32><<<grid, G::NT, G::SMEM, st>>>(p); break;
+    case CUDA_EPI_ADD_F32: gemm_wgmma_kernel<WG, CUDA_EPI_ADD_F32><<<grid, G::NT, G::SMEM, st>>>(p); break;
+    case CUDA_EPI_STORE_BF16: gemm_wgmma_kernel<WG, CUDA_EPI_STORE_BF16><<<grid, G::NT, G::SMEM, st>>>(p); break;
+    case CUDA_EPI_SWIGLU_BF16: gemm_wgmma_kernel<WG, CUDA_EPI_SWIGLU_BF16><<<grid, G::NT, G::SMEM, st>>>(p); break;
     }
 }
 #endif /* CUK_HOPPER */
 
 int n_tiles_of(int n, enum cuda_epi epi);
 
-/* 128-row tiles where the n tiles alone fill the SMs (no K split: lm_head, the 8B
- * gate/up), by wgmma on Hopper; 64-row mma.sync tiles under a split, where more,
- * smaller blocks stream the weights faster (bench/notes/cuda.md). */
+/* Where the n tiles alone fill the SMs (no K split: lm_head, the 8B gate/up): wgmma
+ * on Hopper, 64-row tiles two blocks an SM (at m <= 64 faster than the 128-row tile
+ * by 10-30%, slower by 25-35% at m >= 512: decode weighs more; bench/notes/cuda.md),
+ * 128-row mma.sync elsewhere; 64-row mma.sync tiles under a split, where more,
+ * smaller blocks stream the weights faster. */
 int tile_of(int n, int k, enum cuda_epi epi)
 {
     (void)k;
     if (g_tile_forced >= 0)
         return g_tile_forced;
 #if defined(CUK_HOPPER)
-    return n_tiles_of(n, epi) >= g_sm_count ? TILE_WGMMA : TILE_64x64;
+    return n_tiles_of(n, epi) >= g_sm_count ? TILE_WGMMA64 : TILE_64x64;
 #else
     return n_tiles_of(n, epi) >= g_sm_count ? TILE_128x64 : TILE_64x64;
 #endif
@@ -535,7 +686,7 @@ template <class C> void set_smem()
 
 template <class C> void launch(const params &p, enum cuda_epi epi, cudaStream_t st)
 {
-    dim3 grid(p.n_tiles, (p.m + C::BM - 1) / C::BM, p.split);
+    dim3 grid(p.n_tiles, (p.m + C::BM - 1) / C::BM, p.par);
     switch (epi) {
     case CUDA_EPI_STORE_F32: gemm_kernel<C, CUDA_EPI_STORE_F32><<<grid, THREADS, C::SMEM, st>>>(p); break;
     case CUDA_EPI_ADD_F32: gemm_kernel<C, CUDA_EPI_ADD_F32><<<grid, THREADS, C::SMEM, st>>>(p); break;
@@ -549,6 +700,18 @@ template <class C> void launch(const params &p, enum cuda_epi epi, cudaStream_t 
 enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
 {
     g_sm_count = sm_count > 0 ? sm_count : 132;
+    /* the split's aims, for benchmarks (bench/notes/cuda.md): blocks an SM, shortest part */
+    const char *f = getenv("HEARTH_CUDA_GEMM_FILL"), *mk = getenv("HEARTH_CUDA_GEMM_MIN_PART"),
+               *pr = getenv("HEARTH_CUDA_GEMM_PAR_ROWS");
+    g_fill = f && *f ? atoi(f) : 1;
+    g_min_part = mk && *mk ? atoi(mk) : 256;
+    g_par_rows = pr && *pr ? atoi(pr) : 64;
+    const char *er = getenv("HEARTH_CUDA_GEMM_EXT_ROWS");
+    g_ext_rows = er && *er ? atoi(er) : 1;
+    if (g_fill < 1 || g_fill > 16 || g_min_part < 64 || g_min_part % 64 || g_par_rows < 1 || g_ext_rows < 0)
+        return hr_err(err, errlen, HR_ERR_INVALID,
+                      "HEARTH_CUDA_GEMM_FILL=%s / _MIN_PART=%s / _PAR_ROWS=%s: 1..16, a multiple of 64, >= 1",
+                      f ? f : "", mk ? mk : "", pr ? pr : "");
     const char *t = getenv("HEARTH_CUDA_GEMM_TILE");
     g_tile_forced = -1;
     if (t && *t) {
@@ -556,12 +719,12 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
             if (strcmp(t, tile_names[i]) == 0)
                 g_tile_forced = i;
 #if !defined(CUK_HOPPER)
-        if (g_tile_forced == TILE_WGMMA)
+        if (g_tile_forced == TILE_WGMMA || g_tile_forced == TILE_WGMMA64)
             g_tile_forced = -1; /* wgmma is Hopper's alone */
 #endif
-        if (g_tile_forced < 0 && strcmp(t, tile_names[TILE_WGMMA]) != 0)
+        if (g_tile_forced < 0 && strcmp(t, tile_names[TILE_WGMMA]) != 0 && strcmp(t, tile_names[TILE_WGMMA64]) != 0)
             return hr_err(err, errlen, HR_ERR_INVALID,
-                          "HEARTH_CUDA_GEMM_TILE=%s: not one of 64x64, 128x64, wgmma128x64", t);
+                          "HEARTH_CUDA_GEMM_TILE=%s: not one of 64x64, 128x64, wgmma128x64, wgmma64x64", t);
     }
     int dev = 0, optin = 0;
     cudaGetDevice(&dev);
@@ -573,11 +736,12 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     set_smem<cfg64x64>();
     set_smem<cfg128x64>();
 #if defined(CUK_HOPPER)
-    if (optin < wg::SMEM)
+    if (optin < wg<2>::SMEM)
         return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
                       "cuda gemm (%s): the wgmma tile needs %d bytes of shared memory a block, the device gives %d",
-                      CUK_STR(CUK_VARIANT), wg::SMEM, optin);
-    wg_set_smem();
+                      CUK_STR(CUK_VARIANT), wg<2>::SMEM, optin);
+    wg_set_smem<2>();
+    wg_set_smem<1>();
 #endif
     return launch_status("gemm prepare", err, errlen);
 }
@@ -587,28 +751,59 @@ const char *gemm_tile_name(int n, int k, enum cuda_epi epi)
     return tile_names[tile_of(n, k, epi)];
 }
 
-/* Splits K (in powers of two, each part at least 256 long and whole k tiles) until
- * the tiles of n fill the SMs once: the weight streams of a small-m product need that
- * many blocks.  (Filling the last wave too, e.g. 8B gate/up split in two on wgmma,
- * measured slower at m = 1 and at m = 2048: bench/notes/cuda.md.) */
+/* Splits K (in powers of two, at most 32 parts, each at least g_min_part long and
+ * whole k tiles) until a block a part fills the SMs g_fill times over (once for the
+ * one-block-an-SM wgmma tile): the weight streams of a small-m product need that many
+ * blocks.  (Filling the wgmma tile's last wave too, 8B gate/up split in two, measured
+ * slower at m = 1 and m = 2048: bench/notes/cuda.md.) */
 int gemm_split(int n, int k, enum cuda_epi epi)
 {
-    int tiles = n_tiles_of(n, epi), bk = tile_bk(tile_of(n, k, epi)), s = 1;
-    while (tiles * s < g_sm_count && s < 8 && k % (2 * s * bk) == 0 && k / (2 * s) >= 256)
+    int t = tile_of(n, k, epi), tiles = n_tiles_of(n, epi), bk = tile_bk(t), s = 1;
+    int aim = (t == TILE_64x64 ? g_fill : 1) * g_sm_count;
+    while (tiles * s < aim && s < MAX_SPLIT && k % (2 * s * bk) == 0 && k / (2 * s) >= g_min_part)
         s *= 2;
     return s;
 }
 
+/* The most rows of m for which a tile's parts go to a block each (the weight stream
+ * of a few rows needs the blocks); above it one block walks all the parts and folds
+ * them (no workspace, and the last block's combine, which grows with the rows, is
+ * gone).  Only the 64x64 tile folds (the running sum's registers). */
+static int par_max_rows(int n, int k, enum cuda_epi epi)
+{
+    if (gemm_split(n, k, epi) == 1)
+        return 0;
+    if (tile_of(n, k, epi) != TILE_64x64)
+        return 1 << 30;
+    return g_par_rows;
+}
+
+/* Blocks a tile's K goes to at m rows: the split (a part each) or 1 (folded).  The
+ * sums are the same either way; this is the launch's shape only (bench/notes/cuda.md:
+ * a part a block wins up to 64 rows once the combine is its own kernel). */
+static int gemm_par(int m, int n, int k, enum cuda_epi epi)
+{
+    if (tile_of(n, k, epi) != TILE_64x64)
+        return gemm_split(n, k, epi); /* the other tiles have no fold */
+    return m <= par_max_rows(n, k, epi) ? gemm_split(n, k, epi) : 1;
+}
+
+/* rows of m that can run a part a block: the workspace's height */
+static size_t par_rows(int m, int n, int k, enum cuda_epi epi)
+{
+    size_t cap = (size_t)par_max_rows(n, k, epi);
+    return (size_t)m < cap ? (size_t)m : cap;
+}
+
 size_t gemm_workspace(int m, int n, int k, enum cuda_epi epi)
 {
-    int s = gemm_split(n, k, epi);
-    return s == 1 ? 0 : (size_t)s * m * n_tiles_of(n, epi) * BN * sizeof(float);
+    return (size_t)gemm_split(n, k, epi) * par_rows(m, n, k, epi) * n_tiles_of(n, epi) * BN * sizeof(float);
 }
 
 size_t gemm_tickets(int m, int n, int k, enum cuda_epi epi)
 {
-    int bm = tile_bm(tile_of(n, k, epi));
-    return gemm_split(n, k, epi) == 1 ? 0 : (size_t)((m + bm - 1) / bm) * n_tiles_of(n, epi);
+    size_t bm = tile_bm(tile_of(n, k, epi));
+    return (par_rows(m, n, k, epi) + bm - 1) / bm * n_tiles_of(n, epi);
 }
 
 enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t errlen)
@@ -650,12 +845,14 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     p.m = g->m;
     p.k = g->k;
     p.split = gemm_split(n, g->k, g->epi);
+    p.par = gemm_par(g->m, n, g->k, g->epi);
+    p.ext = p.par > 1 && g->m > g_ext_rows;
     p.n_tiles = t0;
     p.tickets = NULL;
     p.part = NULL;
     if ((g->m + tile_bm(t) - 1) / tile_bm(t) > 65535)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: m=%d too large", g->m);
-    if (p.split > 1) {
+    if (p.par > 1) {
         size_t need = (size_t)p.split * g->m * p.n_tiles * BN * sizeof(float);
         size_t nt = (size_t)((g->m + tile_bm(t) - 1) / tile_bm(t)) * p.n_tiles;
         if (!g->work || g->work_bytes < need || !g->tickets || g->n_tickets < nt)
@@ -670,10 +867,21 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
         launch<cfg64x64>(p, g->epi, st);
 #if defined(CUK_HOPPER)
     else if (t == TILE_WGMMA)
-        wg_launch(p, g->epi, st);
+        wg_launch<2>(p, g->epi, st);
+    else if (t == TILE_WGMMA64)
+        wg_launch<1>(p, g->epi, st);
 #endif
     else
         launch<cfg128x64>(p, g->epi, st);
+    if (p.ext) {
+        dim3 cg(p.n_tiles, p.m);
+        switch (g->epi) {
+        case CUDA_EPI_STORE_F32: combine_kernel<CUDA_EPI_STORE_F32><<<cg, BN, 0, st>>>(p); break;
+        case CUDA_EPI_ADD_F32: combine_kernel<CUDA_EPI_ADD_F32><<<cg, BN, 0, st>>>(p); break;
+        case CUDA_EPI_STORE_BF16: combine_kernel<CUDA_EPI_STORE_BF16><<<cg, BN, 0, st>>>(p); break;
+        case CUDA_EPI_SWIGLU_BF16: combine_kernel<CUDA_EPI_SWIGLU_BF16><<<cg, BN, 0, st>>>(p); break;
+        }
+    }
     return launch_status("gemm", err, errlen);
 }
 
