@@ -1352,9 +1352,10 @@ static void test_sample_philox(void)
 
 int main(int argc, char **argv)
 {
-    /* HEARTH_CUDA_TESTS=quick leaves out the GEMM row sweep (the slowest test) */
+    /* HEARTH_CUDA_TESTS=quick leaves out the GEMM row sweep (the slowest test); =rows
+     * runs the sweep alone */
     const char *mode = getenv("HEARTH_CUDA_TESTS");
-    int quick = mode && strcmp(mode, "quick") == 0;
+    int quick = mode && strcmp(mode, "quick") == 0, rows_only = mode && strcmp(mode, "rows") == 0;
     (void)argc;
     (void)argv;
     if (cuda_dev_init(0, &info, err, sizeof err) != HR_OK) {
@@ -1363,7 +1364,8 @@ int main(int argc, char **argv)
     }
     printf("device: %s, compute %d.%d, %d SMs, %.1f GiB, runtime %d, driver %d\n", info.name, info.major, info.minor,
            info.sm_count, info.total_mem / 1073741824.0, info.runtime_version, info.driver_version);
-    TEST_RUN(test_dummy_fill);
+    if (!rows_only)
+        TEST_RUN(test_dummy_fill);
     static const char *variants[] = {"sm90a", "sm80"};
     for (int v = 0; v < 2; v++) {
         K = cuda_kernels_pick(variants[v], info.major, info.minor, err, sizeof err);
@@ -1377,6 +1379,10 @@ int main(int argc, char **argv)
             continue;
         }
         printf("variant %s\n", K->name);
+        if (rows_only) {
+            TEST_RUN(test_gemm_rows);
+            continue;
+        }
         TEST_RUN(test_gemm_bad_args);
         TEST_RUN(test_gemm_segments);
         TEST_RUN(test_rmsnorm);
