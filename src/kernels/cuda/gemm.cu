@@ -232,13 +232,7 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
     };
 
     float acc[MI][4][4], run[can_fold ? MI : 1][4][4];
-#pragma unroll
-    for (int i = 0; i < MI; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                acc[i][j][r] = 0.0f;
+    frag_each<MI>(0, 0, [&](int i, int j, int r, int, int) { acc[i][j][r] = 0.0f; });
 
     /* m16 tiles of this warp that hold rows below m (warp-uniform) */
     int n_act = 0;
@@ -284,44 +278,26 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
         if constexpr (can_fold) {
             if (nq > 1 && (kt + 1) % kt_per == 0) { /* a part ends: run = run + part, in part order */
                 const bool first = kt + 1 == kt_per;
-#pragma unroll
-                for (int i = 0; i < MI; i++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-#pragma unroll
-                        for (int r = 0; r < 4; r++) {
-                            run[i][j][r] = first ? acc[i][j][r] : __fadd_rn(run[i][j][r], acc[i][j][r]);
-                            acc[i][j][r] = 0.0f;
-                        }
+                frag_each<MI>(0, 0, [&](int i, int j, int r, int, int) {
+                    run[i][j][r] = first ? acc[i][j][r] : __fadd_rn(run[i][j][r], acc[i][j][r]);
+                    acc[i][j][r] = 0.0f;
+                });
             }
         }
     }
     cp_wait<0>();
     if constexpr (can_fold) {
         if (nq > 1)
-#pragma unroll
-            for (int i = 0; i < MI; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-#pragma unroll
-                    for (int r = 0; r < 4; r++)
-                        acc[i][j][r] = run[i][j][r];
+            frag_each<MI>(0, 0, [&](int i, int j, int r, int, int) { acc[i][j][r] = run[i][j][r]; });
     }
 
     /* one part a block: the partials, then the combine in part order by the last block */
     const int pw = p.n_tiles * BN; /* partial row width */
     if (p.par > 1) {
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    int row = m0 + wm * WM + i * 16 + (lane >> 2) + (r >> 1) * 8;
-                    int col = ntg * BN + wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
-                    if (row < p.m)
-                        __stcg(p.part + ((size_t)s * p.m + row) * pw + col, acc[i][j][r]);
-                }
+        frag_each<MI>(m0 + wm * WM, ntg * BN + wn * 32, [&](int i, int j, int r, int row, int col) {
+            if (row < p.m)
+                __stcg(p.part + ((size_t)s * p.m + row) * pw + col, acc[i][j][r]);
+        });
         if (p.ext)
             return;
         __threadfence();
@@ -340,32 +316,17 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
         float *tile = (float *)smem; /* the pipeline is done with it (the barrier above) */
         combine_parts<BM, THREADS>(p, m0, ntg, tile, C::EPI_LD);
         __syncthreads();
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    int lr = wm * WM + i * 16 + (lane >> 2) + (r >> 1) * 8;
-                    int lc = wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
-                    acc[i][j][r] = tile[lr * C::EPI_LD + lc]; /* rows past m: never stored */
-                }
+        frag_each<MI>(wm * WM, wn * 32, [&](int i, int j, int r, int lr, int lc) {
+            acc[i][j][r] = tile[lr * C::EPI_LD + lc]; /* rows past m: never stored */
+        });
         __syncthreads(); /* the SwiGLU epilogue stages through the same smem */
     }
 
     if constexpr (EPI == CUDA_EPI_SWIGLU_BF16) {
         __syncthreads(); /* every warp is done with the pipeline's smem */
         float *tile = (float *)smem;
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    int lr = wm * WM + i * 16 + (lane >> 2) + (r >> 1) * 8;
-                    int lc = wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
-                    tile[lr * C::EPI_LD + lc] = acc[i][j][r];
-                }
+        frag_each<MI>(wm * WM, wn * 32,
+                      [&](int i, int j, int r, int lr, int lc) { tile[lr * C::EPI_LD + lc] = acc[i][j][r]; });
         __syncthreads();
         uint16_t *y = (uint16_t *)Yp;
         for (int e = tid; e < BM * (BN / 2); e += THREADS) {

@@ -49,6 +49,21 @@ __device__ __forceinline__ void mma16816(float *c, const unsigned *a, const unsi
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* f(i, j, r, row, col) for every accumulator element of a warp's MI x 4 m16n8 tiles:
+ * element r of tile (i, j) (mma16816's layout) sits at row row0 + 16 i + lane / 4 +
+ * 8 (r / 2) and column col0 + 8 j + 2 (lane % 4) + r % 2. */
+template <int MI, class F> __device__ __forceinline__ void frag_each(int row0, int col0, F f)
+{
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                f(i, j, r, row0 + i * 16 + (lane >> 2) + (r >> 1) * 8, col0 + j * 8 + (lane & 3) * 2 + (r & 1));
+}
+
 } // namespace CUK_NS
 
 #endif

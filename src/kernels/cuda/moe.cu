@@ -314,13 +314,7 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MOE_THREADS, 2) grouped
     };
 
     float acc[MI][4][4];
-#pragma unroll
-    for (int i = 0; i < MI; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                acc[i][j][r] = 0.0f;
+    frag_each<MI>(0, 0, [&](int i, int j, int r, int, int) { acc[i][j][r] = 0.0f; });
     int n_act = 0; /* this warp's m16 tiles that hold rows (warp-uniform) */
 #pragma unroll
     for (int i = 0; i < MI; i++)
@@ -367,16 +361,8 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MOE_THREADS, 2) grouped
     if constexpr (SWIGLU) {
         __syncthreads(); /* every warp is done with the pipeline's smem */
         float *tile = (float *)smem;
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    int lr = wm * WM + i * 16 + (lane >> 2) + (r >> 1) * 8;
-                    int lc = wn * 32 + j * 8 + (lane & 3) * 2 + (r & 1);
-                    tile[lr * MOE_EPI_LD + lc] = acc[i][j][r];
-                }
+        frag_each<MI>(wm * WM, wn * 32,
+                      [&](int i, int j, int r, int lr, int lc) { tile[lr * MOE_EPI_LD + lc] = acc[i][j][r]; });
         __syncthreads();
         uint16_t *y = (uint16_t *)p.y;
         for (int x = tid; x < MOE_BM * (MOE_BN / 2); x += MOE_THREADS) {
