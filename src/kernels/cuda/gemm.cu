@@ -52,7 +52,7 @@ int g_sm_count = 132;
 int g_tile_forced = -1;
 int g_fill = 1;       /* the split aims at g_fill blocks an SM */
 int g_min_part = 256; /* the shortest K part a split may make */
-int g_par_rows = 64;  /* the most rows of m whose tiles' parts go to a block each */
+int g_par_rows = 256; /* the most rows of m whose tiles' parts may go to a block each */
 int g_ext_rows = 1;   /* above this many rows the parts are added by combine_kernel */
 
 struct params {
@@ -666,7 +666,7 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
                *pr = getenv("HEARTH_CUDA_GEMM_PAR_ROWS");
     g_fill = f && *f ? atoi(f) : 1;
     g_min_part = mk && *mk ? atoi(mk) : 256;
-    g_par_rows = pr && *pr ? atoi(pr) : 64;
+    g_par_rows = pr && *pr ? atoi(pr) : 256;
     const char *er = getenv("HEARTH_CUDA_GEMM_EXT_ROWS");
     g_ext_rows = er && *er ? atoi(er) : 1;
     if (g_fill < 1 || g_fill > 16 || g_min_part < 64 || g_min_part % 64 || g_par_rows < 1 || g_ext_rows < 0)
@@ -727,21 +727,25 @@ int gemm_split(int n, int k, enum cuda_epi epi)
 }
 
 /* The most rows of m for which a tile's parts go to a block each (the weight stream
- * of a few rows needs the blocks); above it one block walks all the parts and folds
- * them (no workspace, and the last block's combine, which grows with the rows, is
- * gone).  Only the 64x64 tile folds (the running sum's registers). */
+ * of a few rows needs the blocks): 64, and more while the folding grid (row tiles x
+ * column tiles) would fill less than half the SMs, up to g_par_rows; above it one
+ * block walks all the parts and folds them (no workspace).  Only the 64x64 tile
+ * folds (the running sum's registers).  Measured at m = 128 and 256 on the H200
+ * (bench/notes/cuda.md): a part a block wins for the few-tile shapes (0.6B o 36.6 ->
+ * 15.1 us at 128, 8B down 177 -> 92), the fold for the many-tile ones (0.6B gate/up
+ * 20.1 against 43.0, 8B q/o at 256 66.9 against 89.2). */
 static int par_max_rows(int n, int k, enum cuda_epi epi)
 {
     if (gemm_split(n, k, epi) == 1)
         return 0;
     if (tile_of(n, k, epi) != TILE_64x64)
         return 1 << 30;
-    return g_par_rows;
+    int tiles = g_sm_count / (2 * n_tiles_of(n, epi)), rows = 64 * (tiles > 1 ? tiles : 1);
+    return rows < g_par_rows ? rows : g_par_rows;
 }
 
 /* Blocks a tile's K goes to at m rows: the split (a part each) or 1 (folded).  The
- * sums are the same either way; this is the launch's shape only (bench/notes/cuda.md:
- * a part a block wins up to 64 rows once the combine is its own kernel). */
+ * sums are the same either way; this is the launch's shape only. */
 static int gemm_par(int m, int n, int k, enum cuda_epi epi)
 {
     if (tile_of(n, k, epi) != TILE_64x64)
