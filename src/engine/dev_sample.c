@@ -63,6 +63,26 @@ static struct dsample_mod *dev_sample_mod(struct dev_sample *ds, int first, int3
     return &ds->mods[first + k];
 }
 
+void dev_sample_row_params(const struct sampler_params *p, uint64_t seq_index, uint64_t step, struct dsample_row *r)
+{
+    memset(r, 0, sizeof *r); /* the padding too: the row is copied to the device as bytes */
+    r->temperature = p->temperature;
+    r->top_p = p->top_p;
+    r->min_p = p->min_p;
+    r->repetition_penalty = p->repetition_penalty;
+    r->presence_penalty = p->presence_penalty;
+    r->frequency_penalty = p->frequency_penalty;
+    r->top_k = p->top_k;
+    r->logprobs = p->logprobs;
+    r->n_logprobs = p->n_logprobs;
+    r->penalized = p->logprobs_mode == SAMPLER_LOGPROBS_PENALIZED;
+    /* the CPU's expression, with the host's libm */
+    r->keep_from = p->min_p > 0.0f ? (double)p->temperature * log((double)p->min_p) : -INFINITY;
+    r->seed = p->seed;
+    r->seq_index = seq_index;
+    r->step = step;
+}
+
 enum hr_status dev_sample_add(struct dev_sample *ds, const struct sampler_params *p, int logit_row,
                               const int32_t *history, int n_prompt, int n_generated, uint64_t seq_index,
                               uint64_t step, int *index, char *err, size_t errlen)
@@ -106,16 +126,11 @@ enum hr_status dev_sample_add(struct dev_sample *ds, const struct sampler_params
         if (ds->mods[k].n_bias == 0)
             ds->mods[k].bias_first = 0;
     }
-    float t = p->temperature;
-    ds->rows[ds->n] = (struct dsample_row){
-        .logit_row = logit_row, .temperature = t, .top_p = p->top_p, .min_p = p->min_p,
-        .repetition_penalty = p->repetition_penalty, .presence_penalty = p->presence_penalty,
-        .frequency_penalty = p->frequency_penalty, .top_k = p->top_k, .logprobs = p->logprobs,
-        .n_logprobs = p->n_logprobs, .penalized = p->logprobs_mode == SAMPLER_LOGPROBS_PENALIZED,
-        .mod_first = first, .n_mods = ds->n_mods - first,
-        /* the CPU's expression, with the host's libm */
-        .keep_from = p->min_p > 0.0f ? (double)t * log((double)p->min_p) : -INFINITY,
-        .seed = p->seed, .seq_index = seq_index, .step = step};
+    struct dsample_row *r = &ds->rows[ds->n];
+    dev_sample_row_params(p, seq_index, step, r);
+    r->logit_row = logit_row;
+    r->mod_first = first;
+    r->n_mods = ds->n_mods - first;
     *index = ds->n++;
     return HR_OK;
 }
@@ -141,11 +156,4 @@ void dev_sample_result(const struct dev_sample *ds, int index, struct sampler_re
         r->top[k].token = o->top[k].token;
         r->top[k].logprob = o->top[k].logprob;
     }
-}
-
-void dev_sample_apply_mods(const struct dev_sample *ds, int index, float *x)
-{
-    const struct dsample_row *r = &ds->rows[index];
-    for (int j = 0; j < r->n_mods; j++)
-        dsample_apply_mod(r, &ds->mods[r->mod_first + j], ds->biases, x);
 }

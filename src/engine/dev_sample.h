@@ -40,6 +40,10 @@ enum hr_status dev_sample_init(struct dev_sample *ds, int vocab, int cap, char *
 void dev_sample_free(struct dev_sample *ds); /* no-op on zeroed */
 void dev_sample_reset(struct dev_sample *ds);
 
+/* A row's parameters as the device takes them (logits row 0, no mods): also what the
+ * tests' host reference of the kernel starts from. */
+void dev_sample_row_params(const struct sampler_params *p, uint64_t seq_index, uint64_t step, struct dsample_row *r);
+
 /* Adds a row sampling logits row logit_row with p (dev_sample_allowed): history as
  * sampler_sample's (prompt then output), seq_index and step key the draw.  *index: the
  * row's index for dev_sample_result. */
@@ -53,10 +57,5 @@ enum hr_status dev_sample_run(struct dev_sample *ds, struct backend *be, const f
 
 /* Row index's result, as sampler_sample would report it. */
 void dev_sample_result(const struct dev_sample *ds, int index, struct sampler_result *r);
-
-/* The logits after bias and penalties as the device computes them from a row's mods:
- * x [vocab] holds the raw logits, cleaned (NaN -inf, +inf FLT_MAX); tests check them
- * against sampler_process_logits. */
-void dev_sample_apply_mods(const struct dev_sample *ds, int index, float *x);
 
 #endif

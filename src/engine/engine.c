@@ -497,33 +497,28 @@ static void engine_publish_stats(struct hearth_engine *e)
     pthread_mutex_unlock(&e->stats_mu);
 }
 
-/* Whether a request's rows are sampled on the device: a property of the request (and
- * the engine's settings) alone, so that its tokens never depend on the batch. */
+/* Whether a request's rows are sampled on the device (on a backend that samples): a
+ * property of the request (and the engine's settings) alone, so that its tokens never
+ * depend on the batch. */
 static bool engine_on_device(const struct hearth_engine *e, const struct group *g)
 {
-    return e->ds_on && e->be.ops->sample && e->be.ops->to_host_rows && !e->logits_hook && !g->grammar && !g->prompt_lp &&
-           dev_sample_allowed(&g->sp) && (e->ds_all || g->sp.temperature < SAMPLER_GREEDY_EPS);
+    return !e->logits_hook && !g->grammar && !g->prompt_lp && dev_sample_allowed(&g->sp) &&
+           (e->ds_all || g->sp.temperature < SAMPLER_GREEDY_EPS);
 }
 
-/* The plan's row i's logits rows [*lo, *hi) within the piece [c0, c0 + cn) (empty: lo >= hi);
- * true when the row samples from the piece's row hi - 1 (its last logits are in it). */
-static bool engine_row_span(const struct sched_row *pr, const struct batch_row *br, int c0, int cn, int *lo, int *hi)
+/* The plan's row i as the piece of logits rows [c0, c0 + cn) sees it: its sequence,
+ * or NULL when none of its logits rows are in the piece; else its rows [*lo, *hi) there
+ * and *last: it samples from the piece's row *hi - 1 (its last logits are in it). */
+static struct seq *engine_piece_row(const struct hearth_engine *e, const struct sched_plan *plan, int i, int c0,
+                                    int cn, int *lo, int *hi, bool *last)
 {
+    const struct sched_row *pr = &plan->rows[i];
+    const struct batch_row *br = &e->batch.rows[i];
     int nl = pr->all_logits ? pr->query_len : pr->sample ? 1 : 0;
     *lo = br->logit_offset > c0 ? br->logit_offset : c0;
     *hi = br->logit_offset + nl < c0 + cn ? br->logit_offset + nl : c0 + cn;
-    return pr->sample && *lo < *hi && *hi == br->logit_offset + nl;
-}
-
-/* Whether the plan's row i samples from this piece's logits as a pure function of
- * them (no grammar, not a fork's first sampling), so that it can be sampled before
- * the rows ahead of it are accepted. */
-static bool engine_row_presamples(const struct sched_row *pr, const struct batch_row *br, int c0, int cn)
-{
-    int nl = pr->all_logits ? pr->query_len : pr->sample ? 1 : 0;
-    int end = br->logit_offset + nl;
-    const struct group *g = pr->s->g;
-    return pr->sample && nl > 0 && end > c0 && end <= c0 + cn && !pr->s->gram && (g->forked || g->n == 1);
+    *last = pr->sample && *lo < *hi && *hi == br->logit_offset + nl;
+    return *lo < *hi ? pr->s : NULL;
 }
 
 /* The piece's pure rows that the host samples, at once on the sampling threads;
@@ -532,19 +527,18 @@ static void engine_presample(struct hearth_engine *e, const struct sched_plan *p
                              float *const *rowp, const int *dev_idx)
 {
     struct sample_rows *sr = &e->srows;
-    const struct batch *b = &e->batch;
     sample_rows_reset(sr);
     for (int i = 0; i < plan->n_rows && i < sr->cap; i++) {
-        const struct sched_row *pr = &plan->rows[i];
-        const struct batch_row *br = &b->rows[i];
-        if (dev_idx[i] >= 0 || !engine_row_presamples(pr, br, c0, cn))
+        int lo, hi;
+        bool last;
+        struct seq *s = engine_piece_row(e, plan, i, c0, cn, &lo, &hi, &last);
+        /* pure: no grammar, not a fork's first sampling */
+        if (!s || !last || dev_idx[i] >= 0 || s->gram || !(s->g->forked || s->g->n == 1))
             continue;
-        int nl = pr->all_logits ? pr->query_len : 1;
-        struct seq *s = pr->s;
         struct group *g = s->g;
         struct sample_rows_item *it = sample_rows_add(sr, i);
         it->p = &g->sp;
-        it->logits = rowp[br->logit_offset + nl - 1 - c0];
+        it->logits = rowp[hi - 1 - c0];
         it->history = s->tokens;
         it->n_prompt = g->n_prompt;
         it->n_generated = s->n_generated;
@@ -563,23 +557,20 @@ static void engine_presample(struct hearth_engine *e, const struct sched_plan *p
 static enum hr_status engine_piece_device(struct hearth_engine *e, const struct sched_plan *plan, int c0, int cn,
                                           float **rowp, int *dev_idx, char *err, size_t errlen)
 {
-    const struct batch *b = &e->batch;
     int V = e->m.cfg.vocab_size;
     float *dlogits;
-    enum hr_status st = qwen3_logits_dev(&e->fwd, b, c0, cn, &dlogits, err, errlen);
+    enum hr_status st = qwen3_logits_dev(&e->fwd, &e->batch, c0, cn, &dlogits, err, errlen);
     if (st != HR_OK)
         return st;
     dev_sample_reset(&e->ds);
     int32_t host_rows[cn];
     int n_host = 0;
     for (int i = 0; i < plan->n_rows; i++) {
-        const struct sched_row *pr = &plan->rows[i];
-        const struct batch_row *br = &b->rows[i];
         int lo, hi;
-        bool last = engine_row_span(pr, br, c0, cn, &lo, &hi);
-        if (lo >= hi)
+        bool last;
+        struct seq *s = engine_piece_row(e, plan, i, c0, cn, &lo, &hi, &last);
+        if (!s)
             continue;
-        struct seq *s = pr->s;
         struct group *g = s->g;
         if (last && engine_on_device(e, g)) {
             int row = hi - 1 - c0, at = -1;
@@ -658,14 +649,13 @@ static enum hr_status engine_logits(struct hearth_engine *e, const struct sched_
         if (e->srows_on)
             engine_presample(e, plan, c0, cn, rowp, dev_idx);
         for (int i = 0; i < plan->n_rows; i++) {
-            const struct sched_row *pr = &plan->rows[i];
-            const struct batch_row *br = &b->rows[i];
             int lo, hi;
-            bool last = engine_row_span(pr, br, c0, cn, &lo, &hi);
-            if (lo >= hi)
+            bool last;
+            struct seq *s = engine_piece_row(e, plan, i, c0, cn, &lo, &hi, &last);
+            if (!s)
                 continue;
-            struct seq *s = pr->s;
             struct group *g = s->g;
+            const struct batch_row *br = &b->rows[i];
             if (dev_idx[i] >= 0) {
                 /* sampled on the device: only the results came back */
                 struct sampler_result r;
@@ -681,7 +671,7 @@ static enum hr_status engine_logits(struct hearth_engine *e, const struct sched_
                 }
                 continue;
             }
-            if (pr->all_logits) /* host rows of a row lie one after another */
+            if (plan->rows[i].all_logits) /* host rows of a row lie one after another */
                 engine_prompt_logprobs(e, s, br->context_len + (lo - br->logit_offset), hi - lo, rowp[lo - c0]);
             if (!last)
                 continue;

@@ -1,6 +1,8 @@
 /* The device sampler's host reference (dsample_ref.h). */
 #include "dsample_ref.h"
 
+#include "engine/dev_sample.h"
+
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -27,25 +29,6 @@ static int ref_id_cmp(const void *pa, const void *pb)
 
 static double ref_min(double a, double b) { return a < b ? a : b; }
 
-void dsample_ref_params(const struct sampler_params *p, uint64_t seq_index, uint64_t step, struct dsample_row *r)
-{
-    memset(r, 0, sizeof *r);
-    r->temperature = p->temperature;
-    r->top_p = p->top_p;
-    r->min_p = p->min_p;
-    r->repetition_penalty = p->repetition_penalty;
-    r->presence_penalty = p->presence_penalty;
-    r->frequency_penalty = p->frequency_penalty;
-    r->top_k = p->top_k;
-    r->logprobs = p->logprobs;
-    r->n_logprobs = p->n_logprobs;
-    r->penalized = p->logprobs_mode == SAMPLER_LOGPROBS_PENALIZED;
-    r->keep_from = p->min_p > 0.0f ? (double)p->temperature * log((double)p->min_p) : -INFINITY;
-    r->seed = p->seed;
-    r->seq_index = seq_index;
-    r->step = step;
-}
-
 void dsample_ref(const struct sampler_params *p, const float *logits, int vocab, const int32_t *history,
                  int n_prompt, int n_generated, uint64_t seq_index, uint64_t step, struct sampler_scratch *s,
                  struct dsample_out *out, double *margin)
@@ -53,7 +36,7 @@ void dsample_ref(const struct sampler_params *p, const float *logits, int vocab,
     float *x = malloc((size_t)vocab * sizeof *x);
     sampler_process_logits(p, logits, vocab, history, n_prompt, n_generated, s, x);
     struct dsample_row r;
-    dsample_ref_params(p, seq_index, step, &r);
+    dev_sample_row_params(p, seq_index, step, &r);
     dsample_ref_row(&r, logits, x, vocab, out, margin);
     free(x);
 }

@@ -1,5 +1,6 @@
 /* A host reference of the device sampler (kernels/dsample.h), written apart from the
- * kernel: the logits after bias and penalties from the CPU's own sampler_process_logits,
+ * kernel: the row's parameters as the engine packs them (dev_sample_row_params), the
+ * logits after bias and penalties from the CPU's own sampler_process_logits,
  * then a full sort of the candidates and plain prefix sums of the fixed-point weights.
  * The kernel (histograms and radix descents, no sort) must give the same bytes. */
 #ifndef HEARTH_TESTS_DSAMPLE_REF_H
@@ -15,9 +16,6 @@
  * (logits: the raw row, for raw logprobs). */
 void dsample_ref_row(const struct dsample_row *r, const float *logits, const float *x, int vocab,
                      struct dsample_out *out, double *margin);
-
-/* A row's parameters as the device takes them (no mods). */
-void dsample_ref_params(const struct sampler_params *p, uint64_t seq_index, uint64_t step, struct dsample_row *r);
 
 void dsample_ref(const struct sampler_params *p, const float *logits, int vocab, const int32_t *history,
                  int n_prompt, int n_generated, uint64_t seq_index, uint64_t step, struct sampler_scratch *s,

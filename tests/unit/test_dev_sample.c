@@ -28,6 +28,17 @@ static uint64_t rnd64(void)
 }
 static double rnd(void) { return (double)(rnd64() >> 11) * 0x1.0p-53; }
 
+/* x = the raw logits row L after bias and penalties as the kernel computes them: L
+ * cleaned, then row r's mods in order. */
+static void device_prepared(const struct dsample_row *r, const struct dsample_mod *mods, const float *biases,
+                            const float *L, float *x, int vocab)
+{
+    for (int j = 0; j < vocab; j++)
+        x[j] = dsample_clean(L[j]);
+    for (int j = 0; j < r->n_mods; j++)
+        dsample_apply_mod(r, &mods[r->mod_first + j], biases, x);
+}
+
 static void random_row(float *x, int n, double scale, int kind)
 {
     for (int i = 0; i < n; i++) {
@@ -146,9 +157,7 @@ static void test_mods_match_cpu(void)
         sampler_process_logits(&p, logits, V, hist, n_prompt, n_gen, &ss, want);
         int idx;
         CHECK_OK(dev_sample_add(&ds, &p, 0, hist, n_prompt, n_gen, 1, 2, &idx, err, sizeof err), err);
-        for (int i = 0; i < V; i++)
-            got[i] = dsample_clean(logits[i]);
-        dev_sample_apply_mods(&ds, idx, got);
+        device_prepared(&ds.rows[idx], ds.mods, ds.biases, logits, got, V);
         bad += memcmp(got, want, V * sizeof *got) != 0;
         for (int i = 0; i < V; i++)
             CHECK(ds.slot[i] == -1);
@@ -254,10 +263,7 @@ static enum hr_status fake_sample(struct backend *be, const float *logits, int v
     float *x = malloc((size_t)vocab * sizeof *x);
     for (int i = 0; i < n; i++) {
         const float *L = logits + (size_t)rows[i].logit_row * vocab;
-        for (int j = 0; j < vocab; j++)
-            x[j] = dsample_clean(L[j]);
-        for (int j = 0; j < rows[i].n_mods; j++)
-            dsample_apply_mod(&rows[i], &mods[rows[i].mod_first + j], biases, x);
+        device_prepared(&rows[i], mods, biases, L, x, vocab);
         double margin;
         dsample_ref_row(&rows[i], L, x, vocab, &out[i], &margin);
     }
