@@ -391,6 +391,22 @@ static void bench_sample(const struct cuda_kernels *K, int rows, int kind)
     cuda_dev_free(dout);
 }
 
+/* Kernel variant v (sm90a, sm80) prepared for this device, or NULL: not asked for
+ * (variant names another, "all": both) or not runnable here (said on stderr). */
+static const struct cuda_kernels *bench_variant(const struct cuda_dev_info *info, int v, const char *variant)
+{
+    static const char *names[] = {"sm90a", "sm80"};
+    if (strcmp(variant, "all") && strcmp(variant, names[v]))
+        return NULL;
+    const struct cuda_kernels *K = cuda_kernels_pick(names[v], info->major, info->minor, err, sizeof err);
+    if (!K) {
+        fprintf(stderr, "cuda_bench: %s\n", err);
+        return NULL;
+    }
+    MUST(K->prepare(info->sm_count, err, sizeof err));
+    return K;
+}
+
 int main(int argc, char **argv)
 {
     const char *variant = "all";
@@ -461,15 +477,11 @@ int main(int argc, char **argv)
         return 0;
     }
     printf(",\n");
-    static const char *names[] = {"sm90a", "sm80"};
     printf("  \"sampling\": [");
     for (int v = 0; v < 2 && !gemm_only; v++) {
-        if (strcmp(variant, "all") && strcmp(variant, names[v]))
-            continue;
-        const struct cuda_kernels *K = cuda_kernels_pick(names[v], info.major, info.minor, err, sizeof err);
+        const struct cuda_kernels *K = bench_variant(&info, v, variant);
         if (!K)
             continue;
-        MUST(K->prepare(info.sm_count, err, sizeof err));
         for (int kind = 0; kind < 5; kind++)
             for (int rows = 1; rows <= 256; rows *= 16)
                 bench_sample(K, rows, kind);
@@ -482,22 +494,14 @@ int main(int argc, char **argv)
     }
     printf("  \"gemm\": [");
     for (int v = 0; v < 2; v++) {
-        if (strcmp(variant, "all") && strcmp(variant, names[v]))
-            continue;
-        const struct cuda_kernels *K = cuda_kernels_pick(names[v], info.major, info.minor, err, sizeof err);
-        if (!K) {
-            fprintf(stderr, "cuda_bench: %s\n", err);
-            continue;
-        }
-        MUST(K->prepare(info.sm_count, err, sizeof err));
-        bench_gemm(K, read_gbs, only_m);
+        const struct cuda_kernels *K = bench_variant(&info, v, variant);
+        if (K)
+            bench_gemm(K, read_gbs, only_m);
     }
     printf("\n  ],\n  \"attention\": [");
     first_item = 1;
     for (int v = 0; v < 2 && !gemm_only; v++) {
-        if (strcmp(variant, "all") && strcmp(variant, names[v]))
-            continue;
-        const struct cuda_kernels *K = cuda_kernels_pick(names[v], info.major, info.minor, err, sizeof err);
+        const struct cuda_kernels *K = bench_variant(&info, v, variant);
         if (!K)
             continue;
         bench_attn(K, 32, 8, 1, 4096, 0, read_gbs);
