@@ -47,6 +47,7 @@ int gemm_split(int n, int k, enum cuda_epi epi);
 size_t gemm_workspace(int m, int n, int k, enum cuda_epi epi);
 size_t gemm_tickets(int m, int n, int k, enum cuda_epi epi);
 const char *gemm_tile_name(int n, int k, enum cuda_epi epi);
+const char *gemm_tag(void);
 enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t errlen);
 enum hr_status rmsnorm(const struct cuda_rmsnorm *a, void *stream, char *err, size_t errlen);
 enum hr_status embed(const struct cuda_embed *a, void *stream, char *err, size_t errlen);

@@ -196,6 +196,10 @@ struct cuda_kernels {
     size_t (*moe_workspace)(int n_tok, int hidden, int inter, int n_experts, int top_k);
     enum hr_status (*moe)(const struct cuda_moe *a, void *stream, char *err, size_t errlen);
     enum hr_status (*sample)(const struct cuda_sample *a, void *stream, char *err, size_t errlen);
+    /* After prepare: "" with the default GEMM settings, else a short tag of those that
+     * change its sums (a forced tile, the split's aims): part of the backend's name, so
+     * a prefix cache (the disk tier too) never mixes KV of different settings. */
+    const char *(*gemm_tag)(void);
 };
 
 extern const struct cuda_kernels cuda_kernels_sm90a;

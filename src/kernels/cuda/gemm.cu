@@ -17,6 +17,7 @@
  * sequence of steps); rows past m and columns past n are zero-filled on load.
  * Pipeline: STAGES-deep cp.async ring, ldmatrix from padded rows (80 bytes: the
  * eight 16-byte rows of an ldmatrix fall in distinct banks). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,7 @@ int g_fill = 1;       /* the split aims at g_fill blocks an SM */
 int g_min_part = 256; /* the shortest K part a split may make */
 int g_par_rows = 256; /* the most rows of m whose tiles' parts may go to a block each */
 int g_ext_rows = 1;   /* above this many rows the parts are added by combine_kernel */
+char g_tag[48];       /* the settings above that change sums, where not the defaults (gemm_tag) */
 
 struct params {
     const uint16_t *x, *w_up;
@@ -85,41 +87,6 @@ __device__ __forceinline__ seg seg_of(const params &p, int ntg)
 
 constexpr int MAX_SPLIT = 32;
 
-/* The last block of a tile to finish: each element of the tile's rows below m, its
- * parts' partial sums added in part order 0, 1, ..., into the staging tile (row stride
- * ld floats).  A thread takes whole elements and has all of an element's parts in
- * flight at once (not one load a part and element in turn: at m = 1 that chain was
- * most of a split product's time). */
-template <int BM, int NT> __device__ void combine_parts(const params &p, int m0, int ntg, float *tile, int ld)
-{
-    const int rows = min(BM, p.m - m0), pw = p.n_tiles * BN, n_el = rows * BN;
-    const size_t qs = (size_t)p.m * pw;
-    for (int e0 = threadIdx.x; e0 < n_el; e0 += 2 * NT) { /* two elements a turn */
-        float v[2][MAX_SPLIT];
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            int e = e0 + u * NT;
-            const float *src = p.part + (size_t)(m0 + e / BN) * pw + ntg * BN + e % BN;
-#pragma unroll
-            for (int q = 0; q < MAX_SPLIT; q++)
-                if (e < n_el && q < p.par)
-                    v[u][q] = __ldcg(src + q * qs);
-        }
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            int e = e0 + u * NT;
-            if (e >= n_el)
-                break;
-            float t = v[u][0];
-#pragma unroll
-            for (int q = 1; q < MAX_SPLIT; q++)
-                if (q < p.par)
-                    t = __fadd_rn(t, v[u][q]);
-            tile[(e / BN) * ld + e % BN] = t;
-        }
-    }
-}
-
 /* Parts' partial sums of a column of tile ntg at row `row`, added in part order. */
 __device__ __forceinline__ float part_sum(const params &p, int row, int ntg, int c)
 {
@@ -137,6 +104,18 @@ __device__ __forceinline__ float part_sum(const params &p, int row, int ntg, int
         if (q < p.par)
             t = __fadd_rn(t, v[q]);
     return t;
+}
+
+/* The last block of a tile to finish (m = 1): each element of the tile's rows below m,
+ * its parts' partial sums added in part order, into the staging tile (row stride ld
+ * floats).  A thread takes whole elements and has all of an element's parts in flight
+ * at once (not one load a part and element in turn: at m = 1 that chain was most of a
+ * split product's time). */
+template <int BM, int NT> __device__ void combine_parts(const params &p, int m0, int ntg, float *tile, int ld)
+{
+    const int n_el = min(BM, p.m - m0) * BN;
+    for (int e = threadIdx.x; e < n_el; e += NT)
+        tile[(e / BN) * ld + e % BN] = part_sum(p, m0 + e / BN, ntg, e % BN);
 }
 
 /* Block (tile blockIdx.x, row blockIdx.y) after an ext launch: each column's parts
@@ -694,6 +673,11 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
         return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
                       "cuda gemm (%s): the tiles need %d bytes of shared memory a block, the device gives %d",
                       CUK_STR(CUK_VARIANT), cfg128x64::SMEM > cfg64x64::SMEM ? cfg128x64::SMEM : cfg64x64::SMEM, optin);
+    /* the forced tile and the split's aims change sums (the row and launch settings do not) */
+    g_tag[0] = 0;
+    if (g_tile_forced >= 0 || g_fill != 1 || g_min_part != 256)
+        snprintf(g_tag, sizeof g_tag, "-gemm-%s-f%d-p%d", g_tile_forced >= 0 ? tile_names[g_tile_forced] : "auto",
+                 g_fill, g_min_part);
     set_smem<cfg64x64>();
     set_smem<cfg128x64>();
 #if defined(CUK_HOPPER)
@@ -705,6 +689,11 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     wg_set_smem<1>();
 #endif
     return launch_status("gemm prepare", err, errlen);
+}
+
+const char *gemm_tag(void)
+{
+    return g_tag;
 }
 
 const char *gemm_tile_name(int n, int k, enum cuda_epi epi)

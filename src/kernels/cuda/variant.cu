@@ -18,4 +18,5 @@ extern "C" const struct cuda_kernels CUK_CAT(cuda_kernels_, CUK_VARIANT) = {
     CUK_NS::gemm,          CUK_NS::rmsnorm,    CUK_NS::embed,          CUK_NS::attn_prep,
     CUK_NS::attn_workspace, CUK_NS::attention, CUK_NS::block_copy, CUK_NS::to_bf16, CUK_NS::from_bf16,
     CUK_NS::gather_rows,   CUK_NS::moe_workspace, CUK_NS::moe,      CUK_NS::sample,
+    CUK_NS::gemm_tag,
 };
