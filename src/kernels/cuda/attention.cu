@@ -54,6 +54,8 @@ __global__ void prep_kernel(struct cuda_attn_prep a, struct cuda_attn_batch b)
         cs[i][1] = (float)sin(ang);
     }
     __syncthreads();
+    pdl_wait(); /* q, k and v come from the kernel before (klaunch); RoPE's table did not */
+    pdl_release();
     const int nkv = a.kv.n_kv_heads, bs = a.kv.block_size;
     const int64_t slot = b.slots[t];
     const int blk = (int)(slot / bs), off = (int)(slot % bs);
@@ -160,14 +162,17 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(struct cuda_attentio
     uint16_t *skv = smem, *sqh = smem + 2 * TILE_ELEMS, *sql = sqh + MR * LDS;
     const int qb = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    /* the batch's index arrays before the wait (klaunch); q, K and V after it */
     const int t0 = b.qblocks[2 * qb], ntok = b.qblocks[2 * qb + 1];
     const int rows = ntok * group;
     const int pos_last = b.positions[t0 + ntok - 1];
     const int p_begin = s * CUDA_ATTN_SPLIT;
+    const int32_t *table = b.tables + b.row_table[b.tok_row[t0]];
+    pdl_wait();
+    pdl_release();
     if (p_begin > pos_last)
         return;
     const int p_end = min(p_begin + CUDA_ATTN_SPLIT, pos_last + 1);
-    const int32_t *table = b.tables + b.row_table[b.tok_row[t0]];
     const int n_tiles = (p_end - p_begin + KT - 1) / KT;
 
     tile_load(skv, skv + TILE_ELEMS, a, table, kvh, p_begin, p_end);
@@ -379,6 +384,8 @@ __global__ void __launch_bounds__(HD) attn_combine(struct cuda_attention a, stru
                                                    const float *work)
 {
     int row = blockIdx.x, tok = row / a.n_heads, d = threadIdx.x;
+    pdl_wait();
+    pdl_release();
     int ns = b.positions[tok] / CUDA_ATTN_SPLIT + 1;
     if (ns == 1)
         return;
@@ -434,7 +441,7 @@ enum hr_status attn_prep(const struct cuda_attn_prep *a, void *stream, char *err
     if (a->b->n_tok == 0)
         return HR_OK;
     dim3 grid(a->b->n_tok, (a->n_heads + a->kv.n_kv_heads + 7) / 8);
-    prep_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(*a, *a->b);
+    klaunch(prep_kernel, grid, 256, 0, (cudaStream_t)stream, *a, *a->b);
     return launch_status("attn_prep", err, errlen);
 }
 
@@ -467,11 +474,11 @@ enum hr_status attention(const struct cuda_attention *a, void *stream, char *err
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda attention: grid too large");
     dim3 grid(b->n_qblocks, a->kv.n_kv_heads, ns);
     cudaStream_t s = (cudaStream_t)stream;
-    attn_kernel<<<grid, ATTN_THREADS, ATTN_SMEM, s>>>(*a, *b, group, ns, (float *)a->work);
+    klaunch(attn_kernel, grid, ATTN_THREADS, ATTN_SMEM, s, *a, *b, group, ns, (float *)a->work);
     if ((st = launch_status("attention", err, errlen)))
         return st;
     if (ns > 1) {
-        attn_combine<<<b->n_tok * a->n_heads, HD, 0, s>>>(*a, *b, ns, (const float *)a->work);
+        klaunch(attn_combine, b->n_tok * a->n_heads, HD, 0, s, *a, *b, ns, (const float *)a->work);
         st = launch_status("attention combine", err, errlen);
     }
     return st;

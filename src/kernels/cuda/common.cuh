@@ -8,6 +8,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <utility>
+
 #include "kernels/cuda/cuda_kernels.h"
 
 #ifndef CUK_VARIANT
@@ -29,6 +31,47 @@ __device__ __forceinline__ float bf16_to_f32(uint16_t b)
 __device__ __forceinline__ uint16_t f32_to_bf16(float f)
 {
     return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+/* Programmatic dependent launch (Hopper; HEARTH_CUDA_PDL, see variant.cu).  A kernel
+ * launched by klaunch may start while the kernel before it in the stream still runs:
+ * until pdl_wait() it may touch only what no kernel of the step writes (weights, the
+ * launch's parameters, the batch's index arrays copied in before the step's first
+ * kernel), and every block must reach pdl_wait() (a block that left before it could
+ * let the next kernel pass a predecessor still running).  pdl_release() lets the next
+ * kernel's blocks start their own preamble.  The arithmetic is untouched: bits are
+ * the same with and without.  Elsewhere both are no-ops and launches are plain. */
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_release()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+extern bool g_pdl; /* this variant's launches are programmatic (variant.cu) */
+
+template <typename... P, typename... A>
+void klaunch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A &&...args)
+{
+    cudaLaunchConfig_t c = {};
+    c.gridDim = grid;
+    c.blockDim = block;
+    c.dynamicSmemBytes = smem;
+    c.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    if (g_pdl) {
+        c.attrs = at;
+        c.numAttrs = 1;
+    }
+    cudaLaunchKernelEx(&c, kernel, std::forward<A>(args)...);
 }
 
 /* The launch's error as a status (checked after every launch). */

@@ -10,18 +10,24 @@ namespace {
 
 __global__ void to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
 {
+    pdl_wait(); /* klaunch: the kernel before wrote src */
+    pdl_release();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = f32_to_bf16(src[i]);
 }
 
 __global__ void from_bf16_kernel(float *dst, const uint16_t *src, size_t n)
 {
+    pdl_wait();
+    pdl_release();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = bf16_to_f32(src[i]);
 }
 
 __global__ void gather_rows_kernel(float *dst, const float *src, const int32_t *rows, int dim)
 {
+    pdl_wait();
+    pdl_release();
     const float *s = src + (size_t)rows[blockIdx.x] * dim;
     float *d = dst + (size_t)blockIdx.x * dim;
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
@@ -37,7 +43,7 @@ enum hr_status to_bf16(uint16_t *dst, const float *src, size_t n, void *stream, 
     if (!dst || !src)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda to_bf16: bad arguments");
     size_t blocks = (n + 255) / 256;
-    to_bf16_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, (cudaStream_t)stream>>>(dst, src, n);
+    klaunch(to_bf16_kernel, (unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, (cudaStream_t)stream, dst, src, n);
     return launch_status("to_bf16", err, errlen);
 }
 
@@ -48,7 +54,7 @@ enum hr_status from_bf16(float *dst, const uint16_t *src, size_t n, void *stream
     if (!dst || !src)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda from_bf16: bad arguments");
     size_t blocks = (n + 255) / 256;
-    from_bf16_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, (cudaStream_t)stream>>>(dst, src, n);
+    klaunch(from_bf16_kernel, (unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, (cudaStream_t)stream, dst, src, n);
     return launch_status("from_bf16", err, errlen);
 }
 
@@ -59,7 +65,7 @@ enum hr_status gather_rows(float *dst, const float *src, const int32_t *rows, in
         return HR_OK;
     if (!dst || !src || !rows || n < 0 || dim <= 0)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda gather_rows: bad arguments");
-    gather_rows_kernel<<<n, 128, 0, (cudaStream_t)stream>>>(dst, src, rows, dim);
+    klaunch(gather_rows_kernel, n, 128, 0, (cudaStream_t)stream, dst, src, rows, dim);
     return launch_status("gather_rows", err, errlen);
 }
 

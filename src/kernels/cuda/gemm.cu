@@ -126,6 +126,8 @@ template <int EPI> __global__ void __launch_bounds__(BN) combine_kernel(params p
 {
     const int ntg = blockIdx.x, row = blockIdx.y, c = threadIdx.x;
     const seg sg = seg_of(p, ntg);
+    pdl_wait();
+    pdl_release();
     if constexpr (EPI == CUDA_EPI_SWIGLU_BF16) {
         int col = sg.nt * (BN / 2) + c;
         if (c >= BN / 2 || col >= sg.n)
@@ -198,13 +200,16 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
         b_src[i] = base + (size_t)(n_at < Np ? n_at : 0) * p.k + ch * 8;
     }
 
-    auto load = [&](int stage, int kt) {
+    auto load_a = [&](int stage, int kt) {
         size_t ko = (size_t)kt * BK;
 #pragma unroll
         for (int i = 0; i < C::A_PER; i++) {
             int row = row0 + i * ROWS_PER;
             cp16(sa + stage * C::A_STAGE + row * LDS + ch * 8, a_src[i] + ko, m0 + row < p.m);
         }
+    };
+    auto load_b = [&](int stage, int kt) {
+        size_t ko = (size_t)kt * BK;
 #pragma unroll
         for (int i = 0; i < C::B_PER; i++)
             cp16(sb + stage * C::B_STAGE + (row0 + i * ROWS_PER) * LDS + ch * 8, b_src[i] + ko, (b_okm >> i) & 1);
@@ -219,18 +224,28 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
     for (int i = 0; i < MI; i++)
         n_act += m0 + wm * WM + i * 16 < p.m;
 
+    /* the first stages' weights before the wait (they overlap the kernel before),
+     * the activations after it; the first commit group holds them all */
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; st++)
+        if (st < kt_n)
+            load_b(st, kt0 + st);
+    pdl_wait();
+    pdl_release();
 #pragma unroll
     for (int st = 0; st < STAGES - 1; st++) {
         if (st < kt_n)
-            load(st, kt0 + st);
+            load_a(st, kt0 + st);
         cp_commit();
     }
     for (int kt = 0; kt < kt_n; kt++) {
         cp_wait<STAGES - 2>();
         __syncthreads();
         int nk = kt + STAGES - 1;
-        if (nk < kt_n)
-            load(nk % STAGES, kt0 + nk);
+        if (nk < kt_n) {
+            load_a(nk % STAGES, kt0 + nk);
+            load_b(nk % STAGES, kt0 + nk);
+        }
         cp_commit();
         if (n_act == 0)
             continue;
@@ -429,11 +444,14 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
         int r = idx >> 3, c = idx & 7;
         return r * 128 + ((c ^ (r & 7)) << 4);
     };
-    auto load = [&](int stage, int kt) {
+    auto load_a = [&](int stage, int kt) {
         size_t ko = (size_t)kt * BK;
 #pragma unroll
         for (int i = 0; i < G::A_PER; i++)
             cp16(sa + stage * G::A_BYTES + swz(tid + i * NT), a_src[i] + ko, a_ok[i]);
+    };
+    auto load_b = [&](int stage, int kt) {
+        size_t ko = (size_t)kt * BK;
 #pragma unroll
         for (int i = 0; i < G::B_PER; i++)
             cp16(sb + stage * G::B_BYTES + swz(tid + i * NT), b_src[i] + ko, b_ok[i]);
@@ -447,9 +465,15 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
     const uint32_t sa_addr = (uint32_t)__cvta_generic_to_shared(sa), sb_addr = (uint32_t)__cvta_generic_to_shared(sb);
 
 #pragma unroll
+    for (int st = 0; st < STAGES - 1; st++) /* weights before the wait, as gemm_kernel */
+        if (st < kt_per)
+            load_b(st, kt0 + st);
+    pdl_wait();
+    pdl_release();
+#pragma unroll
     for (int st = 0; st < STAGES - 1; st++) {
         if (st < kt_per)
-            load(st, kt0 + st);
+            load_a(st, kt0 + st);
         cp_commit();
     }
     for (int kt = 0; kt < kt_per; kt++) {
@@ -457,8 +481,10 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
         int nk = kt + STAGES - 1;
-        if (nk < kt_per)
-            load(nk % STAGES, kt0 + nk);
+        if (nk < kt_per) {
+            load_a(nk % STAGES, kt0 + nk);
+            load_b(nk % STAGES, kt0 + nk);
+        }
         cp_commit();
         if (!active)
             continue;
@@ -573,10 +599,10 @@ template <int WG> void wg_launch(const params &p, enum cuda_epi epi, cudaStream_
     using G = wg<WG>;
     dim3 grid(p.n_tiles, (p.m + G::BM - 1) / G::BM, p.par);
     switch (epi) {
-    case CUDA_EPI_STORE_F32: gemm_wgmma_kernel<WG, CUDA_EPI_STORE_F32><<<grid, G::NT, G::SMEM, st>>>(p); break;
-    case CUDA_EPI_ADD_F32: gemm_wgmma_kernel<WG, CUDA_EPI_ADD_F32><<<grid, G::NT, G::SMEM, st>>>(p); break;
-    case CUDA_EPI_STORE_BF16: gemm_wgmma_kernel<WG, CUDA_EPI_STORE_BF16><<<grid, G::NT, G::SMEM, st>>>(p); break;
-    case CUDA_EPI_SWIGLU_BF16: gemm_wgmma_kernel<WG, CUDA_EPI_SWIGLU_BF16><<<grid, G::NT, G::SMEM, st>>>(p); break;
+    case CUDA_EPI_STORE_F32: klaunch(gemm_wgmma_kernel<WG, CUDA_EPI_STORE_F32>, grid, G::NT, G::SMEM, st, p); break;
+    case CUDA_EPI_ADD_F32: klaunch(gemm_wgmma_kernel<WG, CUDA_EPI_ADD_F32>, grid, G::NT, G::SMEM, st, p); break;
+    case CUDA_EPI_STORE_BF16: klaunch(gemm_wgmma_kernel<WG, CUDA_EPI_STORE_BF16>, grid, G::NT, G::SMEM, st, p); break;
+    case CUDA_EPI_SWIGLU_BF16: klaunch(gemm_wgmma_kernel<WG, CUDA_EPI_SWIGLU_BF16>, grid, G::NT, G::SMEM, st, p); break;
     }
 }
 #endif /* CUK_HOPPER */
@@ -628,10 +654,10 @@ template <class C> void launch(const params &p, enum cuda_epi epi, cudaStream_t 
 {
     dim3 grid(p.n_tiles, (p.m + C::BM - 1) / C::BM, p.par);
     switch (epi) {
-    case CUDA_EPI_STORE_F32: gemm_kernel<C, CUDA_EPI_STORE_F32><<<grid, THREADS, C::SMEM, st>>>(p); break;
-    case CUDA_EPI_ADD_F32: gemm_kernel<C, CUDA_EPI_ADD_F32><<<grid, THREADS, C::SMEM, st>>>(p); break;
-    case CUDA_EPI_STORE_BF16: gemm_kernel<C, CUDA_EPI_STORE_BF16><<<grid, THREADS, C::SMEM, st>>>(p); break;
-    case CUDA_EPI_SWIGLU_BF16: gemm_kernel<C, CUDA_EPI_SWIGLU_BF16><<<grid, THREADS, C::SMEM, st>>>(p); break;
+    case CUDA_EPI_STORE_F32: klaunch(gemm_kernel<C, CUDA_EPI_STORE_F32>, grid, THREADS, C::SMEM, st, p); break;
+    case CUDA_EPI_ADD_F32: klaunch(gemm_kernel<C, CUDA_EPI_ADD_F32>, grid, THREADS, C::SMEM, st, p); break;
+    case CUDA_EPI_STORE_BF16: klaunch(gemm_kernel<C, CUDA_EPI_STORE_BF16>, grid, THREADS, C::SMEM, st, p); break;
+    case CUDA_EPI_SWIGLU_BF16: klaunch(gemm_kernel<C, CUDA_EPI_SWIGLU_BF16>, grid, THREADS, C::SMEM, st, p); break;
     }
 }
 
@@ -830,10 +856,10 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     if (p.ext) {
         dim3 cg(p.n_tiles, p.m);
         switch (g->epi) {
-        case CUDA_EPI_STORE_F32: combine_kernel<CUDA_EPI_STORE_F32><<<cg, BN, 0, st>>>(p); break;
-        case CUDA_EPI_ADD_F32: combine_kernel<CUDA_EPI_ADD_F32><<<cg, BN, 0, st>>>(p); break;
-        case CUDA_EPI_STORE_BF16: combine_kernel<CUDA_EPI_STORE_BF16><<<cg, BN, 0, st>>>(p); break;
-        case CUDA_EPI_SWIGLU_BF16: combine_kernel<CUDA_EPI_SWIGLU_BF16><<<cg, BN, 0, st>>>(p); break;
+        case CUDA_EPI_STORE_F32: klaunch(combine_kernel<CUDA_EPI_STORE_F32>, cg, BN, 0, st, p); break;
+        case CUDA_EPI_ADD_F32: klaunch(combine_kernel<CUDA_EPI_ADD_F32>, cg, BN, 0, st, p); break;
+        case CUDA_EPI_STORE_BF16: klaunch(combine_kernel<CUDA_EPI_STORE_BF16>, cg, BN, 0, st, p); break;
+        case CUDA_EPI_SWIGLU_BF16: klaunch(combine_kernel<CUDA_EPI_SWIGLU_BF16>, cg, BN, 0, st, p); break;
         }
     }
     return launch_status("gemm", err, errlen);

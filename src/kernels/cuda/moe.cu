@@ -32,7 +32,8 @@ constexpr int MOE_PIPE = MOE_STAGES * (MOE_A_STAGE + MOE_B_STAGE) * 2;
 constexpr int MOE_EPI_LD = MOE_BN + 1;
 constexpr int MOE_SMEM = MOE_PIPE > MOE_BM * MOE_EPI_LD * 4 ? MOE_PIPE : MOE_BM * MOE_EPI_LD * 4;
 constexpr int ROUTER_TOK = 4;      /* tokens of one router block */
-constexpr int SORT_THREADS = 1024;
+constexpr int SORT_THREADS = 1024; /* a thread an expert when the tiles are listed */
+static_assert(CUDA_MOE_MAX_EXPERTS <= SORT_THREADS && CUDA_MOE_MAX_EXPERTS <= 32 * 32, "sort and route limits");
 constexpr int SORT_CHUNK = 4096;   /* (token, rank) pairs staged in shared memory at a time */
 
 /* Offsets of the block's buffers in the work region, for n tokens. */
@@ -93,6 +94,8 @@ __global__ void __launch_bounds__(256) router_kernel(float *logits, const float 
 {
     const int t0 = blockIdx.x * ROUTER_TOK, lane = threadIdx.x & 31, e = blockIdx.y * 8 + (threadIdx.x >> 5);
     const int nt = n - t0 < ROUTER_TOK ? n - t0 : ROUTER_TOK;
+    pdl_wait(); /* klaunch: every block waits before it may leave */
+    pdl_release();
     if (e >= E)
         return;
     float acc[ROUTER_TOK];
@@ -126,42 +129,56 @@ __global__ void __launch_bounds__(256) router_kernel(float *logits, const float 
             logits[(size_t)(t0 + t) * E + e] = acc[t];
 }
 
-/* Softmax over the token's logits (in place), top-k by probability with ties to the
- * lower expert, then the optional renormalisation: a warp per token.  The max is
- * exact in any order; the sum is lane-strided partials in ascending order then a
- * fixed butterfly; each top-k round is an exact argmax (larger, or equal and lower). */
-__global__ void route_kernel(float *logits, int32_t *top_e, float *top_w, int n, int E, int K, int norm)
+/* Softmax over the token's logits, top-k by probability with ties to the lower
+ * expert, then the optional renormalisation: a warp per token, lane l holding experts
+ * l, l + 32, ... (NPL of them) in registers, so the k rounds never go back to memory.
+ * The max is exact in any order; the sum is lane-strided partials in ascending order
+ * then a fixed butterfly; each top-k round is an exact argmax (larger, or equal and
+ * lower). */
+template <int NPL> __global__ void route_kernel(const float *logits, int32_t *top_e, float *top_w, int n, int E, int K,
+                                                int norm)
 {
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    pdl_wait();
+    pdl_release();
     if (t >= n)
         return;
-    float *p = logits + (size_t)t * E;
+    const float *lg = logits + (size_t)t * E;
+    float p[NPL];
+#pragma unroll
+    for (int j = 0; j < NPL; j++)
+        p[j] = lane + 32 * j < E ? lg[lane + 32 * j] : -INFINITY;
     float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32)
-        mx = p[e] > mx ? p[e] : mx;
+#pragma unroll
+    for (int j = 0; j < NPL; j++)
+        mx = p[j] > mx ? p[j] : mx;
     for (int off = 16; off; off >>= 1) {
         float o = __shfl_xor_sync(0xffffffffu, mx, off);
         mx = o > mx ? o : mx;
     }
     float sum = 0.0f;
-    for (int e = lane; e < E; e += 32) {
-        p[e] = expf(__fsub_rn(p[e], mx));
-        sum = __fadd_rn(sum, p[e]);
-    }
+#pragma unroll
+    for (int j = 0; j < NPL; j++)
+        if (lane + 32 * j < E) {
+            p[j] = expf(__fsub_rn(p[j], mx));
+            sum = __fadd_rn(sum, p[j]);
+        }
     for (int off = 16; off; off >>= 1)
         sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, off));
-    for (int e = lane; e < E; e += 32)
-        p[e] = __fdiv_rn(p[e], sum);
-    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < NPL; j++)
+        p[j] = lane + 32 * j < E ? __fdiv_rn(p[j], sum) : -1.0f; /* -1: no expert (never taken) */
     int32_t *te = top_e + (size_t)t * K;
     float *tw = top_w + (size_t)t * K;
+    float s = 0.0f, wk = 0.0f; /* lane r keeps rank r's weight (ranks past 32: memory) */
     for (int r = 0; r < K; r++) {
         int best = -1;
         float bv = 0.0f;
-        for (int e = lane; e < E; e += 32) /* ascending: a tie keeps the lower */
-            if (p[e] >= 0.0f && (best < 0 || p[e] > bv)) {
-                best = e;
-                bv = p[e];
+#pragma unroll
+        for (int j = 0; j < NPL; j++) /* ascending: a tie keeps the lower */
+            if (p[j] >= 0.0f && (best < 0 || p[j] > bv)) {
+                best = lane + 32 * j;
+                bv = p[j];
             }
         for (int off = 16; off; off >>= 1) {
             int ob = __shfl_xor_sync(0xffffffffu, best, off);
@@ -171,24 +188,27 @@ __global__ void route_kernel(float *logits, int32_t *top_e, float *top_w, int n,
                 bv = ov;
             }
         }
+        if (best < 0) { /* every probability NaN: any untaken expert, the weight NaN */
+            best = r;
+            bv = NAN;
+        }
+#pragma unroll
+        for (int j = 0; j < NPL; j++)
+            if (lane + 32 * j == best)
+                p[j] = -1.0f; /* taken (probabilities are >= 0) */
         if (lane == 0) {
-            if (best < 0) { /* every probability NaN: any untaken expert, the weight NaN */
-                best = r;
-                bv = NAN;
-            }
             te[r] = best;
             tw[r] = bv;
-            p[best] = -1.0f; /* taken (probabilities are >= 0) */
+            s = __fadd_rn(s, bv);
         }
-        best = __shfl_sync(0xffffffffu, best, 0);
-        __syncwarp();
+        if (lane == r)
+            wk = bv;
     }
-    if (norm && lane == 0) {
-        float s = 0.0f;
-        for (int r = 0; r < K; r++)
-            s = __fadd_rn(s, tw[r]);
-        for (int r = 0; r < K; r++)
-            tw[r] = __fdiv_rn(tw[r], s);
+    if (norm) {
+        __syncwarp(); /* lane 0's stores of ranks past 32 are seen */
+        s = __shfl_sync(0xffffffffu, s, 0);
+        for (int r = lane; r < K; r += 32)
+            tw[r] = __fdiv_rn(r < 32 ? wk : tw[r], s);
     }
 }
 
@@ -200,8 +220,11 @@ __global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const int32_t *top_e
 {
     __shared__ int32_t buf[SORT_CHUNK];
     __shared__ int32_t cnt[CUDA_MOE_MAX_EXPERTS], base[CUDA_MOE_MAX_EXPERTS];
+    __shared__ int32_t wrows[SORT_THREADS / 32], wtiles[SORT_THREADS / 32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const unsigned below = (1u << lane) - 1;
+    pdl_wait();
+    pdl_release();
     for (int e = threadIdx.x; e < E; e += blockDim.x)
         cnt[e] = 0;
     for (int pass = 0; pass < 2; pass++) {
@@ -233,19 +256,39 @@ __global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const int32_t *top_e
             }
         }
         __syncthreads();
-        if (pass == 0 && threadIdx.x == 0) {
-            int s = 0, nt = 0;
-            for (int e = 0; e < E; e++) {
-                base[e] = s;
-                for (int r0 = 0; r0 < cnt[e]; r0 += MOE_BM) {
-                    tiles[3 * nt] = e;
-                    tiles[3 * nt + 1] = s + r0;
-                    tiles[3 * nt + 2] = cnt[e] - r0 < MOE_BM ? cnt[e] - r0 : MOE_BM;
-                    nt++;
+        if (pass == 0) {
+            /* expert e = thread e: its first row and first tile are exclusive prefix
+             * sums of the counts and of the tile counts (a warp's shuffle scan, then
+             * the warps' totals), its tiles written by it */
+            const int e = threadIdx.x, c = e < E ? cnt[e] : 0, ct = (c + MOE_BM - 1) / MOE_BM;
+            int rs = c, ts = ct;
+            for (int o = 1; o < 32; o <<= 1) {
+                int r2 = __shfl_up_sync(0xffffffffu, rs, o), t2 = __shfl_up_sync(0xffffffffu, ts, o);
+                if (lane >= o) {
+                    rs += r2;
+                    ts += t2;
                 }
-                s += cnt[e];
             }
-            *n_tiles = nt;
+            if (lane == 31) {
+                wrows[warp] = rs;
+                wtiles[warp] = ts;
+            }
+            __syncthreads();
+            int rb = rs - c, tb = ts - ct;
+            for (int w = 0; w < warp; w++) {
+                rb += wrows[w];
+                tb += wtiles[w];
+            }
+            if (e < E) {
+                base[e] = rb;
+                for (int i = 0; i < ct; i++) {
+                    tiles[3 * (tb + i)] = e;
+                    tiles[3 * (tb + i) + 1] = rb + i * MOE_BM;
+                    tiles[3 * (tb + i) + 2] = c - i * MOE_BM < MOE_BM ? c - i * MOE_BM : MOE_BM;
+                }
+                if (e == E - 1)
+                    *n_tiles = tb + ct;
+            }
         }
     }
 }
@@ -266,6 +309,8 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MOE_THREADS, 2) grouped
 {
     constexpr int WM = MOE_BM / 2, MI = WM / 16, CPR = MOE_BK / 8;
     constexpr int A_PER = MOE_BM * MOE_BK / 8 / MOE_THREADS, B_PER = MOE_BN * MOE_BK / 8 / MOE_THREADS;
+    pdl_wait(); /* the work list is the sort's */
+    pdl_release();
     if ((int)blockIdx.y >= *p.n_tiles)
         return;
     const int e = p.tiles[3 * blockIdx.y], row0 = p.tiles[3 * blockIdx.y + 1], rows = p.tiles[3 * blockIdx.y + 2];
@@ -390,16 +435,54 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MOE_THREADS, 2) grouped
     }
 }
 
-/* h[t] += sum over ranks r (in order) of w[t, r] * eo[row_of[t, r]], in f32. */
-__global__ void combine_kernel(float *h, const float *eo, const int32_t *row_of, const float *top_w, int H, int K)
+/* h[t] += sum over ranks r (in order) of w[t, r] * eo[row_of[t, r]], in f32: a thread
+ * an element (block (d-tile, t)), eight ranks' loads issued before their sum. */
+__global__ void combine_kernel(float *__restrict__ h, const float *__restrict__ eo, const int32_t *__restrict__ row_of,
+                               const float *__restrict__ top_w, int H, int K)
 {
-    const size_t t = blockIdx.x;
-    for (int d = threadIdx.x; d < H; d += blockDim.x) {
-        float y = 0.0f;
-        for (int r = 0; r < K; r++)
-            y = __fadd_rn(y, __fmul_rn(top_w[t * K + r], eo[(size_t)row_of[t * K + r] * H + d]));
-        h[t * H + d] = __fadd_rn(h[t * H + d], y);
+    const size_t t = blockIdx.y;
+    const int d = blockIdx.x * blockDim.x + threadIdx.x;
+    pdl_wait();
+    pdl_release();
+    if (d >= H)
+        return;
+    const int32_t *ro = row_of + t * K;
+    const float *tw = top_w + t * K;
+    const float h0 = h[t * H + d];
+    float y = 0.0f;
+    int r = 0;
+    for (; r + 8 <= K; r += 8) {
+        float w[8], v[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            w[i] = tw[r + i];
+            v[i] = eo[(size_t)ro[r + i] * H + d];
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            y = __fadd_rn(y, __fmul_rn(w[i], v[i]));
     }
+    for (; r < K; r++)
+        y = __fadd_rn(y, __fmul_rn(tw[r], eo[(size_t)ro[r] * H + d]));
+    h[t * H + d] = __fadd_rn(h0, y);
+}
+
+/* route_kernel with the fewest registers a lane that hold E experts */
+void route(const float *logits, int32_t *top_e, float *top_w, int n, int E, int K, int norm, cudaStream_t st)
+{
+    const int blocks = (n + 3) / 4, npl = (E + 31) / 32;
+    if (npl <= 1)
+        klaunch(route_kernel<1>, blocks, 128, 0, st, logits, top_e, top_w, n, E, K, norm);
+    else if (npl <= 2)
+        klaunch(route_kernel<2>, blocks, 128, 0, st, logits, top_e, top_w, n, E, K, norm);
+    else if (npl <= 4)
+        klaunch(route_kernel<4>, blocks, 128, 0, st, logits, top_e, top_w, n, E, K, norm);
+    else if (npl <= 8)
+        klaunch(route_kernel<8>, blocks, 128, 0, st, logits, top_e, top_w, n, E, K, norm);
+    else if (npl <= 16)
+        klaunch(route_kernel<16>, blocks, 128, 0, st, logits, top_e, top_w, n, E, K, norm);
+    else
+        klaunch(route_kernel<32>, blocks, 128, 0, st, logits, top_e, top_w, n, E, K, norm);
 }
 
 } // namespace
@@ -435,7 +518,7 @@ enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t err
     if (!a->work || a->work_bytes < o.bytes)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda moe: a workspace of %zu bytes needed, %zu given", o.bytes,
                       a->work_bytes);
-    if (o.t_max > 65535)
+    if (o.t_max > 65535 || n > 65535)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda moe: %d tokens are too many for one launch", n);
     uint8_t *w = (uint8_t *)a->work;
     uint16_t *xb = (uint16_t *)(w + o.xb), *act = (uint16_t *)(w + o.act);
@@ -448,17 +531,18 @@ enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t err
     enum hr_status s = to_bf16(xb, a->xn, (size_t)n * H, stream, err, errlen);
     if (s != HR_OK)
         return s;
-    router_kernel<<<dim3((n + ROUTER_TOK - 1) / ROUTER_TOK, (E + 7) / 8), 256, 0, st>>>(logits, a->xn, a->router, n,
-                                                                                        H, E);
-    route_kernel<<<(n + 3) / 4, 128, 0, st>>>(logits, top_e, top_w, n, E, K, a->norm_topk);
-    sort_kernel<<<1, SORT_THREADS, 0, st>>>(top_e, R, K, E, row_of, tok_of_row, tiles, n_tiles);
+    klaunch(router_kernel, dim3((n + ROUTER_TOK - 1) / ROUTER_TOK, (E + 7) / 8), 256, 0, st, logits, a->xn, a->router,
+            n, H, E);
+    route(logits, top_e, top_w, n, E, K, a->norm_topk, st);
+    klaunch(sort_kernel, 1, SORT_THREADS, 0, st, top_e, R, K, E, row_of, tok_of_row, tiles, n_tiles);
     if ((s = launch_status("moe routing", err, errlen)) != HR_OK)
         return s;
     gparams g = {xb, tok_of_row, a->gate, a->up, act, tiles, n_tiles, I, H};
-    grouped_kernel<true><<<dim3((I + MOE_BN / 2 - 1) / (MOE_BN / 2), o.t_max), MOE_THREADS, MOE_SMEM, st>>>(g);
+    klaunch(grouped_kernel<true>, dim3((I + MOE_BN / 2 - 1) / (MOE_BN / 2), o.t_max), MOE_THREADS, MOE_SMEM, st, g);
     g = gparams{act, NULL, a->down, NULL, eo, tiles, n_tiles, H, I};
-    grouped_kernel<false><<<dim3((H + MOE_BN - 1) / MOE_BN, o.t_max), MOE_THREADS, MOE_SMEM, st>>>(g);
-    combine_kernel<<<n, 256, 0, st>>>(a->h, eo, row_of, top_w, H, K);
+    klaunch(grouped_kernel<false>, dim3((H + MOE_BN - 1) / MOE_BN, o.t_max), MOE_THREADS, MOE_SMEM, st, g);
+    klaunch(combine_kernel, dim3((H + 255) / 256, n), 256, 0, st, a->h, (const float *)eo, (const int32_t *)row_of,
+            (const float *)top_w, H, K);
     if ((s = launch_status("moe experts", err, errlen)) != HR_OK)
         return s;
     if (a->trace) {

@@ -1,10 +1,21 @@
 /* This variant's table (cuda_kernels.h): the one name each copy exports. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels/cuda/common.cuh"
 
 namespace CUK_NS {
 
+/* Programmatic dependent launch: Hopper's variant only (the sm80 build has no
+ * griddepcontrol), on unless HEARTH_CUDA_PDL=0 (for comparisons: bits are the same). */
+bool g_pdl = false;
+
 static enum hr_status prepare(int sm_count, char *err, size_t errlen)
 {
+#if defined(CUK_HOPPER)
+    const char *pdl = getenv("HEARTH_CUDA_PDL");
+    g_pdl = !(pdl && strcmp(pdl, "0") == 0);
+#endif
     enum hr_status st = gemm_prepare(sm_count, err, errlen);
     if (st == HR_OK)
         st = attn_prepare(err, errlen);
