@@ -1353,10 +1353,11 @@ enum hr_status backend_cuda_init(struct backend *be, const struct backend_opts *
     be->impl = c;
     be->n_threads = o->n_threads;
     be->bf16_compute = true;
-    /* the kernel variant, the runtime (its libraries' code changes bits), the SM count
-     * (the GEMM's K split depends on it) and GEMM settings other than the defaults */
-    snprintf(be->name, sizeof be->name, "cuda-%s-rt%d-sm%d%s", c->K->name, c->info.runtime_version,
-             c->info.sm_count, c->K->gemm_tag());
+    /* the kernel variant, the kernels' revision, the runtime (its libraries' code changes
+     * bits), the SM count (the K splits depend on it) and GEMM settings other than the
+     * defaults */
+    snprintf(be->name, sizeof be->name, "cuda-%s-k%d-rt%d-sm%d%s", c->K->name, CUDA_KERNELS_REV,
+             c->info.runtime_version, c->info.sm_count, c->K->gemm_tag());
     snprintf(be->device, sizeof be->device, "cuda");
     snprintf(be->variant, sizeof be->variant, "%s", c->K->name);
     snprintf(be->isa, sizeof be->isa, "%s", c->K->name);
