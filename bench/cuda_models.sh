@@ -4,7 +4,8 @@
 # bf16 rate by cuBLAS at 8192^3), then for each shape: batch-1 decode (256 tokens after
 # a 4-token prompt), a 2,048-token prefill (time to the first token), `bench prefix`
 # (P = 1,024, S = 64: digests of disabled / cold / warm, TTFT) and `bench throughput`
-# (512 + 128 at the concurrency levels of LEVELS) and the chat workload of `bench prefix`
+# (512 + 128 at the concurrency levels of LEVELS, with its roofline at the ceilings
+# measured first) and the chat workload of `bench prefix`
 # with and without the cache (CHAT_CLIENTS clients); with HF=1, transformers on the same
 # shape (tools/hf_side_by_side.py).  Logs and JSON under $OUT.
 #   SHAPES="qwen3-0.6b qwen3-8b qwen3-30b-a3b" LEVELS=1,32,64 CHAT_CLIENTS=32 HF=1 bash bench/cuda_models.sh
@@ -23,6 +24,9 @@ if [ -z "${HEARTH_CUBLAS:-}" ]; then
 fi
 timeout 120 "$bench" --ceilings-only >"$out/ceilings.json" 2>"$out/ceilings.err"
 echo "ceilings: $(tr -d '\n' <"$out/ceilings.json" | sed 's/  */ /g')"
+# the throughput runs' roofline uses these (bench throughput --ceiling-gbs / --ceiling-tflops)
+roof=($(python3 -c "import json,sys; c=json.load(open(sys.argv[1]))['ceilings']; g,t=c.get('read_gbs'),c.get('cublas_bf16_tflops_8192')
+print('--ceiling-gbs %s --ceiling-tflops %s' % (g, t) if g and t else '')" "$out/ceilings.json" 2>/dev/null))
 P=$(python3 -c "print(','.join(str((i*7919)%150000+10) for i in range(2048)))")
 for s in ${SHAPES:-qwen3-0.6b qwen3-8b qwen3-30b-a3b}; do
   d=$(mktemp -d)
@@ -53,8 +57,8 @@ for s in ${SHAPES:-qwen3-0.6b qwen3-8b qwen3-30b-a3b}; do
   fi
   if [ -n "${LEVELS:-}" ]; then
     timeout 400 "$bin" bench throughput "${m[@]}" --prompt-tokens 512 --output-tokens 128 --concurrency "$LEVELS" \
-      >"$out/$s.throughput.json" 2>"$out/$s.throughput.log"
-    grep -E "^concurrency|rror" "$out/$s.throughput.log"
+      "${roof[@]}" >"$out/$s.throughput.json" 2>"$out/$s.throughput.log"
+    grep -E "^concurrency|rror|roofline" "$out/$s.throughput.log"
   fi
   if [ -n "${HF:-}" ] && python3 -c "import torch, transformers" 2>/dev/null; then
     timeout "${HF_LIMIT:-300}" python3 tools/hf_side_by_side.py --model "$d" >"$out/$s.hf.json" 2>"$out/$s.hf.log"

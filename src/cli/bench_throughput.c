@@ -4,7 +4,12 @@
  * engine holds beyond them (after start-up, and at its fullest).  Also the compute
  * bound: the machine's measured peak arithmetic rate over the flops one request
  * needs, which no batching can beat; over level 1's throughput it bounds the ratio
- * any level can reach. */
+ * any level can reach.  And each level's roofline (model/roofline.h): the workload's
+ * generated tokens/s if every step took the larger of its bytes over the read
+ * bandwidth and its flops over the peak rate, and a decode step's at the middle
+ * context against the measured ITL p50; the ceilings are the CPU's, measured here,
+ * or a device's given with --ceiling-gbs / --ceiling-tflops (measured in the same run:
+ * bench/cuda_models.sh passes cuda_bench's). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +20,7 @@
 #include "cli/bench_util.h"
 #include "cli/engine_opts.h"
 #include "kernels/cpu/ceiling.h"
+#include "model/roofline.h"
 
 #define TP_MAX_LEVELS 8
 
@@ -22,7 +28,7 @@ static void tp_usage(void)
 {
     fprintf(stderr,
             "usage: hearth bench throughput --model DIR [--prompt-tokens 256] [--output-tokens 128]\n"
-            "                               [--concurrency 1,8,32]\n\n%s",
+            "                               [--concurrency 1,8,32] [--ceiling-gbs G --ceiling-tflops T]\n\n%s",
             engine_opts_help);
 }
 
@@ -31,6 +37,8 @@ struct tp_level {
     double seconds, tokens_per_s, gen_per_s, itl_p50, itl_p99;
     double startup_mib;  /* RSS after engine start-up, less the KV slab (weights are still untouched) */
     double overhead_mib; /* largest RSS after a step, less weights and KV */
+    double roof_gen_per_s; /* the workload's roofline (generated tokens/s) */
+    double roof_step_ms;   /* a decode step's roofline at the middle context */
 };
 
 /* The process's resident memory now, in MiB (0 when /proc is not there). */
@@ -62,12 +70,13 @@ static double tp_request_flops(const struct hearth_engine *e, int prompt_tokens,
 
 static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_tokens, int out_tokens,
                   struct tp_level *lv, int64_t *weight_bytes, size_t *kv_bytes, double *req_flops, int *bf16,
-                  int *on_host)
+                  int *on_host, struct roofline *roof)
 {
     struct hearth_engine *e = bench_engine(ep);
     if (!e)
         return 0;
     *req_flops = tp_request_flops(e, prompt_tokens, out_tokens);
+    roofline_of(engine_model(e), engine_kv_bytes_per_token(e), roof);
     *bf16 = engine_backend(e)->bf16_compute;
     *weight_bytes = engine_model(e)->w.weight_bytes;
     *kv_bytes = engine_kv_bytes(e);
@@ -150,6 +159,7 @@ int bench_throughput(int argc, char **argv)
     struct hearth_engine_params ep;
     engine_opts_default(&ep);
     int prompt_tokens = 256, out_tokens = 128, levels[TP_MAX_LEVELS] = {1, 8, 32}, n_levels = 3;
+    double ceil_gbs = 0, ceil_tflops = 0; /* a device's, measured by the caller; 0: the CPU's, measured here */
     for (int i = 1; i < argc; i++) {
         int rr = engine_opts_parse(&ep, argc, argv, &i);
         if (rr < 0)
@@ -169,6 +179,16 @@ int bench_throughput(int argc, char **argv)
             if (!(v = args_value(argc, argv, &i)) || !args_int("--output-tokens", v, 1, 1 << 20, &x))
                 return 2;
             out_tokens = (int)x;
+        } else if (args_is(a, "--ceiling-gbs") || args_is(a, "--ceiling-tflops")) {
+            double *dst = args_is(a, "--ceiling-gbs") ? &ceil_gbs : &ceil_tflops;
+            char *end;
+            if (!(v = args_value(argc, argv, &i)))
+                return 2;
+            *dst = strtod(v, &end);
+            if (end == v || *end || !(*dst > 0) || *dst > 1e9) {
+                fprintf(stderr, "hearth bench throughput: %s wants a positive number, got '%s'\n", a, v);
+                return 2;
+            }
         } else if (args_is(a, "--concurrency")) {
             if (!(v = args_value(argc, argv, &i)))
                 return 2;
@@ -190,16 +210,22 @@ int bench_throughput(int argc, char **argv)
         tp_usage();
         return 2;
     }
+    if ((ceil_gbs > 0) != (ceil_tflops > 0)) {
+        fprintf(stderr, "hearth bench throughput: --ceiling-gbs and --ceiling-tflops go together\n");
+        return 2;
+    }
     struct tp_level lv[TP_MAX_LEVELS];
     int64_t wbytes = 0;
     size_t kvbytes = 0;
     double req_flops = 0;
     int bf16 = 0, on_host = 1;
+    struct roofline roof;
     for (int k = 0; k < n_levels; k++) {
         struct hearth_engine_params p = ep;
         if (p.max_num_seqs < levels[k])
             p.max_num_seqs = levels[k];
-        if (!tp_run(&p, levels[k], prompt_tokens, out_tokens, &lv[k], &wbytes, &kvbytes, &req_flops, &bf16, &on_host))
+        if (!tp_run(&p, levels[k], prompt_tokens, out_tokens, &lv[k], &wbytes, &kvbytes, &req_flops, &bf16, &on_host,
+                    &roof))
             return 1;
         fprintf(stderr,
                 "concurrency %d: %.1f tokens/s (%.2f generated/s), ITL p50 %.1f ms p99 %.1f ms; "
@@ -217,20 +243,50 @@ int bench_throughput(int argc, char **argv)
         fprintf(stderr, "hearth bench throughput: %s (no compute bound)\n", err);
     double peak = bf16 ? ceil.dot_bf16_gflops : ceil.fma_f32_gflops;
     double bound_tps = req_flops > 0 ? (double)(prompt_tokens + out_tokens) * peak * 1e9 / req_flops : 0;
+    /* the roofline's ceilings: the device's as given, else this CPU's (a device run
+     * without them has none: the CPU's would say nothing about it) */
+    int have_roof = ceil_gbs > 0 || (on_host && ceil.read_gbs > 0 && peak > 0);
+    double r_gbs = ceil_gbs > 0 ? ceil_gbs : ceil.read_gbs, r_tflops = ceil_gbs > 0 ? ceil_tflops : peak * 1e-3;
+    if (!have_roof)
+        fprintf(stderr, "hearth bench throughput: no roofline (a device's ceilings: --ceiling-gbs, --ceiling-tflops)\n");
+    for (int k = 0; k < n_levels && have_roof; k++) {
+        int c = levels[k];
+        double ws = roofline_workload_s(&roof, c, prompt_tokens, out_tokens, r_gbs, r_tflops);
+        lv[k].roof_gen_per_s = ws > 0 ? (double)c * out_tokens / ws : 0;
+        lv[k].roof_step_ms = 1e3 * roofline_decode_s(&roof, c, (double)c * (prompt_tokens + out_tokens / 2), r_gbs,
+                                                      r_tflops);
+        fprintf(stderr,
+                "concurrency %d: roofline %.1f generated/s (measured %.3f of it); a decode step at context %d: "
+                "%.3f ms at best, ITL p50 %.3f of that\n",
+                c, lv[k].roof_gen_per_s, lv[k].roof_gen_per_s > 0 ? lv[k].gen_per_s / lv[k].roof_gen_per_s : 0.0,
+                prompt_tokens + out_tokens / 2, lv[k].roof_step_ms,
+                lv[k].itl_p50 > 0 ? lv[k].roof_step_ms * 1e-3 / lv[k].itl_p50 : 0.0);
+    }
     printf("{\n  \"benchmark\": \"throughput\",\n  \"model\": \"%s\",\n  \"threads\": %d,\n"
            "  \"prompt_tokens\": %d,\n  \"output_tokens\": %d,\n  \"levels\": [\n",
            ep.model_dir, ep.n_threads, prompt_tokens, out_tokens);
-    for (int k = 0; k < n_levels; k++)
+    for (int k = 0; k < n_levels; k++) {
         printf("    {\"concurrency\": %d, \"seconds\": %.3f, \"tokens_per_s\": %.2f, \"generated_per_s\": %.2f, "
                "\"itl_p50_ms\": %.2f, \"itl_p99_ms\": %.2f, \"startup_beyond_kv_mib\": %.1f, "
-               "\"rss_beyond_weights_kv_mib\": %.1f}%s\n",
+               "\"rss_beyond_weights_kv_mib\": %.1f",
                lv[k].c, lv[k].seconds, lv[k].tokens_per_s, lv[k].gen_per_s, lv[k].itl_p50 * 1e3, lv[k].itl_p99 * 1e3,
-               lv[k].startup_mib, lv[k].overhead_mib, k + 1 < n_levels ? "," : "");
+               lv[k].startup_mib, lv[k].overhead_mib);
+        if (have_roof)
+            printf(", \"roofline_generated_per_s\": %.2f, \"of_roofline\": %.4f, \"roofline_step_ms\": %.4f, "
+                   "\"itl_p50_of_roofline\": %.4f",
+                   lv[k].roof_gen_per_s, lv[k].roof_gen_per_s > 0 ? lv[k].gen_per_s / lv[k].roof_gen_per_s : 0.0,
+                   lv[k].roof_step_ms, lv[k].itl_p50 > 0 ? lv[k].roof_step_ms * 1e-3 / lv[k].itl_p50 : 0.0);
+        printf("}%s\n", k + 1 < n_levels ? "," : "");
+    }
     printf("  ],\n  \"throughput_ratio_last_over_first\": %.2f,\n  \"peak_rss_mib\": %.1f,\n"
            "  \"weights_mib\": %.1f,\n  \"kv_mib\": %.1f,\n  \"peak_rss_beyond_weights_kv_mib\": %.1f,\n"
            "  \"weights_plus_kv_plus_64_mib\": %.1f,\n",
            lv[0].tokens_per_s > 0 ? lv[n_levels - 1].tokens_per_s / lv[0].tokens_per_s : 0.0, rss, wmib, kvmib,
            rss - host_fixed, host_fixed + 64);
+    if (have_roof)
+        printf("  \"roofline\": {\"read_gbs\": %.1f, \"tflops\": %.2f, \"ceilings\": \"%s\", "
+               "\"fixed_bytes\": %.0f, \"expert_bytes\": %.0f, \"kv_bytes_per_token\": %.0f},\n",
+               r_gbs, r_tflops, ceil_gbs > 0 ? "given" : "cpu", roof.fixed_bytes, roof.expert_bytes, roof.kv_pos_bytes);
     printf("  \"compute_bound\": {\"compute\": \"%s\", \"peak_gflops\": %.1f, \"request_gflops\": %.1f, "
            "\"tokens_per_s\": %.1f, \"ratio_over_first\": %.2f}\n}\n",
            bf16 ? "bf16" : "f32", peak, req_flops * 1e-9, bound_tps,

@@ -1,6 +1,8 @@
 /* Benchmark helpers. */
 #include "cli/bench_util.h"
 
+#include "model/roofline.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -76,39 +78,10 @@ void bench_tokens(int32_t *out, int n, int vocab, uint64_t seed)
 
 /* ------------------------------------------------------------------ model costs */
 
-static int64_t bench_mat_bytes(const struct weights_mat *w)
-{
-    int64_t es = w->dtype == SAFETENSORS_DTYPE_F32 ? 4 : 2;
-    return w->rows * w->cols * es;
-}
-
 void bench_model_costs(const struct model *m, int64_t *bytes, double *flops)
 {
-    const struct model_config *c = &m->cfg;
-    int64_t b = 0;
-    double f = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        const struct weights_layer *L = &m->w.layers[l];
-        const struct weights_mat *mats[] = {&L->q, &L->k, &L->v, &L->o};
-        for (int i = 0; i < 4; i++) {
-            b += bench_mat_bytes(mats[i]);
-            f += 2.0 * (double)(mats[i]->rows * mats[i]->cols);
-        }
-        if (!L->is_moe) {
-            const struct weights_mat *mlp[] = {&L->gate, &L->up, &L->down};
-            for (int i = 0; i < 3; i++) {
-                b += bench_mat_bytes(mlp[i]);
-                f += 2.0 * (double)(mlp[i]->rows * mlp[i]->cols);
-            }
-        } else {
-            b += bench_mat_bytes(&L->router);
-            f += 2.0 * (double)(L->router.rows * L->router.cols);
-            const struct weights_expert *e = &L->experts[0];
-            int64_t eb = bench_mat_bytes(&e->gate) + bench_mat_bytes(&e->up) + bench_mat_bytes(&e->down);
-            b += eb * c->n_experts_per_tok;
-            f += 2.0 * 3 * (double)(e->gate.rows * e->gate.cols) * c->n_experts_per_tok;
-        }
-    }
-    *bytes = b + bench_mat_bytes(&m->w.lm_head);
-    *flops = f;
+    struct roofline r;
+    roofline_of(m, 0, &r);
+    *bytes = (int64_t)(r.fixed_bytes + r.expert_bytes * r.top_k);
+    *flops = r.tok_flops;
 }

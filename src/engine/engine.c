@@ -1184,6 +1184,11 @@ int engine_max_block_refcount(const struct hearth_engine *e)
 
 size_t engine_kv_bytes(const struct hearth_engine *e) { return kv_store_slab_bytes(&e->kv); }
 
+size_t engine_kv_bytes_per_token(const struct hearth_engine *e)
+{
+    return kv_store_bytes_per_token(e->kv.n_layers, e->kv.n_kv_heads, e->kv.head_dim, e->kv.dtype);
+}
+
 int engine_demote_cached(struct hearth_engine *e)
 {
     return e->pc_on ? prefix_cache_evict(&e->pc, block_pool_capacity(&e->pool)) : 0;

@@ -121,8 +121,9 @@ int engine_max_block_refcount(const struct hearth_engine *e);
 /* Evicts every cached block nobody uses from the pool, through the tiers below it (a
  * benchmark's way to put a prefix in the host tier); returns how many. */
 int engine_demote_cached(struct hearth_engine *e);
-/* Bytes of the KV pool. */
+/* Bytes of the KV pool; of one position's K and V over every layer. */
 size_t engine_kv_bytes(const struct hearth_engine *e);
+size_t engine_kv_bytes_per_token(const struct hearth_engine *e);
 const struct model *engine_model(const struct hearth_engine *e);
 const struct backend *engine_backend(const struct hearth_engine *e);
 
