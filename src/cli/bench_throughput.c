@@ -9,7 +9,7 @@
  * bandwidth and its flops over the peak rate, and a decode step's at the middle
  * context against the measured ITL p50; the ceilings are the CPU's, measured here,
  * or a device's given with --ceiling-gbs / --ceiling-tflops (measured in the same run:
- * bench/cuda_models.sh passes cuda_bench's). */
+ * bench/cuda_models.sh passes cuda_bench's), which then set the compute bound too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,9 +239,10 @@ int bench_throughput(int argc, char **argv)
      * arithmetic rate bounds any level's throughput, whatever the batching. */
     struct cpu_ceilings ceil = {0};
     char err[HR_ERRLEN];
-    if (cpu_ceilings_measure(ep.n_threads, &ceil, err, sizeof err) != HR_OK)
+    /* a device's ceilings, when given, are the ones that bound it: this CPU's are not measured */
+    if (ceil_gbs <= 0 && cpu_ceilings_measure(ep.n_threads, &ceil, err, sizeof err) != HR_OK)
         fprintf(stderr, "hearth bench throughput: %s (no compute bound)\n", err);
-    double peak = bf16 ? ceil.dot_bf16_gflops : ceil.fma_f32_gflops;
+    double peak = ceil_gbs > 0 ? ceil_tflops * 1e3 : bf16 ? ceil.dot_bf16_gflops : ceil.fma_f32_gflops;
     double bound_tps = req_flops > 0 ? (double)(prompt_tokens + out_tokens) * peak * 1e9 / req_flops : 0;
     /* the roofline's ceilings: the device's as given, else this CPU's (a device run
      * without them has none: the CPU's would say nothing about it) */
@@ -289,7 +290,7 @@ int bench_throughput(int argc, char **argv)
                r_gbs, r_tflops, ceil_gbs > 0 ? "given" : "cpu", roof.fixed_bytes, roof.expert_bytes, roof.kv_pos_bytes);
     printf("  \"compute_bound\": {\"compute\": \"%s\", \"peak_gflops\": %.1f, \"request_gflops\": %.1f, "
            "\"tokens_per_s\": %.1f, \"ratio_over_first\": %.2f}\n}\n",
-           bf16 ? "bf16" : "f32", peak, req_flops * 1e-9, bound_tps,
+           ceil_gbs > 0 ? "given" : bf16 ? "bf16" : "f32", peak, req_flops * 1e-9, bound_tps,
            lv[0].tokens_per_s > 0 ? bound_tps / lv[0].tokens_per_s : 0.0);
     return 0;
 }

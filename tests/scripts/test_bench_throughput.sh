@@ -46,7 +46,8 @@ for lv in t["levels"]:
 sys.exit(0 if ok else 1)
 PY
 check "the roofline equals the bound computed from config.json" "python3 $tmp/roof.py $model $tmp/t.json"
-check "the given ceilings are named" "grep -q '\"ceilings\": \"given\"' $tmp/t.json"
+check "the given ceilings are named, the compute bound at their rate" \
+  "grep -q '\"ceilings\": \"given\"' $tmp/t.json && grep -q '\"compute_bound\": {\"compute\": \"given\", \"peak_gflops\": 500.0' $tmp/t.json"
 "$bin" bench throughput --model "$model" --threads 2 --prompt-tokens 8 --output-tokens 3 --concurrency 2 >"$tmp/c.json" 2>/dev/null
 check "without ceilings: the CPU's, measured" "grep -q '\"ceilings\": \"cpu\"' $tmp/c.json && grep -q of_roofline $tmp/c.json"
 for bad in "--ceiling-gbs 0 --ceiling-tflops 1" "--ceiling-gbs x --ceiling-tflops 1" "--ceiling-gbs 5" "--ceiling-tflops -1 --ceiling-gbs 5"; do
