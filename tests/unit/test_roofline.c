@@ -12,13 +12,19 @@
 
 static char err[HR_ERRLEN];
 
-static int load(struct model *m, const char *name)
+/* The fixture's costs (kv_pos_bytes as given); the model is freed at once. */
+static int costs(const char *name, size_t kv_pos_bytes, struct roofline *r)
 {
     char dir[1024];
+    struct model m;
     snprintf(dir, sizeof dir, "%s/fixtures/%s", test_data_dir(), name);
-    enum hr_status st = model_load(m, dir, err, sizeof err);
+    enum hr_status st = model_load(&m, dir, err, sizeof err);
     CHECK_MSG(st == HR_OK, "%s: %s", name, err);
-    return st == HR_OK;
+    if (st != HR_OK)
+        return 0;
+    roofline_of(&m, kv_pos_bytes, r);
+    model_free(&m);
+    return 1;
 }
 
 static int near(double a, double b)
@@ -34,11 +40,9 @@ static int near(double a, double b)
  * [512, 64] = 32,768. */
 static void test_moe_fixture(void)
 {
-    struct model m;
-    if (!load(&m, "qwen3moe-tiny-bf16"))
-        return;
     struct roofline r;
-    roofline_of(&m, 512, &r);
+    if (!costs("qwen3moe-tiny-bf16", 512, &r))
+        return;
     CHECK_MSG(near(r.fixed_bytes, 2 * 49152.0 + 1024 + 49152 + 65536), "fixed bytes %.0f", r.fixed_bytes);
     CHECK_MSG(near(r.expert_bytes, 12288.0), "expert bytes %.0f", r.expert_bytes);
     CHECK(r.n_experts == 8 && r.top_k == 2);
@@ -59,25 +63,21 @@ static void test_moe_fixture(void)
     CHECK_MSG(near(roofline_workload_s(&r, 2, 3, 2, 1, 1e9), 555944e-9), "workload %.9g",
               roofline_workload_s(&r, 2, 3, 2, 1, 1e9));
 
-    model_free(&m);
 }
 
 /* qwen3-tiny-bf16: the same attention and dense MLP in both layers, the lm_head tied
  * to the embedding [512, 64]. */
 static void test_dense_fixture(void)
 {
-    struct model m;
-    if (!load(&m, "qwen3-tiny-bf16"))
-        return;
     struct roofline r;
-    roofline_of(&m, 0, &r);
+    if (!costs("qwen3-tiny-bf16", 0, &r))
+        return;
     CHECK_MSG(near(r.fixed_bytes, 2 * (49152.0 + 49152) + 65536), "fixed bytes %.0f", r.fixed_bytes);
     CHECK(r.expert_bytes == 0 && r.n_experts == 0 && r.top_k == 0);
     CHECK_MSG(near(r.tok_flops, 2 * (49152.0 + 49152)), "token flops %.0f", r.tok_flops);
     /* 8 rows at contexts summing to 100, compute-bound at 1e-6 TFLOP/s: 8 x (196,608 +
      * 65,536) + 100 x 1,024 = 2,199,552 flops */
     CHECK(near(roofline_decode_s(&r, 8, 100, 1e6, 1e-6), 2.199552));
-    model_free(&m);
 }
 
 static void test_experts(void)
