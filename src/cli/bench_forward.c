@@ -23,6 +23,7 @@
 #include "kv/block_pool.h"
 #include "model/dtype.h"
 #include "model/model.h"
+#include "model/roofline.h"
 
 #define BF_MAX_B 8
 #define BF_BS 16
@@ -199,14 +200,10 @@ int bench_forward(int argc, char **argv)
             pre[k] = s;
     }
     double pre_s = bench_median(pre, n_pre);
-    int64_t wbytes;
-    double mm_flops;
-    bench_model_costs(&r.m, &wbytes, &mm_flops);
-    double attn_flops = 0;
-    for (long p = 0; p < prompt; p++)
-        attn_flops += 4.0 * c->n_heads * c->head_dim * (double)(p + 1);
-    attn_flops *= c->n_layers;
-    double pre_flops = mm_flops * prompt + attn_flops + 2.0 * (double)(r.m.w.lm_head.rows * r.m.w.lm_head.cols);
+    struct roofline cost; /* the model's bytes and flops (model/roofline.h) */
+    roofline_of(&r.m, 0, &cost);
+    int64_t wbytes = (int64_t)roofline_weight_bytes(&cost, 1);
+    double pre_flops = cost.tok_flops * prompt + cost.attn_flops * (double)prompt * (prompt + 1) / 2 + cost.lm_flops;
     double pre_gflops = pre_flops / pre_s * 1e-9;
     int bf16_compute = r.be.bf16_compute;
 
@@ -300,8 +297,7 @@ int bench_forward(int argc, char **argv)
         /* distinct KV bytes: one context when the rows share it */
         double kv_gbs = (double)(shared ? 1 : B) * context * model_kv_bytes_per_token(c, kvdt) /
                         (dec_step_ms[bi] * 1e-3) * 1e-9;
-        double gflops = (double)B * (mm_flops + 2.0 * (double)(r.m.w.lm_head.rows * r.m.w.lm_head.cols) +
-                                     4.0 * c->n_heads * c->head_dim * (double)(context + 1) * c->n_layers) /
+        double gflops = (double)B * (cost.tok_flops + cost.lm_flops + cost.attn_flops * (double)(context + 1)) /
                         (dec_step_ms[bi] * 1e-3) * 1e-9;
         printf("%s\n    {\"batch\": %d, \"context\": %ld, \"step_ms\": %.2f, \"tokens_per_s\": %.1f, "
                "\"vs_batch1\": %.2f, \"weights_gbs\": %.2f, \"kv_gbs\": %.2f, \"frac_bandwidth\": %.3f, "

@@ -55,27 +55,19 @@ static double tp_rss_mib(void)
 /* The least arithmetic one request needs: prompt + output - 1 tokens through the
  * layers (the last token is sampled, never fed back), attention over every earlier
  * position, and one lm_head row per sampled token. */
-static double tp_request_flops(const struct hearth_engine *e, int prompt_tokens, int out_tokens)
+static double tp_request_flops(const struct roofline *r, int prompt_tokens, int out_tokens)
 {
-    const struct model *m = engine_model(e);
-    const struct model_config *c = &m->cfg;
-    int64_t bytes;
-    double mm;
-    bench_model_costs(m, &bytes, &mm);
     double n = (double)prompt_tokens + out_tokens - 1;
-    double attn = 4.0 * c->n_heads * c->head_dim * c->n_layers * n * (n + 1) / 2;
-    double lm = 2.0 * (double)m->w.lm_head.rows * (double)m->w.lm_head.cols * out_tokens;
-    return n * mm + attn + lm;
+    return n * r->tok_flops + r->attn_flops * n * (n + 1) / 2 + r->lm_flops * out_tokens;
 }
 
 static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_tokens, int out_tokens,
-                  struct tp_level *lv, int64_t *weight_bytes, size_t *kv_bytes, double *req_flops, int *bf16,
-                  int *on_host, struct roofline *roof)
+                  struct tp_level *lv, int64_t *weight_bytes, size_t *kv_bytes, int *bf16, int *on_host,
+                  struct roofline *roof)
 {
     struct hearth_engine *e = bench_engine(ep);
     if (!e)
         return 0;
-    *req_flops = tp_request_flops(e, prompt_tokens, out_tokens);
     roofline_of(engine_model(e), engine_kv_bytes_per_token(e), roof);
     *bf16 = engine_backend(e)->bf16_compute;
     *weight_bytes = engine_model(e)->w.weight_bytes;
@@ -217,15 +209,13 @@ int bench_throughput(int argc, char **argv)
     struct tp_level lv[TP_MAX_LEVELS];
     int64_t wbytes = 0;
     size_t kvbytes = 0;
-    double req_flops = 0;
     int bf16 = 0, on_host = 1;
     struct roofline roof;
     for (int k = 0; k < n_levels; k++) {
         struct hearth_engine_params p = ep;
         if (p.max_num_seqs < levels[k])
             p.max_num_seqs = levels[k];
-        if (!tp_run(&p, levels[k], prompt_tokens, out_tokens, &lv[k], &wbytes, &kvbytes, &req_flops, &bf16, &on_host,
-                    &roof))
+        if (!tp_run(&p, levels[k], prompt_tokens, out_tokens, &lv[k], &wbytes, &kvbytes, &bf16, &on_host, &roof))
             return 1;
         fprintf(stderr,
                 "concurrency %d: %.1f tokens/s (%.2f generated/s), ITL p50 %.1f ms p99 %.1f ms; "
@@ -243,6 +233,7 @@ int bench_throughput(int argc, char **argv)
     if (ceil_gbs <= 0 && cpu_ceilings_measure(ep.n_threads, &ceil, err, sizeof err) != HR_OK)
         fprintf(stderr, "hearth bench throughput: %s (no compute bound)\n", err);
     double peak = ceil_gbs > 0 ? ceil_tflops * 1e3 : bf16 ? ceil.dot_bf16_gflops : ceil.fma_f32_gflops;
+    double req_flops = tp_request_flops(&roof, prompt_tokens, out_tokens);
     double bound_tps = req_flops > 0 ? (double)(prompt_tokens + out_tokens) * peak * 1e9 / req_flops : 0;
     /* the roofline's ceilings: the device's as given, else this CPU's (a device run
      * without them has none: the CPU's would say nothing about it) */

@@ -1,8 +1,6 @@
 /* Benchmark helpers. */
 #include "cli/bench_util.h"
 
-#include "model/roofline.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -74,14 +72,4 @@ void bench_tokens(int32_t *out, int n, int vocab, uint64_t seed)
         s ^= s << 17;
         out[i] = (int32_t)(s % (uint64_t)vocab);
     }
-}
-
-/* ------------------------------------------------------------------ model costs */
-
-void bench_model_costs(const struct model *m, int64_t *bytes, double *flops)
-{
-    struct roofline r;
-    roofline_of(m, 0, &r);
-    *bytes = (int64_t)(r.fixed_bytes + r.expert_bytes * r.top_k);
-    *flops = r.tok_flops;
 }

@@ -21,9 +21,6 @@ void bench_digest_hex(const struct bench_digest *d, char out[33]);
 struct hearth_engine *bench_engine(const struct hearth_engine_params *p);
 /* Peak resident set of this process, MiB. */
 double bench_peak_rss_mib(void);
-/* Bytes of weights one decoded token reads (lm_head included), and matmul flops per
- * token through the layers (no lm_head; MoE: the experts one token runs). */
-void bench_model_costs(const struct model *m, int64_t *bytes, double *flops);
 /* Random token ids in [0, vocab) from a seeded generator. */
 void bench_tokens(int32_t *out, int n, int vocab, uint64_t seed);
 

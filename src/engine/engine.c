@@ -1186,7 +1186,7 @@ size_t engine_kv_bytes(const struct hearth_engine *e) { return kv_store_slab_byt
 
 size_t engine_kv_bytes_per_token(const struct hearth_engine *e)
 {
-    return kv_store_bytes_per_token(e->kv.n_layers, e->kv.n_kv_heads, e->kv.head_dim, e->kv.dtype);
+    return model_kv_bytes_per_token(&e->m.cfg, e->kv.dtype);
 }
 
 int engine_demote_cached(struct hearth_engine *e)

@@ -52,13 +52,18 @@ void roofline_of(const struct model *m, size_t kv_pos_bytes, struct roofline *r)
     r->attn_flops = 4.0 * c->n_heads * c->head_dim * c->n_layers;
 }
 
-double roofline_experts(int n_experts, int top_k, int rows)
+double roofline_experts(int n_experts, int top_k, double rows)
 {
-    if (n_experts <= 0 || top_k <= 0 || rows <= 0)
+    if (n_experts <= 0 || top_k <= 0 || !(rows > 0))
         return 0.0;
     if (top_k >= n_experts)
         return n_experts;
     return n_experts * (1.0 - pow(1.0 - (double)top_k / n_experts, rows));
+}
+
+double roofline_weight_bytes(const struct roofline *r, double rows)
+{
+    return r->fixed_bytes + r->expert_bytes * roofline_experts(r->n_experts, r->top_k, rows);
 }
 
 double roofline_step_s(double bytes, double flops, double gbs, double tflops)
@@ -69,8 +74,7 @@ double roofline_step_s(double bytes, double flops, double gbs, double tflops)
 
 double roofline_decode_s(const struct roofline *r, int rows, double ctx_sum, double gbs, double tflops)
 {
-    double bytes = r->fixed_bytes + r->expert_bytes * roofline_experts(r->n_experts, r->top_k, rows) +
-                   r->kv_pos_bytes * ctx_sum;
+    double bytes = roofline_weight_bytes(r, rows) + r->kv_pos_bytes * ctx_sum;
     double flops = rows * (r->tok_flops + r->lm_flops) + r->attn_flops * ctx_sum;
     return roofline_step_s(bytes, flops, gbs, tflops);
 }
@@ -78,7 +82,7 @@ double roofline_decode_s(const struct roofline *r, int rows, double ctx_sum, dou
 double roofline_workload_s(const struct roofline *r, int c, int prompt, int out, double gbs, double tflops)
 {
     double tok = (double)c * prompt;
-    double bytes = r->fixed_bytes + r->expert_bytes * roofline_experts(r->n_experts, r->top_k, (int)fmin(tok, 1e9));
+    double bytes = roofline_weight_bytes(r, tok);
     double flops = tok * r->tok_flops + c * r->lm_flops + r->attn_flops * c * (double)prompt * (prompt + 1) / 2;
     double s = roofline_step_s(bytes, flops, gbs, tflops);
     for (int i = 1; i < out; i++)

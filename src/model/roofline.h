@@ -31,7 +31,11 @@ void roofline_of(const struct model *m, size_t kv_pos_bytes, struct roofline *r)
 
 /* The expected number of distinct experts among rows tokens' top_k choices, each token
  * choosing top_k distinct experts uniformly: E (1 - (1 - k/E)^rows). */
-double roofline_experts(int n_experts, int top_k, int rows);
+double roofline_experts(int n_experts, int top_k, double rows);
+
+/* Weight bytes a step of rows tokens reads: the fixed ones and the experts they touch
+ * (rows = 1: what one decoded token reads). */
+double roofline_weight_bytes(const struct roofline *r, double rows);
 
 /* Seconds a step can take at best: bytes over gbs (GB/s), flops over tflops. */
 double roofline_step_s(double bytes, double flops, double gbs, double tflops);

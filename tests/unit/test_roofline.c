@@ -51,6 +51,8 @@ static void test_moe_fixture(void)
     CHECK_MSG(near(r.lm_flops, 65536.0), "lm_head flops %.0f", r.lm_flops);
     CHECK_MSG(near(r.attn_flops, 4.0 * 4 * 32 * 2), "attention flops %.0f", r.attn_flops);
     CHECK(near(r.kv_pos_bytes, 512.0));
+    /* one token reads the fixed weights and its two experts: 214,016 + 2 x 12,288 */
+    CHECK_MSG(near(roofline_weight_bytes(&r, 1), 238592.0), "weights a token %.0f", roofline_weight_bytes(&r, 1));
 
     /* one row at context 10, 1 GB/s and 1 TFLOP/s: bytes 214,016 + 2 x 12,288 + 10 x 512
      * = 243,712 (243.712 us) against 238,592 + 10,240 flops (0.25 us) */
@@ -92,6 +94,7 @@ static void test_experts(void)
         CHECK_MSG(e >= prev && e <= 128.0, "%d rows: %.3f", rows, e);
         prev = e;
     }
+    CHECK(roofline_experts(128, 8, 4096.0 * 1048576.0) == 128.0); /* a prompt batch past INT_MAX rows */
 }
 
 int main(void)

@@ -676,8 +676,9 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     g_ext_rows = er && *er ? atoi(er) : 1;
     if (g_fill < 1 || g_fill > 16 || g_min_part < 64 || g_min_part % 64 || g_par_rows < 1 || g_ext_rows < 0)
         return hr_err(err, errlen, HR_ERR_INVALID,
-                      "HEARTH_CUDA_GEMM_FILL=%s / _MIN_PART=%s / _PAR_ROWS=%s: 1..16, a multiple of 64, >= 1",
-                      f ? f : "", mk ? mk : "", pr ? pr : "");
+                      "HEARTH_CUDA_GEMM_FILL=%s / _MIN_PART=%s / _PAR_ROWS=%s / _EXT_ROWS=%s: 1..16, a multiple "
+                      "of 64, >= 1, >= 0",
+                      f ? f : "", mk ? mk : "", pr ? pr : "", er ? er : "");
     const char *t = getenv("HEARTH_CUDA_GEMM_TILE");
     g_tile_forced = -1;
     if (t && *t) {
