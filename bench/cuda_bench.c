@@ -251,7 +251,8 @@ static void bench_attn(const struct cuda_kernels *K, int nh, int nkv, int n_rows
     MUST(cuda_dev_copy(dqb, qb, (size_t)q * 8, err, sizeof err));
     MUST(cuda_dev_copy(ds, slots, n_tok * 8, err, sizeof err));
     struct cuda_attn_batch b = {.n_tok = n_tok, .positions = dpos, .slots = ds, .tok_row = dtr, .row_table = drt,
-                                .tables = dtab, .n_qblocks = q, .qblocks = dqb, .max_kv = ctx};
+                                .tables = dtab, .n_qblocks = q, .qblocks = dqb, .max_kv = ctx,
+                                .max_qtok = prefill ? (ctx < bt ? ctx : bt) : 1};
     float *qd, *out;
     size_t qn = (size_t)n_tok * nh * hd;
     MUST(cuda_dev_alloc((void **)&qd, qn * 4, err, sizeof err));
@@ -261,8 +262,13 @@ static void bench_attn(const struct cuda_kernels *K, int nh, int nkv, int n_rows
     void *work = NULL;
     if (wb)
         MUST(cuda_dev_alloc(&work, wb, err, sizeof err));
+    int *tickets;
+    size_t nt = (size_t)q * nkv;
+    MUST(cuda_dev_alloc((void **)&tickets, nt * sizeof(int), err, sizeof err));
+    MUST(cuda_dev_memset(tickets, 0, nt * sizeof(int), err, sizeof err));
     struct cuda_attention a = {.out_bf16 = (uint16_t *)out, .q = qd, .n_heads = nh, .layer = 0,
-                               .scale = (float)(1 / sqrt(128.0)), .kv = kv, .b = &b, .work = work, .work_bytes = wb};
+                               .scale = (float)(1 / sqrt(128.0)), .kv = kv, .b = &b, .work = work, .work_bytes = wb,
+                               .tickets = tickets, .n_tickets = nt};
     double tt[TRIALS];
     int reps = prefill ? 3 : 20;
     for (int trl = -1; trl < TRIALS; trl++) {
@@ -295,6 +301,7 @@ static void bench_attn(const struct cuda_kernels *K, int nh, int nkv, int n_rows
     free(tab);
     free(slots);
     free(qb);
+    cuda_dev_free(tickets);
     cuda_dev_free(dpos);
     cuda_dev_free(dtr);
     cuda_dev_free(drt);

@@ -533,11 +533,13 @@ struct dbatch {
 /* Uploads rows as the attention kernels read them; query blocks of block_tokens. */
 static void dbatch_init(struct dbatch *d, const struct hrow *rows, int n_rows, int group)
 {
-    int n_tok = 0, n_tab = 0, n_qb = 0, bt = cuda_attn_block_tokens(group), max_kv = 0;
+    int n_tok = 0, n_tab = 0, n_qb = 0, bt = cuda_attn_block_tokens(group), max_kv = 0, max_qtok = 0;
     for (int r = 0; r < n_rows; r++) {
         n_tok += rows[r].query;
         n_tab += rows[r].n_table;
         n_qb += (rows[r].query + bt - 1) / bt;
+        int qt = rows[r].query < bt ? rows[r].query : bt;
+        max_qtok = qt > max_qtok ? qt : max_qtok;
     }
     int32_t *pos = hmust(n_tok * 4), *tr = hmust(n_tok * 4), *rt = hmust(n_rows * 4), *tab = hmust(n_tab * 4);
     int32_t *qb = hmust(n_qb * 8);
@@ -570,7 +572,8 @@ static void dbatch_init(struct dbatch *d, const struct hrow *rows, int n_rows, i
     up(dqb, qb, n_qb * 8);
     up(ds, slots, n_tok * 8);
     d->b = (struct cuda_attn_batch){.n_tok = n_tok, .positions = dp, .slots = ds, .tok_row = dtr, .row_table = drt,
-                                    .tables = dtab, .n_qblocks = n_qb, .qblocks = dqb, .max_kv = max_kv};
+                                    .tables = dtab, .n_qblocks = n_qb, .qblocks = dqb, .max_kv = max_kv,
+                                    .max_qtok = max_qtok};
     void *m[6] = {dp, dtr, drt, dtab, dqb, ds};
     memcpy(d->mem, m, sizeof m);
     free(pos);
@@ -593,11 +596,24 @@ static void run_attn(const struct kv_fixture *f, const struct dbatch *d, const f
 {
     size_t wb = K->attn_workspace(d->b.n_tok, nh, HD, d->b.max_kv);
     void *work = wb ? dmust(wb) : NULL;
+    /* one ticket array for every launch (zeroed once), checked zero after each: a
+     * launch that left a ticket set would throw the next one's merge off */
+    size_t nt = (size_t)d->b.n_qblocks * f->kv.n_kv_heads;
+    int *tickets = dmust(nt * sizeof(int)), *ht = hmust(nt * sizeof(int));
+    CHECK_OK(cuda_dev_memset(tickets, 0, nt * sizeof(int), err, sizeof err), err);
     struct cuda_attention a = {.out_f32 = out, .out_bf16 = outb, .q = q, .n_heads = nh, .layer = 1,
                                .scale = (float)(1.0 / sqrt((double)HD)), .kv = f->kv, .b = &d->b, .work = work,
-                               .work_bytes = wb};
-    CHECK_OK(K->attention(&a, NULL, err, sizeof err), err);
+                               .work_bytes = wb, .tickets = tickets, .n_tickets = nt};
+    for (int rep = 0; rep < 2; rep++) /* twice: the second launch uses the tickets the first left */
+        CHECK_OK(K->attention(&a, NULL, err, sizeof err), err);
     CHECK_OK(cuda_dev_sync(err, sizeof err), err);
+    down(ht, tickets, nt * sizeof(int));
+    size_t set = 0;
+    for (size_t i = 0; i < nt; i++)
+        set += ht[i] != 0;
+    CHECK_MSG(set == 0, "attention left %zu of %zu tickets set", set, nt);
+    free(ht);
+    cuda_dev_free(tickets);
     cuda_dev_free(work);
 }
 
@@ -642,8 +658,9 @@ static void attn_case(int nh, int nkv, int L)
     down(got, out, (size_t)L * rowf * 4);
     CHECK_MSG(memcmp(got, ref, (size_t)L * rowf * 4) == 0, "G=%d: a second run differs", group);
 
-    /* prompt chunks */
-    static const int chunks[] = {1, 15, 16, 17, 512};
+    /* prompt chunks (1 and 3: blocks of at most 16 rows, the split walk's; a block of 3
+     * tokens holds three positions) */
+    static const int chunks[] = {1, 3, 15, 16, 17, 512};
     for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
         int c = chunks[ci], bad = 0;
         for (int p = 0; p < L; p += c) {
@@ -784,6 +801,7 @@ static void test_attention(void)
 {
     attn_case(16, 8, 1300); /* Qwen3-0.6B: 2 query heads per KV head; 3 splits */
     attn_case(32, 8, 1100); /* Qwen3-8B: 4 */
+    attn_case(32, 4, 600);  /* Qwen3-30B-A3B: 8 (a decode token fills 8 of a block's 16 split rows) */
 }
 
 /* q/k norm + RoPE + K/V store against float64, and a token alone = in a batch. */

@@ -7,9 +7,12 @@
  * K/V tile is read once for all of them).  Each (token, head) row walks positions
  * from 0 to its own position in tiles of KT at fixed absolute positions, with an
  * online softmax on the tensor cores (attn_kernel says how); masked places weigh
- * exactly 0, and tiles wholly past a row's position change none of its bits.  Long rows are cut into splits of CUDA_ATTN_SPLIT positions (again
- * at fixed absolute positions, one block each, so decode has enough blocks), and a
- * row with more than one split is combined by attn_combine in split order.  Every
+ * exactly 0, and tiles wholly past a row's position change none of its bits.  A block
+ * of at most 16 rows (a decode token) spreads each tile over its four warps
+ * (walk_split) with the same operations in the same order.  Long rows are cut into
+ * splits of CUDA_ATTN_SPLIT positions (again at fixed absolute positions, one block
+ * each, so decode has enough blocks), and a row with more than one split is merged in
+ * split order, by the last of a small block's splits or by attn_combine.  Every
  * reduction is one thread's loop or a fixed xor tree over a warp: the bits of a row
  * depend on its position, its query and the KV values only, not on the batch, the
  * chunking of the prompt or the physical block ids. */
@@ -118,34 +121,45 @@ constexpr int MR = CUDA_ATTN_ROWS;          /* query rows a block: 16 per warp *
 constexpr int WARPS = MR / 16, ATTN_THREADS = WARPS * 32;
 constexpr int LDS = HD + 8;                 /* smem row stride (bf16): ldmatrix rows in distinct banks */
 constexpr int TILE_ELEMS = KT * LDS;        /* one K or V tile */
-constexpr int ATTN_SMEM = 4 * TILE_ELEMS * 2; /* K and V, two stages (68 KB: 3 blocks an SM) */
+constexpr int PST = KT + 8;                 /* P's row stride (floats): a half-warp's float2s in distinct banks */
+/* K and V, two stages; then the split walk's P [16, KT] and row maxima [WARPS, 16] (73 KB: 3 blocks an SM) */
+constexpr int ATTN_SMEM = 4 * TILE_ELEMS * 2 + (16 * PST + WARPS * 16) * 4;
+constexpr int SPLIT_ROWS = 16;              /* blocks of at most this many rows take walk_split */
 static_assert(MR % 16 == 0, "whole m16 tiles");
+static_assert(ATTN_THREADS == HD, "attn_combine's block is a row");
 static_assert(2 * MR * LDS <= 2 * TILE_ELEMS, "q's hi and lo halves fit in the second stage");
 static_assert(CUDA_ATTN_SPLIT % KT == 0, "splits end on tile boundaries");
 
 /* cp.async of the K and V rows of positions p0 .. p0 + KT - 1 (zeros past p_end: they
  * weigh 0 and must not be NaN) into one stage.  Thread t copies chunk t % 16 of rows
- * t / 16 + 8u: its eight block-table reads are independent and issued together. */
+ * t / 16 + 8u.  srow[i] is the slab row (of HD elements) of position p_begin + i's K,
+ * worked out once at the block's start (split_rows): no division or table read here. */
 __device__ __forceinline__ void tile_load(uint16_t *sk, uint16_t *sv, const struct cuda_attention &a,
-                                          const int32_t *table, int kvh, int p0, int p_end)
+                                          const uint32_t *srow, int p_begin, int p0, int p_end)
 {
     constexpr int CH = HD / 8, RSTEP = ATTN_THREADS / CH; /* 16-byte chunks a row; rows a pass */
-    const int bs = a.kv.block_size, ch = threadIdx.x % CH, j0 = threadIdx.x / CH;
-    const size_t v_off = (size_t)a.kv.n_kv_heads * bs * HD; /* V's slice follows K's */
-    int blk[KT / RSTEP];
-#pragma unroll
-    for (int u = 0; u < KT / RSTEP; u++) {
-        int p = p0 + j0 + RSTEP * u;
-        blk[u] = p < p_end ? table[p / bs] : -1;
-    }
+    const int ch = threadIdx.x % CH, j0 = threadIdx.x / CH;
+    const size_t v_off = (size_t)a.kv.n_kv_heads * a.kv.block_size * HD; /* V's slice follows K's */
 #pragma unroll
     for (int u = 0; u < KT / RSTEP; u++) {
         int p = p0 + j0 + RSTEP * u, j = j0 + RSTEP * u;
-        const uint16_t *src = a.kv.slab;
-        if (blk[u] >= 0)
-            src += kv_off(a.kv, a.layer, blk[u], 0, kvh) + (size_t)(p % bs) * HD + ch * 8;
-        cp16(sk + j * LDS + ch * 8, src, blk[u] >= 0);
-        cp16(sv + j * LDS + ch * 8, blk[u] >= 0 ? src + v_off : src, blk[u] >= 0);
+        bool ok = p < p_end;
+        const uint16_t *src = a.kv.slab + (ok ? (size_t)srow[p - p_begin] * HD + ch * 8 : 0);
+        cp16(sk + j * LDS + ch * 8, src, ok);
+        cp16(sv + j * LDS + ch * 8, ok ? src + v_off : src, ok);
+    }
+}
+
+/* srow for positions p_begin .. p_end - 1 of the row whose block table is table (the
+ * batch's index arrays: before pdl_wait).  Rows of the slab fit 32 bits: a slab is
+ * far below 2^32 rows of HD bf16. */
+__device__ __forceinline__ void split_rows(uint32_t *srow, const struct cuda_attention &a, const int32_t *table,
+                                           int kvh, int p_begin, int p_end)
+{
+    const int bs = a.kv.block_size;
+    for (int i = threadIdx.x; i < p_end - p_begin; i += blockDim.x) {
+        int p = p_begin + i;
+        srow[i] = (uint32_t)(kv_off(a.kv, a.layer, table[p / bs], 0, kvh) / HD + p % bs);
     }
 }
 
@@ -154,45 +168,305 @@ __device__ __forceinline__ unsigned pack_bf16(float lo_col, float hi_col)
     return (unsigned)f32_to_bf16(lo_col) | ((unsigned)f32_to_bf16(hi_col) << 16);
 }
 
-__global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(struct cuda_attention a, struct cuda_attn_batch b,
-                                                            int group, int max_splits, float *work)
+/* A row split over ns blocks: the split partials merged in split order, element d
+ * (attn_combine and the split walk's last block share it: the same sums either way).
+ * The partials were written by other blocks of the kernel: loads go to L2. */
+__device__ __forceinline__ float merge_max(const float *wp, int ns)
+{
+    float mx = __ldcg(wp + HD);
+    for (int s = 1; s < ns; s++)
+        mx = fmaxf(mx, __ldcg(wp + s * (HD + 2) + HD));
+    return mx;
+}
+__device__ __forceinline__ float merge_elem(const float *wp, int ns, float mx, int d)
+{
+    float num = 0.0f, den = 0.0f;
+    for (int s = 0; s < ns; s++) {
+        const float *ws = wp + s * (HD + 2);
+        float e = expf(__fsub_rn(__ldcg(ws + HD), mx));
+        num = s ? __fadd_rn(num, __fmul_rn(__ldcg(ws + d), e)) : __fmul_rn(__ldcg(ws + d), e);
+        den = s ? __fadd_rn(den, __fmul_rn(__ldcg(ws + HD + 1), e)) : __fmul_rn(__ldcg(ws + HD + 1), e);
+    }
+    return __fdiv_rn(num, den);
+}
+__device__ __forceinline__ void merge_store(const struct cuda_attention &a, size_t at, float o)
+{
+    if (a.out_f32)
+        a.out_f32[at] = o;
+    if (a.out_bf16)
+        a.out_bf16[at] = f32_to_bf16(o);
+}
+
+/* The walk of a block of at most 16 rows (a decode step's token: its query heads of
+ * one KV head), with each tile spread over the four warps: warp w scores positions
+ * 16w .. 16w + 15 and accumulates output columns 32w .. 32w + 31.  A row's bits are
+ * those of attn_kernel's one-warp walk, by the same operations in the same order:
+ * each score is the same mma steps; the tile's max is the max of the warps' maxima
+ * (exact); the sum of P is the row's thread's sixteen values in position order, read
+ * back from shared memory, then its quad's xor tree; P's hi and lo fragments come from
+ * the same values; P . V takes the k16 steps in order, hi then lo.  k16 steps wholly
+ * at or past p_end are skipped: their P is 0 and their V the zeros tile_load wrote, and
+ * a step of P = 0 leaves O as it was (as the one-warp walk's tiles past a row's
+ * position do). */
+__device__ __forceinline__ void walk_split(const struct cuda_attention &a, const struct cuda_attn_batch &b,
+                                           uint16_t *skv, const unsigned (&qh)[HD / 16][4],
+                                           const unsigned (&ql)[HD / 16][4], const int (&pos_r)[2], int p_begin,
+                                           int p_end, int n_tiles, const uint32_t *srow, int kvh, int t0,
+                                           int group,
+                                           int rows, int s, int max_splits, float *work, int *ticket, int n_part)
+{
+    float *ps = (float *)(skv + 4 * TILE_ELEMS); /* [16, PST]: P of the tile */
+    float *pm = ps + 16 * PST;                   /* [WARPS, 16]: each warp's row maxima */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
+    float o[4][4]; /* columns 32 warp + 8 i + 2 c4 + e % 2 of rows g, g + 8 */
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            o[i][e] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int it = 0; it < n_tiles; it++) {
+        const int p0 = p_begin + it * KT;
+        if (it + 1 < n_tiles) {
+            uint16_t *nk = skv + ((it + 1) & 1) * 2 * TILE_ELEMS;
+            tile_load(nk, nk + TILE_ELEMS, a, srow, p_begin, p0 + KT, p_end);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        const uint16_t *sk = skv + (it & 1) * 2 * TILE_ELEMS, *sv = sk + TILE_ELEMS;
+        /* S for this warp's n-tiles 2 warp and 2 warp + 1 */
+        float sc[2][4];
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                sc[j][e] = 0.0f;
+        if (p0 + 16 * warp < p_end) { /* warp-uniform; else every score is masked below */
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                unsigned kb[2][2];
+                ldsm_x4(kb[0][0], kb[0][1], kb[1][0], kb[1][1],
+                        sk + (warp * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk * 16 + ((lane >> 3) & 1) * 8);
+                mma16816(sc[0], qh[kk], kb[0]);
+                mma16816(sc[1], qh[kk], kb[1]);
+                mma16816(sc[0], ql[kk], kb[0]);
+                mma16816(sc[1], ql[kk], kb[1]);
+            }
+        }
+        float mx[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int p = p0 + 8 * (2 * warp + j) + 2 * c4 + e;
+                    float v = p <= pos_r[h] ? __fmul_rn(sc[j][2 * h + e], a.scale) : -INFINITY;
+                    sc[j][2 * h + e] = v;
+                    mx[h] = fmaxf(mx[h], v);
+                }
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            if (c4 == 0)
+                pm[warp * 16 + g + 8 * h] = mx[h];
+        }
+        __syncthreads();
+        float m_new[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float t = pm[g + 8 * h];
+#pragma unroll
+            for (int w = 1; w < WARPS; w++)
+                t = fmaxf(t, pm[w * 16 + g + 8 * h]);
+            m_new[h] = fmaxf(m[h], t);
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                float p2[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    p2[e] = m_new[h] == -INFINITY ? 0.0f : expf(__fsub_rn(sc[j][2 * h + e], m_new[h]));
+                *(float2 *)(ps + (g + 8 * h) * PST + 16 * warp + 8 * j + 2 * c4) = make_float2(p2[0], p2[1]);
+            }
+        }
+        __syncthreads();
+        float corr[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < KT / 8; j++) {
+                float2 v = *(const float2 *)(ps + (g + 8 * h) * PST + 8 * j + 2 * c4);
+                sum = __fadd_rn(sum, v.x);
+                sum = __fadd_rn(sum, v.y);
+            }
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+            corr[h] = m_new[h] == -INFINITY ? 1.0f : expf(__fsub_rn(m[h], m_new[h]));
+            l[h] = __fadd_rn(__fmul_rn(l[h], corr[h]), sum);
+            m[h] = m_new[h];
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            o[i][0] = __fmul_rn(o[i][0], corr[0]);
+            o[i][1] = __fmul_rn(o[i][1], corr[0]);
+            o[i][2] = __fmul_rn(o[i][2], corr[1]);
+            o[i][3] = __fmul_rn(o[i][3], corr[1]);
+        }
+#pragma unroll
+        for (int t = 0; t < KT / 16; t++) {
+            if (p0 + 16 * t >= p_end)
+                break; /* block-uniform */
+            const float *r0 = ps + g * PST + 16 * t + 2 * c4, *r1 = r0 + 8 * PST;
+            const float2 a0 = *(const float2 *)r0, a1 = *(const float2 *)r1, a2 = *(const float2 *)(r0 + 8),
+                         a3 = *(const float2 *)(r1 + 8);
+            const float f[8] = {a0.x, a0.y, a1.x, a1.y, a2.x, a2.y, a3.x, a3.y};
+            float r[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                r[e] = __fsub_rn(f[e], bf16_to_f32(f32_to_bf16(f[e])));
+            unsigned ph[4], pl[4];
+            ph[0] = pack_bf16(f[0], f[1]);
+            ph[1] = pack_bf16(f[2], f[3]);
+            ph[2] = pack_bf16(f[4], f[5]);
+            ph[3] = pack_bf16(f[6], f[7]);
+            pl[0] = pack_bf16(r[0], r[1]);
+            pl[1] = pack_bf16(r[2], r[3]);
+            pl[2] = pack_bf16(r[4], r[5]);
+            pl[3] = pack_bf16(r[6], r[7]);
+            unsigned vb[4][2];
+#pragma unroll
+            for (int i = 0; i < 4; i += 2) {
+                const int mi = lane >> 3;
+                ldsm_x4_t(vb[i][0], vb[i][1], vb[i + 1][0], vb[i + 1][1],
+                          sv + (t * 16 + (mi & 1) * 8 + (lane & 7)) * LDS + (4 * warp + i) * 8 + (mi >> 1) * 8);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                mma16816(o[i], ph, vb[i]);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                mma16816(o[i], pl, vb[i]);
+        }
+        __syncthreads(); /* this stage, P and the maxima are used up before the next tile */
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int r = g + 8 * h;
+        if (r >= rows || pos_r[h] < p_begin)
+            continue;
+        int tok = t0 + r / group, hd = kvh * group + r % group;
+        if (pos_r[h] / CUDA_ATTN_SPLIT == 0) {
+            size_t at = ((size_t)tok * a.n_heads + hd) * HD;
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int d = 32 * warp + 8 * i + 2 * c4 + e;
+                    float v = __fdiv_rn(o[i][2 * h + e], l[h]);
+                    if (a.out_f32)
+                        a.out_f32[at + d] = v;
+                    if (a.out_bf16)
+                        a.out_bf16[at + d] = f32_to_bf16(v);
+                }
+        } else {
+            float *wp = work + (((size_t)tok * a.n_heads + hd) * max_splits + s) * (HD + 2);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    wp[32 * warp + 8 * i + 2 * c4 + e] = o[i][2 * h + e];
+            if (warp == 0 && c4 == 0) {
+                wp[HD] = m[h];
+                wp[HD + 1] = l[h];
+            }
+        }
+    }
+    if (n_part == 1)
+        return;
+    /* the query block's splits count in; the last one merges its rows (no attn_combine
+     * launch for a decode step) */
+    __threadfence();
+    __syncthreads();
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        int t = atomicAdd(ticket, 1);
+        last = t == n_part - 1;
+        if (last)
+            *ticket = 0; /* ready for the next launch */
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int r = warp; r < rows; r += WARPS) {
+        int tok = t0 + r / group, hd = kvh * group + r % group;
+        int ns = b.positions[tok] / CUDA_ATTN_SPLIT + 1;
+        if (ns == 1)
+            continue;
+        size_t row = (size_t)tok * a.n_heads + hd;
+        const float *wp = work + row * max_splits * (HD + 2);
+        float mx = merge_max(wp, ns);
+#pragma unroll
+        for (int d = lane; d < HD; d += 32)
+            merge_store(a, row * HD + d, merge_elem(wp, ns, mx, d));
+    }
+}
+
+/* SMALL: every block of the launch has at most SPLIT_ROWS rows (a decode step), so
+ * only walk_split is compiled: fewer registers, three blocks an SM. */
+template <bool SMALL>
+__global__ void __launch_bounds__(ATTN_THREADS, SMALL ? 3 : 1)
+    attn_kernel(struct cuda_attention a, struct cuda_attn_batch b, int group, int max_splits, float *work,
+                int *tickets)
 {
     extern __shared__ __align__(128) uint16_t smem[];
+    __shared__ uint32_t srow[CUDA_ATTN_SPLIT]; /* the split's K rows in the slab (split_rows) */
     /* q's halves pass through the second stage, which the first tile leaves free */
     uint16_t *skv = smem, *sqh = smem + 2 * TILE_ELEMS, *sql = sqh + MR * LDS;
     const int qb = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    /* the batch's index arrays before the wait (klaunch); q, K and V after it */
+    /* the batch's index arrays (block tables too) before the wait (klaunch); q, K and V after it */
     const int t0 = b.qblocks[2 * qb], ntok = b.qblocks[2 * qb + 1];
     const int rows = ntok * group;
     const int pos_last = b.positions[t0 + ntok - 1];
     const int p_begin = s * CUDA_ATTN_SPLIT;
-    const int32_t *table = b.tables + b.row_table[b.tok_row[t0]];
+    const int p_end = min(p_begin + CUDA_ATTN_SPLIT, pos_last + 1);
+    split_rows(srow, a, b.tables + b.row_table[b.tok_row[t0]], kvh, p_begin, p_end); /* none past the last */
     pdl_wait();
     pdl_release();
     if (p_begin > pos_last)
         return;
-    const int p_end = min(p_begin + CUDA_ATTN_SPLIT, pos_last + 1);
     const int n_tiles = (p_end - p_begin + KT - 1) / KT;
+    __syncthreads(); /* srow */
 
-    tile_load(skv, skv + TILE_ELEMS, a, table, kvh, p_begin, p_end);
+    tile_load(skv, skv + TILE_ELEMS, a, srow, p_begin, p_begin, p_end);
     cp_commit();
     /* q rows as bf16 hi and lo halves; rows past the block's are zero.  Thread t takes
      * float4 t % 32 of rows t / 32 + 4u, all loads issued before any is used. */
     {
         constexpr int F4 = HD / 4, RS = ATTN_THREADS / F4;
+        constexpr int QR = SMALL ? SPLIT_ROWS : MR; /* the rows the walk reads */
         const int c = tid % F4, r0 = tid / F4;
-        float4 v[MR / RS];
+        float4 v[QR / RS];
 #pragma unroll
-        for (int u = 0; u < MR / RS; u++) {
+        for (int u = 0; u < QR / RS; u++) {
             int r = r0 + RS * u;
             v[u] = r < rows ? *(const float4 *)(a.q + ((size_t)(t0 + r / group) * a.n_heads + kvh * group + r % group) *
                                                           HD + 4 * c)
                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
 #pragma unroll
-        for (int u = 0; u < MR / RS; u++) {
+        for (int u = 0; u < QR / RS; u++) {
             int r = r0 + RS * u;
+            if (r >= rows) { /* warp-uniform: a zero row (both halves 0) without the arithmetic */
+                *(uint2 *)(sqh + r * LDS + 4 * c) = make_uint2(0u, 0u);
+                *(uint2 *)(sql + r * LDS + 4 * c) = make_uint2(0u, 0u);
+                continue;
+            }
             const float f[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
 #pragma unroll
             for (int e = 0; e < 4; e++) {
@@ -204,25 +478,35 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(struct cuda_attentio
     }
     __syncthreads();
 
-    const bool active = warp * 16 < rows; /* warp-uniform */
+    /* at most 16 rows (decode): every warp holds them all and walk_split spreads each
+     * tile over the warps; else warp w holds rows 16w .. 16w + 15 */
+    const bool split = SMALL || rows <= SPLIT_ROWS;
+    const int wrow = split ? 0 : warp * 16;
+    const bool active = wrow < rows; /* warp-uniform */
     const int g = lane >> 2, c4 = lane & 3;
     unsigned qh[HD / 16][4], ql[HD / 16][4];
     int pos_r[2] = {-1, -1}; /* the positions of this thread's rows g and g + 8 (-1: no row) */
     if (active) {
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
-            const int off = (warp * 16 + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8;
+            const int off = (wrow + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8;
             ldsm_x4(qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], sqh + off);
             ldsm_x4(ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3], sql + off);
         }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            int r = warp * 16 + g + 8 * h;
+            int r = wrow + g + 8 * h;
             if (r < rows)
                 pos_r[h] = b.positions[t0 + r / group];
         }
     }
     __syncthreads(); /* q is in registers: the second stage is free for tile 1 */
+    if (split) {
+        walk_split(a, b, skv, qh, ql, pos_r, p_begin, p_end, n_tiles, srow, kvh, t0, group, rows, s,
+                   max_splits, work, tickets + (size_t)qb * gridDim.y + kvh, pos_last / CUDA_ATTN_SPLIT + 1);
+        return;
+    }
+    if constexpr (!SMALL) {
     float o[HD / 8][4];
 #pragma unroll
     for (int j = 0; j < HD / 8; j++)
@@ -235,7 +519,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(struct cuda_attentio
         const int p0 = p_begin + it * KT;
         if (it + 1 < n_tiles) {
             uint16_t *nk = skv + ((it + 1) & 1) * 2 * TILE_ELEMS;
-            tile_load(nk, nk + TILE_ELEMS, a, table, kvh, p0 + KT, p_end);
+            tile_load(nk, nk + TILE_ELEMS, a, srow, p_begin, p0 + KT, p_end);
             cp_commit();
             cp_wait<1>();
         } else {
@@ -377,6 +661,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(struct cuda_attentio
             }
         }
     }
+    } /* !SMALL */
 }
 
 /* A (token, head) row with more than one split: its splits merged in order. */
@@ -390,22 +675,7 @@ __global__ void __launch_bounds__(HD) attn_combine(struct cuda_attention a, stru
     if (ns == 1)
         return;
     const float *wp = work + (size_t)row * max_splits * (HD + 2);
-    float mx = wp[HD];
-    for (int s = 1; s < ns; s++)
-        mx = fmaxf(mx, wp[s * (HD + 2) + HD]);
-    float num = 0.0f, den = 0.0f;
-    for (int s = 0; s < ns; s++) {
-        const float *ws = wp + s * (HD + 2);
-        float e = expf(__fsub_rn(ws[HD], mx));
-        num = s ? __fadd_rn(num, __fmul_rn(ws[d], e)) : __fmul_rn(ws[d], e);
-        den = s ? __fadd_rn(den, __fmul_rn(ws[HD + 1], e)) : __fmul_rn(ws[HD + 1], e);
-    }
-    float o = __fdiv_rn(num, den);
-    size_t at = (size_t)row * HD + d;
-    if (a.out_f32)
-        a.out_f32[at] = o;
-    if (a.out_bf16)
-        a.out_bf16[at] = f32_to_bf16(o);
+    merge_store(a, (size_t)row * HD + d, merge_elem(wp, ns, merge_max(wp, ns), d));
 }
 
 int splits_of(int max_kv)
@@ -420,6 +690,9 @@ enum hr_status check_kv(const struct cuda_kv *kv, int layer, const char *what, c
         return hr_err(err, errlen, HR_ERR_INVALID,
                       "cuda %s: bad KV store or layer (head_dim %d, built for %d; layer %d of %d)", what, kv->head_dim,
                       HD, layer, kv->n_layers);
+    if ((double)kv->n_layers * kv->n_blocks * 2 * kv->n_kv_heads * kv->block_size >= 4294967296.0)
+        return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
+                      "cuda %s: a KV store of 2^32 rows or more (tile_load's rows are 32-bit)", what);
     return HR_OK;
 }
 
@@ -427,7 +700,8 @@ enum hr_status check_kv(const struct cuda_kv *kv, int layer, const char *what, c
 
 enum hr_status attn_prepare(char *err, size_t errlen)
 {
-    cudaFuncSetAttribute(attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_SMEM);
+    cudaFuncSetAttribute(attn_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_SMEM);
+    cudaFuncSetAttribute(attn_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_SMEM);
     return launch_status("attention prepare", err, errlen);
 }
 
@@ -470,14 +744,26 @@ enum hr_status attention(const struct cuda_attention *a, void *stream, char *err
     if (need && (!a->work || a->work_bytes < need))
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda attention: workspace of %zu bytes needed, %zu given", need,
                       a->work_bytes);
+    size_t n_tickets = (size_t)b->n_qblocks * a->kv.n_kv_heads;
+    if (ns > 1 && (!a->tickets || a->n_tickets < n_tickets))
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda attention: %zu tickets needed, %zu given", n_tickets,
+                      a->tickets ? a->n_tickets : 0);
     if (b->n_qblocks > 0x7fffffff || a->kv.n_kv_heads > 65535 || ns > 65535)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda attention: grid too large");
     dim3 grid(b->n_qblocks, a->kv.n_kv_heads, ns);
     cudaStream_t s = (cudaStream_t)stream;
-    klaunch(attn_kernel, grid, ATTN_THREADS, ATTN_SMEM, s, *a, *b, group, ns, (float *)a->work);
+    /* blocks of at most SPLIT_ROWS rows take walk_split and merge their own splits; a
+     * launch of such blocks alone (a decode step) runs the kernel built for them and no
+     * combine; else the combine merges every split row (the small blocks' rows again,
+     * with the same bits).  Either way a row's bits are the same. */
+    bool all_small = b->max_qtok > 0 && (long)b->max_qtok * group <= SPLIT_ROWS;
+    if (all_small)
+        klaunch(attn_kernel<true>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, *b, group, ns, (float *)a->work, a->tickets);
+    else
+        klaunch(attn_kernel<false>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, *b, group, ns, (float *)a->work, a->tickets);
     if ((st = launch_status("attention", err, errlen)))
         return st;
-    if (ns > 1) {
+    if (ns > 1 && !all_small) {
         klaunch(attn_combine, b->n_tok * a->n_heads, HD, 0, s, *a, *b, ns, (const float *)a->work);
         st = launch_status("attention combine", err, errlen);
     }

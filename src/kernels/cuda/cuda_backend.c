@@ -74,6 +74,8 @@ struct cuda_backend {
     /* attention */
     void *attn_work;
     size_t attn_work_bytes;
+    int *attn_tickets; /* [max_tok, n_kv_heads]: attention's split tickets, zero between launches */
+    size_t attn_n_tickets;
     int kv_blocks, kv_block_size; /* of the store kv_alloc made (sizes the step area) */
     struct cuda_step_area area;
     /* the step: device views into the area */
@@ -342,10 +344,20 @@ static enum hr_status cb_size_step(struct cuda_backend *c, char *err, size_t err
 static enum hr_status cb_size_attention(struct cuda_backend *c, char *err, size_t errlen)
 {
     cuda_dev_free(c->attn_work);
+    cuda_dev_free(c->attn_tickets);
     c->attn_work = NULL;
+    c->attn_tickets = NULL;
+    c->attn_n_tickets = 0;
     c->attn_work_bytes =
         c->K->attn_workspace(c->max_tok, c->cfg->n_heads, c->cfg->head_dim, c->cfg->max_position_embeddings);
-    return c->attn_work_bytes ? cuda_dev_alloc(&c->attn_work, c->attn_work_bytes, err, errlen) : HR_OK;
+    if (!c->attn_work_bytes)
+        return HR_OK;
+    enum hr_status st = cuda_dev_alloc(&c->attn_work, c->attn_work_bytes, err, errlen);
+    size_t nt = (size_t)c->max_tok * (size_t)c->cfg->n_kv_heads; /* a query block has a token at least */
+    if (st == HR_OK && (st = cuda_dev_alloc((void **)&c->attn_tickets, nt * sizeof(int), err, errlen)) == HR_OK &&
+        (st = cuda_dev_memset(c->attn_tickets, 0, nt * sizeof(int), err, errlen)) == HR_OK)
+        c->attn_n_tickets = nt;
+    return st;
 }
 
 /* Rows a sampling launch takes at most (more go in several launches: rows are
@@ -802,12 +814,14 @@ static enum hr_status cb_begin_step(struct backend *be, const struct batch *b, s
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda backend: a step of %d tokens (reserved for %d)", b->n_tok,
                       a->max_tok);
     int group = c->cfg->n_heads / c->cfg->n_kv_heads, bt = cuda_attn_block_tokens(group);
-    int n_tab = 0, n_qb = 0, max_kv = 0;
+    int n_tab = 0, n_qb = 0, max_kv = 0, max_qtok = 0;
     for (int r = 0; r < b->n_rows; r++) {
         const struct batch_row *row = &b->rows[r];
         n_tab += (row->kv_len + b->block_size - 1) / b->block_size;
         n_qb += (row->query_len + bt - 1) / bt;
         max_kv = row->kv_len > max_kv ? row->kv_len : max_kv;
+        int qt = row->query_len < bt ? row->query_len : bt;
+        max_qtok = qt > max_qtok ? qt : max_qtok;
     }
     if (n_tab > a->max_tables || n_qb > a->max_qblocks || b->n_copies > a->max_copies)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda backend: the step's batch is larger than its upload area");
@@ -861,7 +875,7 @@ static enum hr_status cb_begin_step(struct backend *be, const struct batch *b, s
         .n_tok = b->n_tok, .positions = (const int32_t *)(d + o_pos), .slots = (const int64_t *)(d + o_slot),
         .tok_row = (const int32_t *)(d + o_row), .row_table = (const int32_t *)(d + o_rt),
         .tables = (const int32_t *)(d + o_tab), .n_qblocks = n_qb, .qblocks = (const int32_t *)(d + o_qb),
-        .max_kv = max_kv};
+        .max_kv = max_kv, .max_qtok = max_qtok};
     c->d_tokens = (const int32_t *)(d + o_tok);
     c->d_logit_tok = (const int32_t *)(d + o_lt);
     c->d_pairs = (const int32_t *)(d + o_pairs);
@@ -1208,7 +1222,8 @@ static void cb_attention(struct backend *be, float *out, const float *q, const s
     size_t n = (size_t)c->ab.n_tok * (size_t)n_heads * (size_t)kv->head_dim;
     struct cuda_attention a = {.out_f32 = out, .out_bf16 = n <= c->xb_elems ? c->xb : NULL, .q = q,
                                .n_heads = n_heads, .layer = layer, .scale = scale, .kv = cb_kv(kv), .b = &c->ab,
-                               .work = c->attn_work, .work_bytes = c->attn_work_bytes};
+                               .work = c->attn_work, .work_bytes = c->attn_work_bytes,
+                               .tickets = c->attn_tickets, .n_tickets = c->attn_n_tickets};
     cb_fail(c, c->K->attention(&a, c->stream, err, sizeof err), err);
     if (a.out_bf16) /* o_proj's input, already rounded */
         cb_b16_left(c, out, c->xb, n);
@@ -1264,6 +1279,7 @@ static void cb_free(struct backend *be)
     cuda_dev_free(c->gemm_work);
     cuda_dev_free(c->tickets);
     cuda_dev_free(c->attn_work);
+    cuda_dev_free(c->attn_tickets);
     for (int i = 0; c->profile && i < CB_OPS; i++)
         if (c->prof_ns[i])
             log_info("cuda profile: %-14s %10.3f ms  %8lld calls  %8.1f us each", cb_op_names[i],

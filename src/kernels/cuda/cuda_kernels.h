@@ -94,6 +94,7 @@ struct cuda_attn_batch {
     int n_qblocks;
     const int32_t *qblocks;   /* [n_qblocks, 2]: first token, token count */
     int max_kv;               /* the largest position + 1 among the tokens */
+    int max_qtok;             /* the most tokens in a query block (0: not known) */
 };
 
 /* q/k norm, RoPE and the K/V write of one layer, one block per token:
@@ -120,6 +121,9 @@ struct cuda_attention {
     const struct cuda_attn_batch *b;
     void *work;           /* attn_workspace bytes */
     size_t work_bytes;
+    int *tickets;         /* [n_qblocks, n_kv_heads], zero between launches (each leaves them zero): needed
+                           * when a row has more than one split (max_kv > CUDA_ATTN_SPLIT) */
+    size_t n_tickets;
 };
 
 /* Copies every layer of block pairs[i][0] to block pairs[i][1]; no destination may
