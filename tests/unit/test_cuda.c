@@ -140,6 +140,73 @@ static int run_gemm(const struct shape *s, void *y, const uint16_t *x, int m, co
     return st == HR_OK;
 }
 
+/* SwiGLU's widened copy (y_f32: the f32 the backend's op promises, from the same
+ * launch): every element is the bf16 output widened, and the bf16 output is the bytes
+ * of a launch without the copy; at row counts that take each combine path (in-kernel,
+ * the combine kernel, the fold). */
+static void test_gemm_swiglu_wide(void)
+{
+    static const int ms[] = {1, 8, 64, 300};
+    int checked = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const struct shape *s = &shapes[si];
+        if (s->epi != CUDA_EPI_SWIGLU_BF16)
+            continue;
+        int M = 300;
+        uint16_t *w = dmust((size_t)s->n * s->k * 2), *wu = dmust((size_t)s->n * s->k * 2);
+        uint16_t *x = dmust((size_t)M * s->k * 2), *y = dmust((size_t)M * s->n * 2);
+        float *y32 = dmust((size_t)M * s->n * 4);
+        CHECK_OK(cuda_dev_fill_bf16(w, (size_t)s->n * s->k, 21 + si, 0.05f, err, sizeof err), err);
+        CHECK_OK(cuda_dev_fill_bf16(wu, (size_t)s->n * s->k, 121 + si, 0.05f, err, sizeof err), err);
+        CHECK_OK(cuda_dev_fill_bf16(x, (size_t)M * s->k, 2001 + si, 1.0f, err, sizeof err), err);
+        struct gemm_ws ws;
+        gemm_ws_init(&ws, s, M);
+        size_t ne = (size_t)M * s->n;
+        uint16_t *ref = hmust(ne * 2), *got = hmust(ne * 2);
+        float *wide = hmust(ne * 4);
+        int bad_y = 0, bad_wide = 0;
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            int m = ms[mi];
+            size_t n = (size_t)m * s->n;
+            run_gemm(s, y, x, m, w, wu, &ws);
+            down(ref, y, n * 2);
+            CHECK_OK(cuda_dev_memset(y, 0xff, n * 2, err, sizeof err), err);
+            CHECK_OK(cuda_dev_memset(y32, 0xff, n * 4, err, sizeof err), err);
+            struct cuda_gemm g = {.epi = s->epi, .y = y, .y_f32 = y32, .x = x, .w = w, .w_up = wu, .m = m,
+                                  .n = s->n, .k = s->k, .work = ws.work, .work_bytes = ws.work_bytes,
+                                  .tickets = ws.tickets, .n_tickets = ws.n_tickets};
+            CHECK_OK(K->gemm(&g, NULL, err, sizeof err), err);
+            down(got, y, n * 2);
+            down(wide, y32, n * 4);
+            bad_y += memcmp(got, ref, n * 2) != 0;
+            for (size_t i = 0; i < n; i++) {
+                float f = dtype_bf16_to_f32(got[i]);
+                bad_wide += memcmp(&f, wide + i, 4) != 0;
+            }
+            checked++;
+        }
+        CHECK_MSG(bad_y == 0 && bad_wide == 0, "%s %s: %d row counts with other bf16 bytes, %d widened elements off",
+                  K->name, s->name, bad_y, bad_wide);
+        /* y_f32 belongs to SwiGLU alone */
+        struct cuda_gemm bad = {.epi = CUDA_EPI_STORE_F32, .y = y32, .y_f32 = y32, .x = x, .w = w, .m = 1,
+                                .n = s->n, .k = s->k, .work = ws.work, .work_bytes = ws.work_bytes,
+                                .tickets = ws.tickets, .n_tickets = ws.n_tickets};
+        CHECK(K->gemm(&bad, NULL, err, sizeof err) == HR_ERR_INVALID);
+        free(ref);
+        free(got);
+        free(wide);
+        gemm_ws_free(&ws);
+        cuda_dev_free(w);
+        cuda_dev_free(wu);
+        cuda_dev_free(x);
+        cuda_dev_free(y);
+        cuda_dev_free(y32);
+    }
+    CHECK(checked > 0);
+    printf("  %s SwiGLU's widened copy: %d shape x row-count cases, bf16 bytes unchanged, f32 = bf16 widened\n",
+           K->name, checked);
+}
+
 /* Every row of y among m rows, m in row_counts, equals the same row of the 4097-row
  * product, and rows 0..256 equal the row computed alone (m = 1); bytes compared.  The
  * residual-add shapes start every run from the same y. */
@@ -1403,6 +1470,7 @@ int main(int argc, char **argv)
         }
         TEST_RUN(test_gemm_bad_args);
         TEST_RUN(test_gemm_segments);
+        TEST_RUN(test_gemm_swiglu_wide);
         TEST_RUN(test_rmsnorm);
         TEST_RUN(test_embed);
         TEST_RUN(test_attn_prep);

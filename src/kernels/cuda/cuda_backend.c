@@ -1092,14 +1092,14 @@ static void cb_b16_left(struct cuda_backend *c, const float *y, const uint16_t *
 
 /* y = x . w^T (and the extra products of a matmul_multi: more_y[i] = x . more_w[i]^T,
  * one launch) by the epilogue epi. */
-static void cb_gemm_segs(struct cuda_backend *c, enum cuda_epi epi, void *y, const uint16_t *xb, int m,
+static void cb_gemm_segs(struct cuda_backend *c, enum cuda_epi epi, void *y, float *y32, const uint16_t *xb, int m,
                          const struct weights_mat *w, const struct weights_mat *up, int n_more,
                          float *const *more_y, const struct weights_mat *const *more_w)
 {
     if (!cb_ok(c) || m == 0)
         return;
     char err[HR_ERRLEN];
-    struct cuda_gemm g = {.epi = epi, .y = y, .x = xb, .w = w->data, .w_up = up ? up->data : NULL, .m = m,
+    struct cuda_gemm g = {.epi = epi, .y = y, .y_f32 = y32, .x = xb, .w = w->data, .w_up = up ? up->data : NULL, .m = m,
                           .n = (int)w->rows, .k = (int)w->cols, .work = c->gemm_work,
                           .work_bytes = c->gemm_work_bytes, .tickets = c->tickets, .n_tickets = c->n_tickets,
                           .n_more = n_more};
@@ -1111,9 +1111,11 @@ static void cb_gemm_segs(struct cuda_backend *c, enum cuda_epi epi, void *y, con
     cb_fail(c, c->K->gemm(&g, c->stream, err, sizeof err), err);
     /* a product written over the buffer whose bf16 copy is kept makes the copy stale */
     int esz = epi == CUDA_EPI_STORE_BF16 || epi == CUDA_EPI_SWIGLU_BF16 ? 2 : 4;
-    for (int i = 0; i <= n_more; i++) {
-        const uint8_t *y0 = i ? (const uint8_t *)more_y[i - 1] : (const uint8_t *)y, *k0 = (const uint8_t *)c->b16_of;
-        size_t y_bytes = (size_t)m * (size_t)(i ? g.more_n[i - 1] : g.n) * (size_t)esz;
+    for (int i = 0; i <= n_more + (y32 != NULL); i++) {
+        bool wide = i > n_more; /* y32 */
+        const uint8_t *y0 = wide ? (const uint8_t *)y32 : i ? (const uint8_t *)more_y[i - 1] : (const uint8_t *)y;
+        const uint8_t *k0 = (const uint8_t *)c->b16_of;
+        size_t y_bytes = (size_t)m * (size_t)(wide ? g.n : i ? g.more_n[i - 1] : g.n) * (size_t)(wide ? 4 : esz);
         if (k0 && y0 < k0 + c->b16_n * sizeof(float) && k0 < y0 + y_bytes)
             c->b16_of = NULL;
     }
@@ -1122,7 +1124,7 @@ static void cb_gemm_segs(struct cuda_backend *c, enum cuda_epi epi, void *y, con
 static void cb_gemm(struct cuda_backend *c, enum cuda_epi epi, void *y, const uint16_t *xb, int m,
                     const struct weights_mat *w, const struct weights_mat *up)
 {
-    cb_gemm_segs(c, epi, y, xb, m, w, up, 0, NULL, NULL);
+    cb_gemm_segs(c, epi, y, NULL, xb, m, w, up, 0, NULL, NULL);
 }
 
 static void cb_matmul(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w)
@@ -1155,7 +1157,7 @@ static void cb_matmul_multi(struct backend *be, int n_mats, float *const *ys, co
     bool fused = n_mats == 3 && ws[0]->rows == Q && ws[1]->rows == KV && ws[2]->rows == KV &&
                  Q % 128 == 0 && KV % 128 == 0 && ws[1]->cols == ws[0]->cols && ws[2]->cols == ws[0]->cols;
     if (fused) {
-        cb_gemm_segs(c, CUDA_EPI_STORE_F32, ys[0], xb, m, ws[0], NULL, 2, ys + 1, ws + 1);
+        cb_gemm_segs(c, CUDA_EPI_STORE_F32, ys[0], NULL, xb, m, ws[0], NULL, 2, ys + 1, ws + 1);
         return;
     }
     for (int i = 0; i < n_mats; i++)
@@ -1163,7 +1165,8 @@ static void cb_matmul_multi(struct backend *be, int n_mats, float *const *ys, co
 }
 
 /* silu(x gate^T) * (x up^T): the GEMM's SwiGLU epilogue writes bf16 into the
- * backend's buffer, widened (exactly) to the f32 the op promises. */
+ * backend's buffer and, in the same launch, its exact widening: the f32 the op
+ * promises. */
 static void cb_matmul_swiglu(struct backend *be, float *out, const float *x, int m, const struct weights_mat *gate,
                              const struct weights_mat *up)
 {
@@ -1177,11 +1180,10 @@ static void cb_matmul_swiglu(struct backend *be, float *out, const float *x, int
     }
     if (c->b16_at == c->sw)
         c->b16_of = NULL; /* the product goes to sw: its input must not come from there */
-    cb_gemm(c, CUDA_EPI_SWIGLU_BF16, c->sw, cb_bf16_input(c, x, m, gate->cols), m, gate, up);
+    cb_gemm_segs(c, CUDA_EPI_SWIGLU_BF16, c->sw, out, cb_bf16_input(c, x, m, gate->cols), m, gate, up, 0, NULL,
+                 NULL);
     if (!cb_ok(c))
         return;
-    char err[HR_ERRLEN];
-    cb_fail(c, c->K->from_bf16(out, c->sw, n, c->stream, err, sizeof err), err);
     cb_b16_left(c, out, c->sw, n); /* out is sw widened: sw is its bf16 copy */
 }
 

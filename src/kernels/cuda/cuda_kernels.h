@@ -38,6 +38,7 @@ enum cuda_epi {
 struct cuda_gemm {
     enum cuda_epi epi;
     void *y;              /* [m, n], float or bf16 by epi */
+    float *y_f32;         /* SwiGLU only: also y widened to float [m, n] (exact), or NULL */
     const uint16_t *x;    /* bf16 [m, k] */
     const uint16_t *w;    /* bf16 [n, k] (SwiGLU: the gate) */
     const uint16_t *w_up; /* bf16 [n, k]: SwiGLU's up, else NULL */

@@ -59,6 +59,7 @@ char g_tag[48];       /* the settings above that change sums, where not the defa
 
 struct params {
     const uint16_t *x, *w_up;
+    float *y32; /* SwiGLU: the bf16 product widened (exact), [m, n], or NULL */
     const uint16_t *seg_w[CUDA_GEMM_SEGS]; /* segment i: y_i[m, n_i] = x . w_i^T */
     void *seg_y[CUDA_GEMM_SEGS];
     int seg_n[CUDA_GEMM_SEGS], seg_t0[CUDA_GEMM_SEGS]; /* columns; first tile */
@@ -69,6 +70,16 @@ struct params {
     int par;      /* blocks a tile's K is shared by: split (a part each) or 1 (one block folds them all) */
     int ext;      /* 1: a part a block writes its partials only; combine_kernel adds them (no tickets) */
 };
+
+/* SwiGLU's element: bf16 into y, and where asked its exact widening into y32 (the
+ * f32 the op promises, without a second launch). */
+__device__ __forceinline__ void swiglu_store(const params &p, uint16_t *y, size_t at, float v)
+{
+    uint16_t h = f32_to_bf16(v);
+    y[at] = h;
+    if (p.y32)
+        p.y32[at] = bf16_to_f32(h);
+}
 
 /* Tile ntg of a launch: its segment's weights, output and width, and its column tile
  * within the segment (segments: several products of x in one launch). */
@@ -134,7 +145,7 @@ template <int EPI> __global__ void __launch_bounds__(BN) combine_kernel(params p
             return;
         float g = part_sum(p, row, ntg, c), u = part_sum(p, row, ntg, BN / 2 + c);
         float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-        ((uint16_t *)sg.y)[(size_t)row * sg.n + col] = f32_to_bf16(__fmul_rn(silu, u));
+        swiglu_store(p, (uint16_t *)sg.y, (size_t)row * sg.n + col, __fmul_rn(silu, u));
     } else {
         int col = sg.nt * BN + c;
         if (col >= sg.n)
@@ -330,7 +341,7 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
                 continue;
             float g = tile[lr * C::EPI_LD + lc], u = tile[lr * C::EPI_LD + BN / 2 + lc];
             float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-            y[(size_t)row * Np + col] = f32_to_bf16(__fmul_rn(silu, u));
+            swiglu_store(p, y, (size_t)row * Np + col, __fmul_rn(silu, u));
         }
     } else {
 #pragma unroll
@@ -559,7 +570,7 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
                 continue;
             float g = tile[lr * EPI_LD + lc], u = tile[lr * EPI_LD + BN / 2 + lc];
             float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-            y[(size_t)row * Np + col] = f32_to_bf16(__fmul_rn(silu, u));
+            swiglu_store(p, y, (size_t)row * Np + col, __fmul_rn(silu, u));
         }
     } else {
 #pragma unroll
@@ -805,6 +816,8 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: missing operand");
     if (g->epi < CUDA_EPI_STORE_F32 || g->epi > CUDA_EPI_SWIGLU_BF16)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: unknown epilogue %d", (int)g->epi);
+    if (g->y_f32 && g->epi != CUDA_EPI_SWIGLU_BF16)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: y_f32 is SwiGLU's alone");
     if (g->m == 0)
         return HR_OK;
     /* the tiles, the tile shape and the split are those of the whole width: a
@@ -814,6 +827,7 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     memset(&p, 0, sizeof p);
     p.x = g->x;
     p.w_up = g->w_up;
+    p.y32 = g->y_f32;
     p.n_seg = n_seg;
     int t0 = 0;
     for (int i = 0; i < n_seg; i++) {
