@@ -168,6 +168,39 @@ __device__ __forceinline__ unsigned pack_bf16(float lo_col, float hi_col)
     return (unsigned)f32_to_bf16(lo_col) | ((unsigned)f32_to_bf16(hi_col) << 16);
 }
 
+/* P's A fragments from the thread's eight values in fragment order: the bf16 hi halves,
+ * and the lo halves (each value's rounding error). */
+__device__ __forceinline__ void p_frags(const float (&f)[8], unsigned (&ph)[4], unsigned (&pl)[4])
+{
+    float r[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        r[e] = __fsub_rn(f[e], bf16_to_f32(f32_to_bf16(f[e])));
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        ph[i] = pack_bf16(f[2 * i], f[2 * i + 1]);
+        pl[i] = pack_bf16(r[2 * i], r[2 * i + 1]);
+    }
+}
+
+/* Tile it of a walk: the next tile's copies issued into the other stage, this one's
+ * waited for; returns this tile's stage (K, and V TILE_ELEMS on). */
+__device__ __forceinline__ const uint16_t *tile_next(uint16_t *skv, const struct cuda_attention &a,
+                                                     const uint32_t *srow, int p_begin, int p0, int p_end, int it,
+                                                     int n_tiles)
+{
+    if (it + 1 < n_tiles) {
+        uint16_t *nk = skv + ((it + 1) & 1) * 2 * TILE_ELEMS;
+        tile_load(nk, nk + TILE_ELEMS, a, srow, p_begin, p0 + KT, p_end);
+        cp_commit();
+        cp_wait<1>();
+    } else {
+        cp_wait<0>();
+    }
+    __syncthreads();
+    return skv + (it & 1) * 2 * TILE_ELEMS;
+}
+
 /* A row split over ns blocks: the split partials merged in split order, element d
  * (attn_combine and the split walk's last block share it: the same sums either way).
  * The partials were written by other blocks of the kernel: loads go to L2. */
@@ -195,6 +228,46 @@ __device__ __forceinline__ void merge_store(const struct cuda_attention &a, size
         a.out_f32[at] = o;
     if (a.out_bf16)
         a.out_bf16[at] = f32_to_bf16(o);
+}
+
+/* A walk's end for the thread's rows row0 + g and row0 + g + 8: its NJ n-tiles of O are
+ * output columns 8 (j0 + j) + 2 c4 + e % 2.  A row whose position lies in split 0 is
+ * O / l, stored; else the split's partials go to the workspace (m and l by the threads
+ * `ml` names).  A row past the block's, or whose position lies before this split, has
+ * nothing here. */
+template <int NJ>
+__device__ __forceinline__ void walk_out(const struct cuda_attention &a, const float (&o)[NJ][4],
+                                         const float (&m)[2], const float (&l)[2], const int (&pos_r)[2],
+                                         int row0, int j0, bool ml, int rows, int p_begin, int t0, int group, int kvh,
+                                         int s, int max_splits, float *work)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, c4 = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int r = row0 + g + 8 * h;
+        if (r >= rows || pos_r[h] < p_begin)
+            continue;
+        int tok = t0 + r / group, hd = kvh * group + r % group;
+        size_t row = (size_t)tok * a.n_heads + hd;
+        if (pos_r[h] / CUDA_ATTN_SPLIT == 0) {
+#pragma unroll
+            for (int j = 0; j < NJ; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    merge_store(a, row * HD + 8 * (j0 + j) + 2 * c4 + e, __fdiv_rn(o[j][2 * h + e], l[h]));
+        } else {
+            float *wp = work + (row * max_splits + s) * (HD + 2);
+#pragma unroll
+            for (int j = 0; j < NJ; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    wp[8 * (j0 + j) + 2 * c4 + e] = o[j][2 * h + e];
+            if (ml && c4 == 0) {
+                wp[HD] = m[h];
+                wp[HD + 1] = l[h];
+            }
+        }
+    }
 }
 
 /* The walk of a block of at most 16 rows (a decode step's token: its query heads of
@@ -227,16 +300,7 @@ __device__ __forceinline__ void walk_split(const struct cuda_attention &a, const
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int it = 0; it < n_tiles; it++) {
         const int p0 = p_begin + it * KT;
-        if (it + 1 < n_tiles) {
-            uint16_t *nk = skv + ((it + 1) & 1) * 2 * TILE_ELEMS;
-            tile_load(nk, nk + TILE_ELEMS, a, srow, p_begin, p0 + KT, p_end);
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
-        __syncthreads();
-        const uint16_t *sk = skv + (it & 1) * 2 * TILE_ELEMS, *sv = sk + TILE_ELEMS;
+        const uint16_t *sk = tile_next(skv, a, srow, p_begin, p0, p_end, it, n_tiles), *sv = sk + TILE_ELEMS;
         /* S for this warp's n-tiles 2 warp and 2 warp + 1 */
         float sc[2][4];
 #pragma unroll
@@ -324,19 +388,8 @@ __device__ __forceinline__ void walk_split(const struct cuda_attention &a, const
             const float2 a0 = *(const float2 *)r0, a1 = *(const float2 *)r1, a2 = *(const float2 *)(r0 + 8),
                          a3 = *(const float2 *)(r1 + 8);
             const float f[8] = {a0.x, a0.y, a1.x, a1.y, a2.x, a2.y, a3.x, a3.y};
-            float r[8];
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                r[e] = __fsub_rn(f[e], bf16_to_f32(f32_to_bf16(f[e])));
             unsigned ph[4], pl[4];
-            ph[0] = pack_bf16(f[0], f[1]);
-            ph[1] = pack_bf16(f[2], f[3]);
-            ph[2] = pack_bf16(f[4], f[5]);
-            ph[3] = pack_bf16(f[6], f[7]);
-            pl[0] = pack_bf16(r[0], r[1]);
-            pl[1] = pack_bf16(r[2], r[3]);
-            pl[2] = pack_bf16(r[4], r[5]);
-            pl[3] = pack_bf16(r[6], r[7]);
+            p_frags(f, ph, pl);
             unsigned vb[4][2];
 #pragma unroll
             for (int i = 0; i < 4; i += 2) {
@@ -353,38 +406,7 @@ __device__ __forceinline__ void walk_split(const struct cuda_attention &a, const
         }
         __syncthreads(); /* this stage, P and the maxima are used up before the next tile */
     }
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        int r = g + 8 * h;
-        if (r >= rows || pos_r[h] < p_begin)
-            continue;
-        int tok = t0 + r / group, hd = kvh * group + r % group;
-        if (pos_r[h] / CUDA_ATTN_SPLIT == 0) {
-            size_t at = ((size_t)tok * a.n_heads + hd) * HD;
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    int d = 32 * warp + 8 * i + 2 * c4 + e;
-                    float v = __fdiv_rn(o[i][2 * h + e], l[h]);
-                    if (a.out_f32)
-                        a.out_f32[at + d] = v;
-                    if (a.out_bf16)
-                        a.out_bf16[at + d] = f32_to_bf16(v);
-                }
-        } else {
-            float *wp = work + (((size_t)tok * a.n_heads + hd) * max_splits + s) * (HD + 2);
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int e = 0; e < 2; e++)
-                    wp[32 * warp + 8 * i + 2 * c4 + e] = o[i][2 * h + e];
-            if (warp == 0 && c4 == 0) {
-                wp[HD] = m[h];
-                wp[HD + 1] = l[h];
-            }
-        }
-    }
+    walk_out<4>(a, o, m, l, pos_r, 0, 4 * warp, warp == 0, rows, p_begin, t0, group, kvh, s, max_splits, work);
     if (n_part == 1)
         return;
     /* the query block's splits count in; the last one merges its rows (no attn_combine
@@ -517,16 +539,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, SMALL ? 3 : 1)
 
     for (int it = 0; it < n_tiles; it++) {
         const int p0 = p_begin + it * KT;
-        if (it + 1 < n_tiles) {
-            uint16_t *nk = skv + ((it + 1) & 1) * 2 * TILE_ELEMS;
-            tile_load(nk, nk + TILE_ELEMS, a, srow, p_begin, p0 + KT, p_end);
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
-        __syncthreads();
-        const uint16_t *sk = skv + (it & 1) * 2 * TILE_ELEMS, *sv = sk + TILE_ELEMS;
+        const uint16_t *sk = tile_next(skv, a, srow, p_begin, p0, p_end, it, n_tiles), *sv = sk + TILE_ELEMS;
         if (active) {
             /* S = q . K^T: 8 n-tiles of 8 positions; k16 steps over d in order, hi then lo */
             float sc[KT / 8][4];
@@ -598,18 +611,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, SMALL ? 3 : 1)
                 unsigned ph[4], pl[4];
                 const float *s0 = sc[2 * t], *s1 = sc[2 * t + 1];
                 const float f[8] = {s0[0], s0[1], s0[2], s0[3], s1[0], s1[1], s1[2], s1[3]};
-                float r[8];
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    r[e] = __fsub_rn(f[e], bf16_to_f32(f32_to_bf16(f[e])));
-                ph[0] = pack_bf16(f[0], f[1]);
-                ph[1] = pack_bf16(f[2], f[3]);
-                ph[2] = pack_bf16(f[4], f[5]);
-                ph[3] = pack_bf16(f[6], f[7]);
-                pl[0] = pack_bf16(r[0], r[1]);
-                pl[1] = pack_bf16(r[2], r[3]);
-                pl[2] = pack_bf16(r[4], r[5]);
-                pl[3] = pack_bf16(r[6], r[7]);
+                p_frags(f, ph, pl);
                 unsigned vb[HD / 8][2];
 #pragma unroll
                 for (int jd = 0; jd < HD / 8; jd += 2) {
@@ -627,40 +629,8 @@ __global__ void __launch_bounds__(ATTN_THREADS, SMALL ? 3 : 1)
         }
         __syncthreads(); /* this stage is used up before the next load refills it */
     }
-    if (!active)
-        return;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        int r = warp * 16 + g + 8 * h;
-        if (r >= rows || pos_r[h] < p_begin)
-            continue; /* no row, or this split lies wholly past the token */
-        int tok = t0 + r / group, hd = kvh * group + r % group;
-        if (pos_r[h] / CUDA_ATTN_SPLIT == 0) {
-            size_t at = ((size_t)tok * a.n_heads + hd) * HD;
-#pragma unroll
-            for (int j = 0; j < HD / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    int d = 8 * j + 2 * c4 + e;
-                    float v = __fdiv_rn(o[j][2 * h + e], l[h]);
-                    if (a.out_f32)
-                        a.out_f32[at + d] = v;
-                    if (a.out_bf16)
-                        a.out_bf16[at + d] = f32_to_bf16(v);
-                }
-        } else {
-            float *wp = work + (((size_t)tok * a.n_heads + hd) * max_splits + s) * (HD + 2);
-#pragma unroll
-            for (int j = 0; j < HD / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++)
-                    wp[8 * j + 2 * c4 + e] = o[j][2 * h + e];
-            if (c4 == 0) {
-                wp[HD] = m[h];
-                wp[HD + 1] = l[h];
-            }
-        }
-    }
+    if (active)
+        walk_out<HD / 8>(a, o, m, l, pos_r, wrow, 0, true, rows, p_begin, t0, group, kvh, s, max_splits, work);
     } /* !SMALL */
 }
 
