@@ -142,8 +142,8 @@ static int run_gemm(const struct shape *s, void *y, const uint16_t *x, int m, co
 
 /* SwiGLU's widened copy (y_f32: the f32 the backend's op promises, from the same
  * launch): every element is the bf16 output widened, and the bf16 output is the bytes
- * of a launch without the copy; at row counts that take each combine path (in-kernel,
- * the combine kernel, the fold). */
+ * of a launch without the copy; at row counts that take each way of adding the K
+ * split's parts (the combine kernel, a part a block, the fold). */
 static void test_gemm_swiglu_wide(void)
 {
     static const int ms[] = {1, 8, 64, 300};
@@ -1466,6 +1466,21 @@ int main(int argc, char **argv)
         printf("variant %s\n", K->name);
         if (rows_only) {
             TEST_RUN(test_gemm_rows);
+            /* again with the tile's last block adding the parts of one row (ticketed, in
+             * the kernel) instead of the combine kernel: both must give the fold's bytes */
+            const char *was = getenv("HEARTH_CUDA_GEMM_EXT_ROWS");
+            char keep[32];
+            snprintf(keep, sizeof keep, "%s", was ? was : "");
+            setenv("HEARTH_CUDA_GEMM_EXT_ROWS", "1", 1);
+            if (K->prepare(info.sm_count, err, sizeof err) == HR_OK)
+                TEST_RUN(test_gemm_rows);
+            else
+                CHECK_MSG(0, "%s", err);
+            if (was)
+                setenv("HEARTH_CUDA_GEMM_EXT_ROWS", keep, 1);
+            else
+                unsetenv("HEARTH_CUDA_GEMM_EXT_ROWS");
+            CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
             continue;
         }
         TEST_RUN(test_gemm_bad_args);

@@ -7,10 +7,10 @@
  * (n, k, epilogue) and the SM count (gemm_split): K is cut into S equal parts, each
  * part summed from zero, and the parts' sums added in order 0, 1, ... S-1.  Who
  * computes a part does not change what is summed: either one block per part (the
- * partial sums go to a workspace and the last block of a tile to finish, chosen by a
- * ticket counter, adds them in order), or one block walks all S parts and folds each
- * into a running sum as it ends (no workspace: large m, where the tiles alone fill the
- * SMs).  So row i of y has the same bits whatever m is and whatever the other rows
+ * partial sums go to a workspace and combine_kernel, or the last block of a tile to
+ * finish chosen by a ticket counter, adds them in order), or one block walks all S
+ * parts and folds each into a running sum as it ends (no workspace: large m, where the
+ * tiles alone fill the SMs).  So row i of y has the same bits whatever m is and whatever the other rows
  * hold; the tests compare both ways at the same shapes, bytes.
  *
  * Blocks whose rows lie past m skip their MMAs (each element still sees the same
@@ -54,7 +54,11 @@ int g_tile_forced = -1;
 int g_fill = 1;       /* the split aims at g_fill blocks an SM */
 int g_min_part = 256; /* the shortest K part a split may make */
 int g_par_rows = 256; /* the most rows of m whose tiles' parts may go to a block each */
-int g_ext_rows = 1;   /* above this many rows the parts are added by combine_kernel */
+/* above this many rows the parts are added by combine_kernel; at or below it by the
+ * tile's last block (a ticket).  0: always combine_kernel, which measured faster at batch
+ * 1 even as a launch more (H200 greedy decode 0.6B 631 -> 741 tok/s, 8B 185 -> 191,
+ * 30B-A3B 226 -> 238, outputs equal; bench/notes/cuda.md) */
+int g_ext_rows = 0;
 char g_tag[48];       /* the settings above that change sums, where not the defaults (gemm_tag) */
 
 struct params {
@@ -684,7 +688,7 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     g_min_part = mk && *mk ? atoi(mk) : 256;
     g_par_rows = pr && *pr ? atoi(pr) : 256;
     const char *er = getenv("HEARTH_CUDA_GEMM_EXT_ROWS");
-    g_ext_rows = er && *er ? atoi(er) : 1;
+    g_ext_rows = er && *er ? atoi(er) : 0;
     if (g_fill < 1 || g_fill > 16 || g_min_part < 64 || g_min_part % 64 || g_par_rows < 1 || g_ext_rows < 0)
         return hr_err(err, errlen, HR_ERR_INVALID,
                       "HEARTH_CUDA_GEMM_FILL=%s / _MIN_PART=%s / _PAR_ROWS=%s / _EXT_ROWS=%s: 1..16, a multiple "
