@@ -7,7 +7,8 @@
 # (512 + 128 at the concurrency levels of LEVELS, with its roofline at the ceilings
 # measured first) and the chat workload of `bench prefix`
 # with and without the cache (CHAT_CLIENTS clients); with HF=1, transformers on the same
-# shape (tools/hf_side_by_side.py).  Logs and JSON under $OUT.
+# shape (tools/hf_side_by_side.py).  MBT=N runs the throughput levels with
+# --max-batched-tokens N (default: the engine's 512).  Logs and JSON under $OUT.
 #   SHAPES="qwen3-0.6b qwen3-8b qwen3-30b-a3b" LEVELS=1,32,64 CHAT_CLIENTS=32 HF=1 bash bench/cuda_models.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,8 +57,9 @@ for s in ${SHAPES:-qwen3-0.6b qwen3-8b qwen3-30b-a3b}; do
     echo "$s chat workload (rc $?):"; grep -E 'cache_(off|on)' "$out/$s.chat.json" | cut -c1-200
   fi
   if [ -n "${LEVELS:-}" ]; then
+    mbt=(); [ -n "${MBT:-}" ] && mbt=(--max-batched-tokens "$MBT")
     timeout 400 "$bin" bench throughput "${m[@]}" --prompt-tokens 512 --output-tokens 128 --concurrency "$LEVELS" \
-      "${roof[@]}" >"$out/$s.throughput.json" 2>"$out/$s.throughput.log"
+      "${mbt[@]}" "${roof[@]}" >"$out/$s.throughput.json" 2>"$out/$s.throughput.log"
     grep -E "^concurrency|rror|roofline" "$out/$s.throughput.log"
   fi
   if [ -n "${HF:-}" ] && python3 -c "import torch, transformers" 2>/dev/null; then
