@@ -1469,14 +1469,15 @@ int main(int argc, char **argv)
             /* again with the tile's last block adding the parts of one row (ticketed, in
              * the kernel) instead of the combine kernel: both must give the fold's bytes */
             const char *was = getenv("HEARTH_CUDA_GEMM_EXT_ROWS");
+            bool had = was != NULL; /* was is gone after setenv: keep its text */
             char keep[32];
-            snprintf(keep, sizeof keep, "%s", was ? was : "");
+            snprintf(keep, sizeof keep, "%s", had ? was : "");
             setenv("HEARTH_CUDA_GEMM_EXT_ROWS", "1", 1);
             if (K->prepare(info.sm_count, err, sizeof err) == HR_OK)
                 TEST_RUN(test_gemm_rows);
             else
                 CHECK_MSG(0, "%s", err);
-            if (was)
+            if (had)
                 setenv("HEARTH_CUDA_GEMM_EXT_ROWS", keep, 1);
             else
                 unsetenv("HEARTH_CUDA_GEMM_EXT_ROWS");

@@ -285,8 +285,8 @@ __device__ __forceinline__ void walk_split(const struct cuda_attention &a, const
                                            uint16_t *skv, const unsigned (&qh)[HD / 16][4],
                                            const unsigned (&ql)[HD / 16][4], const int (&pos_r)[2], int p_begin,
                                            int p_end, int n_tiles, const uint32_t *srow, int kvh, int t0,
-                                           int group,
-                                           int rows, int s, int max_splits, float *work, int *ticket, int n_part)
+                                           int group, int rows, int s, int max_splits, float *work, int *ticket,
+                                           int n_part)
 {
     float *ps = (float *)(skv + 4 * TILE_ELEMS); /* [16, PST]: P of the tile */
     float *pm = ps + 16 * PST;                   /* [WARPS, 16]: each warp's row maxima */

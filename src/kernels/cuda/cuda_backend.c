@@ -1090,8 +1090,16 @@ static void cb_b16_left(struct cuda_backend *c, const float *y, const uint16_t *
     c->b16_n = n;
 }
 
+/* bytes written at y over the buffer whose bf16 copy is kept make the copy stale */
+static void cb_b16_overwritten(struct cuda_backend *c, const void *y, size_t bytes)
+{
+    const uint8_t *y0 = y, *k0 = (const uint8_t *)c->b16_of;
+    if (k0 && y0 < k0 + c->b16_n * sizeof(float) && k0 < y0 + bytes)
+        c->b16_of = NULL;
+}
+
 /* y = x . w^T (and the extra products of a matmul_multi: more_y[i] = x . more_w[i]^T,
- * one launch) by the epilogue epi. */
+ * one launch) by the epilogue epi; for SwiGLU also y32, the bf16 product widened. */
 static void cb_gemm_segs(struct cuda_backend *c, enum cuda_epi epi, void *y, float *y32, const uint16_t *xb, int m,
                          const struct weights_mat *w, const struct weights_mat *up, int n_more,
                          float *const *more_y, const struct weights_mat *const *more_w)
@@ -1109,16 +1117,12 @@ static void cb_gemm_segs(struct cuda_backend *c, enum cuda_epi epi, void *y, flo
         g.more_n[i] = (int)more_w[i]->rows;
     }
     cb_fail(c, c->K->gemm(&g, c->stream, err, sizeof err), err);
-    /* a product written over the buffer whose bf16 copy is kept makes the copy stale */
-    int esz = epi == CUDA_EPI_STORE_BF16 || epi == CUDA_EPI_SWIGLU_BF16 ? 2 : 4;
-    for (int i = 0; i <= n_more + (y32 != NULL); i++) {
-        bool wide = i > n_more; /* y32 */
-        const uint8_t *y0 = wide ? (const uint8_t *)y32 : i ? (const uint8_t *)more_y[i - 1] : (const uint8_t *)y;
-        const uint8_t *k0 = (const uint8_t *)c->b16_of;
-        size_t y_bytes = (size_t)m * (size_t)(wide ? g.n : i ? g.more_n[i - 1] : g.n) * (size_t)(wide ? 4 : esz);
-        if (k0 && y0 < k0 + c->b16_n * sizeof(float) && k0 < y0 + y_bytes)
-            c->b16_of = NULL;
-    }
+    size_t esz = epi == CUDA_EPI_STORE_BF16 || epi == CUDA_EPI_SWIGLU_BF16 ? 2 : 4;
+    cb_b16_overwritten(c, y, (size_t)m * (size_t)g.n * esz);
+    for (int i = 0; i < n_more; i++)
+        cb_b16_overwritten(c, more_y[i], (size_t)m * (size_t)g.more_n[i] * esz);
+    if (y32)
+        cb_b16_overwritten(c, y32, (size_t)m * (size_t)g.n * sizeof(float));
 }
 
 static void cb_gemm(struct cuda_backend *c, enum cuda_epi epi, void *y, const uint16_t *xb, int m,

@@ -197,8 +197,6 @@ struct cuda_kernels {
     enum hr_status (*block_copy)(const struct cuda_block_copy *a, void *stream, char *err, size_t errlen);
     /* dst[i] = bf16(src[i]) for i < n (round to nearest even): a GEMM's input. */
     enum hr_status (*to_bf16)(uint16_t *dst, const float *src, size_t n, void *stream, char *err, size_t errlen);
-    /* dst[i] = float(src[i]) (bf16, exact) for i < n. */
-    enum hr_status (*from_bf16)(float *dst, const uint16_t *src, size_t n, void *stream, char *err, size_t errlen);
     /* dst[i] = src[rows[i]] for i < n: rows of dim floats (device rows[n]). */
     enum hr_status (*gather_rows)(float *dst, const float *src, const int32_t *rows, int n, int dim, void *stream,
                                   char *err, size_t errlen);

@@ -1,7 +1,7 @@
 /* Elementwise steps the CUDA backend needs between its kernels: the f32 activations
- * rounded to bf16 for a GEMM's input (round to nearest even, the one rounding), bf16
- * widened to f32 (exact), and a gather of rows (the logits rows of a step).  None
- * reduces anything. */
+ * rounded to bf16 for a GEMM's input (round to nearest even, the one rounding), and a
+ * gather of rows (the logits rows of a step).  None reduces anything.  (bf16 widened
+ * to f32 is the SwiGLU GEMM's own epilogue: cuda_gemm.y_f32.) */
 #include "kernels/cuda/common.cuh"
 
 namespace CUK_NS {
@@ -14,14 +14,6 @@ __global__ void to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
     pdl_release();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = f32_to_bf16(src[i]);
-}
-
-__global__ void from_bf16_kernel(float *dst, const uint16_t *src, size_t n)
-{
-    pdl_wait();
-    pdl_release();
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = bf16_to_f32(src[i]);
 }
 
 __global__ void gather_rows_kernel(float *dst, const float *src, const int32_t *rows, int dim)
@@ -45,17 +37,6 @@ enum hr_status to_bf16(uint16_t *dst, const float *src, size_t n, void *stream, 
     size_t blocks = (n + 255) / 256;
     klaunch(to_bf16_kernel, (unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, (cudaStream_t)stream, dst, src, n);
     return launch_status("to_bf16", err, errlen);
-}
-
-enum hr_status from_bf16(float *dst, const uint16_t *src, size_t n, void *stream, char *err, size_t errlen)
-{
-    if (!n)
-        return HR_OK;
-    if (!dst || !src)
-        return hr_err(err, errlen, HR_ERR_INVALID, "cuda from_bf16: bad arguments");
-    size_t blocks = (n + 255) / 256;
-    klaunch(from_bf16_kernel, (unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, (cudaStream_t)stream, dst, src, n);
-    return launch_status("from_bf16", err, errlen);
 }
 
 enum hr_status gather_rows(float *dst, const float *src, const int32_t *rows, int n, int dim, void *stream, char *err,

@@ -10,8 +10,8 @@
  * partial sums go to a workspace and combine_kernel, or the last block of a tile to
  * finish chosen by a ticket counter, adds them in order), or one block walks all S
  * parts and folds each into a running sum as it ends (no workspace: large m, where the
- * tiles alone fill the SMs).  So row i of y has the same bits whatever m is and whatever the other rows
- * hold; the tests compare both ways at the same shapes, bytes.
+ * tiles alone fill the SMs).  So row i of y has the same bits whatever m is and
+ * whatever the other rows hold; the tests compare the ways at the same shapes, bytes.
  *
  * Blocks whose rows lie past m skip their MMAs (each element still sees the same
  * sequence of steps); rows past m and columns past n are zero-filled on load.

@@ -27,7 +27,7 @@ static enum hr_status prepare(int sm_count, char *err, size_t errlen)
 extern "C" const struct cuda_kernels CUK_CAT(cuda_kernels_, CUK_VARIANT) = {
     CUK_STR(CUK_VARIANT),  CUK_NS::prepare,    CUK_NS::gemm_workspace, CUK_NS::gemm_tickets, CUK_NS::gemm_tile_name, CUK_NS::gemm_split,
     CUK_NS::gemm,          CUK_NS::rmsnorm,    CUK_NS::embed,          CUK_NS::attn_prep,
-    CUK_NS::attn_workspace, CUK_NS::attention, CUK_NS::block_copy, CUK_NS::to_bf16, CUK_NS::from_bf16,
+    CUK_NS::attn_workspace, CUK_NS::attention, CUK_NS::block_copy, CUK_NS::to_bf16,
     CUK_NS::gather_rows,   CUK_NS::moe_workspace, CUK_NS::moe,      CUK_NS::sample,
     CUK_NS::gemm_tag,
 };
