@@ -326,6 +326,7 @@ struct hearth_disk_cache_stats {
     int64_t writes_dropped_total; /* blocks not written: the write queue was full, or over the quota */
     int64_t files_rejected_total; /* truncated, torn, foreign or corrupt files: removed, never loaded */
     int64_t files_evicted_total; /* removed to stay within the quota */
+    int64_t pending_reads_total; /* blocks a read took from the write queue (evicted, not yet on disk) */
 };
 
 /* The prefix cache's host-RAM tier (--kv-cache-host-mib). */

@@ -267,6 +267,32 @@ void disk_read_free(struct disk_read *rd)
     free(rd);
 }
 
+/* The queued (or being written) block of key, or NULL (mu held).  A block evicted to
+ * disk is found here until its file is indexed: a request that comes right after the
+ * eviction would otherwise miss what the tier was given. */
+static struct disk_write *disk_pending(const struct disk_tier *dt, struct path_key key)
+{
+    if (dt->w_cur && path_key_eq(dt->w_cur->key, key))
+        return dt->w_cur;
+    for (struct disk_write *w = dt->w_head; w; w = w->next)
+        if (w->generation == dt->generation && path_key_eq(w->key, key))
+            return w;
+    return NULL;
+}
+
+/* Copies block b of rd from a pending write when it is the same block (namespace,
+ * salt, parent and tokens, as a file read checks them); mu held. */
+static bool disk_read_pending(const struct disk_tier *dt, struct disk_read *rd, int b)
+{
+    const struct disk_write *w = disk_pending(dt, rd->keys[b + 1]);
+    size_t tb = (size_t)rd->block_size * sizeof *rd->tokens;
+    if (!w || strcmp(w->ns, rd->ns) || strcmp(w->salt, rd->salt) || !path_key_eq(w->parent, rd->keys[b]) ||
+        memcmp(w->tokens, rd->tokens + (size_t)b * rd->block_size, tb))
+        return false;
+    memcpy(rd->data + (size_t)b * rd->block_bytes, w->data, rd->block_bytes);
+    return true;
+}
+
 /* Writes one block and indexes it (mu not held on entry or exit). */
 static enum hr_status disk_write_block(struct disk_tier *dt, const char *ns, const char *salt, struct path_key key,
                                        struct path_key parent, const int32_t *tokens, const void *data, char *err,
@@ -319,7 +345,14 @@ static void disk_read_blocks(struct disk_tier *dt, struct disk_read *rd)
         int i = disk_find(dt, key);
         if (i >= 0)
             disk_touch(dt, i);
+        bool queued = i < 0 && disk_read_pending(dt, rd, b);
+        if (queued)
+            dt->st.pending_reads_total++;
         pthread_mutex_unlock(&dt->mu);
+        if (queued) {
+            rd->n_ok++;
+            continue;
+        }
         if (i < 0)
             break;
         struct disk_block_id want = {.ns = rd->ns, .salt = rd->salt, .key = key, .parent = rd->keys[b],
@@ -352,7 +385,7 @@ static void *disk_tier_thread(void *arg)
     struct disk_tier *dt = arg;
     pthread_mutex_lock(&dt->mu);
     for (;;) {
-        while (!dt->stopping && !dt->r_head && !dt->w_head)
+        while (!dt->stopping && !dt->r_head && (!dt->w_head || dt->hold_writes))
             pthread_cond_wait(&dt->cv, &dt->mu);
         if (dt->r_head && !dt->stopping) {
             struct disk_read *rd = dt->r_head;
@@ -374,7 +407,7 @@ static void *disk_tier_thread(void *arg)
             pthread_mutex_lock(&dt->mu);
             continue;
         }
-        if (dt->w_head) {
+        if (dt->w_head && (!dt->hold_writes || dt->stopping)) {
             struct disk_write *w = dt->w_head;
             dt->w_head = w->next;
             if (!dt->w_head)
@@ -382,10 +415,15 @@ static void *disk_tier_thread(void *arg)
             dt->w_bytes -= dt->block_bytes;
             bool stale = w->generation != dt->generation;
             dt->busy++;
+            if (!stale)
+                dt->w_cur = w;
             pthread_mutex_unlock(&dt->mu);
             char err[HR_ERRLEN];
             bool failed = !stale && disk_write_block(dt, w->ns, w->salt, w->key, w->parent, w->tokens, w->data,
                                                      err, sizeof err) != HR_OK;
+            pthread_mutex_lock(&dt->mu);
+            dt->w_cur = NULL; /* no reader holds it: they copy under mu */
+            pthread_mutex_unlock(&dt->mu);
             disk_write_free(w);
             pthread_mutex_lock(&dt->mu);
             /* A full disk fails every write: say so at the 1st, 2nd, 4th, 8th... */
@@ -479,7 +517,7 @@ int disk_tier_count_run(struct disk_tier *dt, const struct path_key *keys, int n
 {
     pthread_mutex_lock(&dt->mu);
     int k = 0;
-    while (k < n && disk_find(dt, keys[k]) >= 0)
+    while (k < n && (disk_find(dt, keys[k]) >= 0 || disk_pending(dt, keys[k])))
         k++;
     pthread_mutex_unlock(&dt->mu);
     return k;
@@ -530,6 +568,14 @@ enum hr_status disk_tier_write_now(struct disk_tier *dt, const char *ns, const c
                                    size_t errlen)
 {
     return disk_write_block(dt, ns, salt ? salt : "", key, parent, tokens, data, err, errlen);
+}
+
+void disk_tier_hold_writes(struct disk_tier *dt, bool hold)
+{
+    pthread_mutex_lock(&dt->mu);
+    dt->hold_writes = hold;
+    pthread_cond_signal(&dt->cv);
+    pthread_mutex_unlock(&dt->mu);
 }
 
 void disk_tier_drain(struct disk_tier *dt)

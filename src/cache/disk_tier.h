@@ -57,9 +57,11 @@ struct disk_tier {
     pthread_cond_t cv_idle;    /* the write queue became empty */
     pthread_t thread;
     bool thread_started, stopping;
+    bool hold_writes;          /* the thread leaves queued writes alone until stopping (tests) */
     struct disk_write *w_head, *w_tail;
     size_t w_bytes;
     int busy;                  /* writes in progress */
+    struct disk_write *w_cur;  /* the write in progress (found by lookups until indexed), or NULL */
     uint64_t generation;       /* bumped by disk_tier_clear: older queued writes are dropped */
     uint64_t tag;              /* unique temporary names */
     struct disk_read *r_head, *r_tail, *done_head, *done_tail;
@@ -82,7 +84,8 @@ enum hr_status disk_tier_init(struct disk_tier *dt, const char *dir, uint64_t qu
  * zeroed tier. */
 void disk_tier_free(struct disk_tier *dt);
 
-/* How many of keys[0..n) are on disk, counting from the first (stops at the first absent). */
+/* How many of keys[0..n) are on disk or queued for it, counting from the first (stops
+ * at the first absent); a read takes a queued block from the queue. */
 int disk_tier_count_run(struct disk_tier *dt, const struct path_key *keys, int n);
 bool disk_tier_has(struct disk_tier *dt, struct path_key key);
 
@@ -95,8 +98,11 @@ void disk_tier_put(struct disk_tier *dt, const char *ns, const char *salt, struc
 enum hr_status disk_tier_write_now(struct disk_tier *dt, const char *ns, const char *salt, struct path_key key,
                                    struct path_key parent, const int32_t *tokens, const void *data, char *err,
                                    size_t errlen);
-/* Waits until every queued write is done. */
+/* Waits until every queued write is done (not while writes are held). */
 void disk_tier_drain(struct disk_tier *dt);
+/* Holds the queued writes in the queue (true) or lets the thread write them again:
+ * tests use it to look blocks up while they wait for the disk. */
+void disk_tier_hold_writes(struct disk_tier *dt, bool hold);
 
 /* A read of n blocks (keys, tokens and owner for the caller to fill), or NULL. */
 struct disk_read *disk_read_new(const char *ns, const char *salt, int first, int n, int block_size,

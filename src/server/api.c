@@ -276,7 +276,7 @@ static void api_stats(struct server *s, struct api_reply *out)
                               (json_int_t)pc->collisions_total, "invalidations_total",
                               (json_int_t)pc->invalidations_total);
     const struct hearth_disk_cache_stats *dc = &st.disk_cache;
-    json_t *disk = json_pack("{s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "enabled",
+    json_t *disk = json_pack("{s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "enabled",
                              dc->enabled, "files", (json_int_t)dc->files, "bytes", (json_int_t)dc->bytes,
                              "quota_bytes", (json_int_t)dc->quota_bytes, "lookups_total",
                              (json_int_t)dc->lookups_total, "hits_total", (json_int_t)dc->hits_total, "misses_total",
@@ -288,7 +288,8 @@ static void api_stats(struct server *s, struct api_reply *out)
                              (json_int_t)dc->write_errors_total, "writes_dropped_total",
                              (json_int_t)dc->writes_dropped_total, "files_rejected_total",
                              (json_int_t)dc->files_rejected_total, "files_evicted_total",
-                             (json_int_t)dc->files_evicted_total);
+                             (json_int_t)dc->files_evicted_total, "pending_reads_total",
+                             (json_int_t)dc->pending_reads_total);
     const struct hearth_host_cache_stats *hc = &st.host_cache;
     json_t *host = json_pack(
         "{s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "enabled", hc->enabled, "blocks",

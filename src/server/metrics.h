@@ -91,6 +91,8 @@
       "truncated, torn, foreign or corrupt block files: removed, never loaded", disk_cache.files_rejected_total) \
     X("hearth_disk_cache_files_evicted_total", "counter", "block files removed to stay within the quota", \
       disk_cache.files_evicted_total) \
+    X("hearth_disk_cache_pending_reads_total", "counter", \
+      "blocks read from the write queue before their file was written", disk_cache.pending_reads_total) \
     X("hearth_host_cache_enabled", "gauge", "1 when the prefix cache has a host-RAM tier (--kv-cache-host-mib)", \
       host_cache.enabled) \
     X("hearth_host_cache_blocks", "gauge", "blocks held in the host tier", host_cache.blocks) \
