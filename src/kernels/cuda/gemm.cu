@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda.h> /* CUtensorMap (types only: the encoder is the driver's, looked up at run time) */
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
 
@@ -32,8 +34,9 @@ constexpr int BN = 128, THREADS = 256;
 
 /* Tile configurations (BM x BN x BK, STAGES); which one a shape uses is a function of
  * the shape alone (tile_of), or HEARTH_CUDA_GEMM_TILE for the whole process. */
-enum tile { TILE_64x64, TILE_128x64, TILE_WGMMA, TILE_WGMMA64, TILE_COUNT };
-static const char *const tile_names[TILE_COUNT] = {"64x64", "128x64", "wgmma128x64", "wgmma64x64"};
+enum tile { TILE_64x64, TILE_128x64, TILE_WGMMA, TILE_WGMMA64, TILE_TMA, TILE_TMA64, TILE_COUNT };
+static const char *const tile_names[TILE_COUNT] = {"64x64",      "128x64",  "wgmma128x64",
+                                                   "wgmma64x64", "tma128", "tma64"};
 
 template <int BM_, int BK_, int STAGES_> struct cfg {
     static constexpr int BM = BM_, BK = BK_, STAGES = STAGES_;
@@ -50,7 +53,8 @@ using cfg64x64 = cfg<64, 64, 4>;   /* 110.6 KB of smem */
 using cfg128x64 = cfg<128, 64, 3>; /* 110.6 KB */
 
 int g_sm_count = 132;
-int g_tile_forced = -1;
+int g_tile_forced = -1; /* a tile for every shape, or TILE_AUTO / TILE_MMA (the mma.sync era's mapping) */
+constexpr int TILE_AUTO = -1, TILE_MMA = -2;
 int g_fill = 1;       /* the split aims at g_fill blocks an SM */
 int g_min_part = 256; /* the shortest K part a split may make */
 int g_par_rows = 256; /* the most rows of m whose tiles' parts may go to a block each */
@@ -59,6 +63,7 @@ int g_par_rows = 256; /* the most rows of m whose tiles' parts may go to a block
  * 1 even as a launch more (H200 greedy decode 0.6B 631 -> 741 tok/s, 8B 185 -> 191,
  * 30B-A3B 226 -> 238, outputs equal; bench/notes/cuda.md) */
 int g_ext_rows = 0;
+int g_drain = 0; /* the TMA tile's consumers wait for each k tile's wgmma (1) or keep one in flight (0) */
 char g_tag[48];       /* the settings above that change sums, where not the defaults (gemm_tag) */
 
 struct params {
@@ -90,14 +95,14 @@ __device__ __forceinline__ void swiglu_store(const params &p, uint16_t *y, size_
 struct seg {
     const uint16_t *w;
     void *y;
-    int n, nt;
+    int n, nt, i; /* width, column tile within the segment, segment */
 };
 __device__ __forceinline__ seg seg_of(const params &p, int ntg)
 {
     int sg = 0;
     while (sg + 1 < p.n_seg && ntg >= p.seg_t0[sg + 1])
         sg++;
-    return seg{p.seg_w[sg], p.seg_y[sg], p.seg_n[sg], ntg - p.seg_t0[sg]};
+    return seg{p.seg_w[sg], p.seg_y[sg], p.seg_n[sg], ntg - p.seg_t0[sg], sg};
 }
 
 constexpr int MAX_SPLIT = 32;
@@ -403,7 +408,8 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
     return d;
 }
 
-__device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db)
+/* d = a . b + (acc ? d : 0) */
+__device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db, int acc = 1)
 {
     asm volatile("{\n"
                  ".reg .pred p;\n"
@@ -412,7 +418,74 @@ __device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db)
                  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n"
                  "}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(1));
+                 : "l"(da), "l"(db), "r"(acc));
+}
+
+/* f(e, row, col) for each of a thread's 64 accumulators of an m64n128 wgmma tile:
+ * element e = 4 i + r sits at row row0 + 16 (warp % 4) + lane / 4 + 8 (r / 2) and
+ * column col0 + 8 i + 2 (lane % 4) + r % 2. */
+template <class F> __device__ __forceinline__ void wg_each(int row0, int col0, F f)
+{
+    const int lane = threadIdx.x & 31, wr = (threadIdx.x >> 5) & 3;
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            f(4 * i + r, row0 + wr * 16 + (lane >> 2) + (r >> 1) * 8, col0 + i * 8 + (lane & 3) * 2 + (r & 1));
+}
+
+/* A part's partial sums of a warpgroup's rows (from row0) below m, into the workspace. */
+__device__ __forceinline__ void wg_partials(const params &p, const float *d, bool active, int row0, int ntg, int s)
+{
+    if (!active)
+        return;
+    const int pw = p.n_tiles * BN;
+    wg_each(row0, ntg * BN, [&](int e, int row, int col) {
+        if (row < p.m)
+            __stcg(p.part + ((size_t)s * p.m + row) * pw + col, d[e]);
+    });
+}
+
+/* The epilogue of a finished wgmma tile (BM rows from m0; this warpgroup's from lr0):
+ * the stores, or SwiGLU through the staging tile (BM x (BN + 1) floats, the pipeline's
+ * smem) by the nthr threads (index t) that hold the tile's accumulators, sync() a
+ * barrier of just them. */
+template <int EPI, int BM, class S>
+__device__ __forceinline__ void wg_epilogue(const params &p, const float *d, int lr0, int m0, int nt, int Np, void *Yp,
+                                            float *tile, int t, int nthr, S sync)
+{
+    constexpr int EPI_LD = BN + 1;
+    if constexpr (EPI == CUDA_EPI_SWIGLU_BF16) {
+        sync(); /* every warp is done with the pipeline's smem */
+        wg_each(lr0, 0, [&](int e, int lr, int lc) { tile[lr * EPI_LD + lc] = d[e]; });
+        sync();
+        uint16_t *y = (uint16_t *)Yp;
+        for (int e = t; e < BM * (BN / 2); e += nthr) {
+            int lr = e / (BN / 2), lc = e % (BN / 2);
+            int row = m0 + lr, col = nt * (BN / 2) + lc;
+            if (row >= p.m || col >= Np)
+                continue;
+            float g = tile[lr * EPI_LD + lc], u = tile[lr * EPI_LD + BN / 2 + lc];
+            float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+            swiglu_store(p, y, (size_t)row * Np + col, __fmul_rn(silu, u));
+        }
+    } else {
+        wg_each(m0 + lr0, nt * BN, [&](int e, int row, int col) {
+            if ((e & 1) || row >= p.m || col >= Np)
+                return; /* pairs from their even element; n is even: col + 1 < n too */
+            float v0 = d[e], v1 = d[e + 1];
+            size_t at = (size_t)row * Np + col;
+            if constexpr (EPI == CUDA_EPI_STORE_F32) {
+                *(float2 *)((float *)Yp + at) = make_float2(v0, v1);
+            } else if constexpr (EPI == CUDA_EPI_ADD_F32) {
+                float2 o = *(float2 *)((float *)Yp + at);
+                *(float2 *)((float *)Yp + at) = make_float2(__fadd_rn(o.x, v0), __fadd_rn(o.y, v1));
+            } else {
+                uint32_t pk = (uint32_t)f32_to_bf16(v0) | ((uint32_t)f32_to_bf16(v1) << 16);
+                *(uint32_t *)((uint16_t *)Yp + at) = pk;
+            }
+        });
+    }
 }
 
 template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) gemm_wgmma_kernel(params p)
@@ -422,7 +495,7 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
     extern __shared__ __align__(128) uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     uint8_t *sa = smem, *sb = smem + STAGES * G::A_BYTES;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wgi = warp >> 2, wr = warp & 3;
+    const int tid = threadIdx.x, warp = tid >> 5, wgi = warp >> 2;
     const int ntg = blockIdx.x, mt = blockIdx.y, s = blockIdx.z;
     const seg sgm = seg_of(p, ntg);
     const int nt = sgm.nt, Np = sgm.n;
@@ -514,18 +587,8 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
     }
     cp_wait<0>();
 
-    /* element (i, r) of d: row wgi*64 + wr*16 + lane/4 + 8*(r/2), column 8i + 2*(lane%4) + r%2 */
-    const int pw = p.n_tiles * BN;
     if (p.par > 1) { /* here par == split: the wgmma tile has no fold */
-#pragma unroll
-        for (int i = 0; i < 16; i++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int row = m0 + wgi * 64 + wr * 16 + (lane >> 2) + (r >> 1) * 8;
-                int col = ntg * BN + i * 8 + (lane & 3) * 2 + (r & 1);
-                if (row < p.m)
-                    __stcg(p.part + ((size_t)s * p.m + row) * pw + col, d[4 * i + r]);
-            }
+        wg_partials(p, d, active, m0 + wgi * 64, ntg, s);
         if (p.ext)
             return;
         __threadfence();
@@ -544,60 +607,298 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
         float *tile = (float *)smem;
         combine_parts<BM, NT>(p, m0, ntg, tile, EPI_LD);
         __syncthreads();
-#pragma unroll
-        for (int i = 0; i < 16; i++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int lr = wgi * 64 + wr * 16 + (lane >> 2) + (r >> 1) * 8;
-                int lc = i * 8 + (lane & 3) * 2 + (r & 1);
-                d[4 * i + r] = tile[lr * EPI_LD + lc];
-            }
+        wg_each(wgi * 64, 0, [&](int e, int lr, int lc) { d[e] = tile[lr * EPI_LD + lc]; });
         __syncthreads();
     }
-    if constexpr (EPI == CUDA_EPI_SWIGLU_BF16) {
-        __syncthreads();
-        float *tile = (float *)smem;
-#pragma unroll
-        for (int i = 0; i < 16; i++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int lr = wgi * 64 + wr * 16 + (lane >> 2) + (r >> 1) * 8;
-                int lc = i * 8 + (lane & 3) * 2 + (r & 1);
-                tile[lr * EPI_LD + lc] = d[4 * i + r];
-            }
-        __syncthreads();
-        uint16_t *y = (uint16_t *)Yp;
-        for (int e = tid; e < BM * (BN / 2); e += NT) {
-            int lr = e / (BN / 2), lc = e % (BN / 2);
-            int row = m0 + lr, col = nt * (BN / 2) + lc;
-            if (row >= p.m || col >= Np)
-                continue;
-            float g = tile[lr * EPI_LD + lc], u = tile[lr * EPI_LD + BN / 2 + lc];
-            float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-            swiglu_store(p, y, (size_t)row * Np + col, __fmul_rn(silu, u));
+    wg_epilogue<EPI, BM>(p, d, wgi * 64, m0, nt, Np, Yp, (float *)smem, tid, NT, [] { __syncthreads(); });
+}
+
+/* ------------------------------------------------- TMA + wgmma, warp-specialised (sm90a) */
+
+/* (64 WG) x 128 tiles, BK 64: WG consumer warpgroups (64 rows each, m64n128k16 wgmma
+ * from shared memory) and a producer warpgroup whose first thread issues the tensor-memory
+ * copies (TMA: the x and weight tiles, 64 x 64 boxes, 128-byte swizzle, rows past m or
+ * n zero-filled) into a ring of STAGES stages; an mbarrier a stage says full (the
+ * copies' bytes landed) and one says empty (both consumers' wgmma read it).  The
+ * consumers keep one k tile's wgmma in flight while the next waits.  Each accumulator
+ * element sees the k16 steps of its part in ascending order, each part from zero, the
+ * parts added in order: one block a part (partial sums to the workspace,
+ * combine_kernel adds them) or one block folding them all into a running sum as they
+ * end (no workspace), the same bits either way (the tests compare them). */
+template <int WG, bool FOLD> struct tma {
+    /* A shape with a K split (FOLD) may need the running sum (64 floats a thread more):
+     * the 128-row tile then runs one block an SM with six stages; without a split, two
+     * blocks an SM with three (the wide products at batch 1: 192 or more tiles in one
+     * wave, and one block's epilogue under the other's loads). */
+    static constexpr bool TWO = WG == 1 || !FOLD; /* two blocks an SM */
+    static constexpr int BM = 64 * WG, BK = 64, STAGES = WG == 1 ? 4 : FOLD ? 6 : 3;
+    /* consumers, then the producer: a warpgroup that gives its registers to the
+     * consumers (setmaxnreg), or, two 128-row blocks an SM, one warp (112 registers a
+     * thread for all: the compiler's budget for the wgmma is the launch's) */
+    static constexpr bool REGS = WG == 1 || FOLD;
+    static constexpr int NC = 128 * WG, NT = NC + (REGS ? 128 : 32);
+    static constexpr int REG_P = 40, REG_C = WG == 1 ? 216 : 232;
+    static_assert(!REGS || (NC * REG_C + 128 * REG_P) * (TWO ? 2 : 1) <= 65536, "registers");
+    static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE = A_BYTES + B_BYTES;
+    static constexpr int BOX = 64 * BK * 2; /* a weight copy: 64 rows x 64 bf16 */
+    static constexpr int SMEM = STAGES * STAGE + 1024 + 2 * STAGES * 8; /* + the swizzle's alignment, barriers */
+    static_assert(BM * (BN + 1) * 4 <= STAGES * STAGE, "SwiGLU staging fits");
+};
+
+struct tparams {
+    CUtensorMap ta;                     /* x [m, k], boxes of a_rows rows */
+    CUtensorMap tb[CUDA_GEMM_SEGS];     /* segment i's weights [n_i, k] */
+    CUtensorMap tup;                    /* SwiGLU's up [n, k] */
+    params p;
+    int drain;  /* HEARTH_CUDA_GEMM_DRAIN: a stage back as soon as its wgmma is done */
+    int a_rows; /* min(m, 64): an x box never reaches past m (partly out-of-bounds boxes
+                 * measured slow: the 8B gate/up at m = 1 94 against 70 us at m = 128) */
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *a)
+{
+    return (uint32_t)__cvta_generic_to_shared(a);
+}
+__device__ __forceinline__ void mb_init(uint64_t *b, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count));
+}
+__device__ __forceinline__ void mb_expect(uint64_t *b, int bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mb_arrive(uint64_t *b)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mb_wait(uint64_t *b, int phase)
+{
+    asm volatile("{\n"
+                 ".reg .pred done;\n"
+                 "wait_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra wait_%=;\n"
+                 "}\n" ::"r"(smem_u32(b)),
+                 "r"(phase)
+                 : "memory");
+}
+/* one 64 x 64 box at (column c0, row r0) of the tensor into dst, counted on bar */
+__device__ __forceinline__ void tma_box(void *dst, const CUtensorMap *map, int c0, int r0, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(smem_u32(dst)), "l"((uint64_t)map), "r"(c0), "r"(r0), "r"(smem_u32(bar))
+                 : "memory");
+}
+
+template <int WG, int EPI, bool FOLD>
+__global__ void __launch_bounds__(tma<WG, FOLD>::NT, tma<WG, FOLD>::TWO ? 2 : 1)
+    gemm_tma_kernel(const __grid_constant__ tparams tp)
+{
+    using G = tma<WG, FOLD>;
+    constexpr int BM = G::BM, BK = G::BK, STAGES = G::STAGES;
+    const params &p = tp.p;
+    extern __shared__ __align__(128) uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint8_t *sa = smem, *sb = smem + STAGES * G::A_BYTES;
+    uint64_t *full = (uint64_t *)(smem + STAGES * G::STAGE), *empty = full + STAGES;
+    const int tid = threadIdx.x, warp = tid >> 5, wgi = warp >> 2;
+    const int ntg = blockIdx.x, s = blockIdx.z;
+    const seg sgm = seg_of(p, ntg);
+    const int m0 = blockIdx.y * BM;
+    const int kt_per = p.k / BK / p.split, nq = p.split / p.par, kt0 = s * nq * kt_per, kt_n = nq * kt_per;
+    constexpr bool swiglu = EPI == CUDA_EPI_SWIGLU_BF16;
+
+    if (tid == 0) {
+        for (int i = 0; i < STAGES; i++) {
+            mb_init(full + i, 1);
+            mb_init(empty + i, WG);
         }
-    } else {
-#pragma unroll
-        for (int i = 0; i < 16; i++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                int row = m0 + wgi * 64 + wr * 16 + (lane >> 2) + h * 8;
-                int col = nt * BN + i * 8 + (lane & 3) * 2;
-                if (row >= p.m || col >= Np)
-                    continue;
-                float v0 = d[4 * i + 2 * h], v1 = d[4 * i + 2 * h + 1];
-                size_t at = (size_t)row * Np + col;
-                if constexpr (EPI == CUDA_EPI_STORE_F32) {
-                    *(float2 *)((float *)Yp + at) = make_float2(v0, v1);
-                } else if constexpr (EPI == CUDA_EPI_ADD_F32) {
-                    float2 o = *(float2 *)((float *)Yp + at);
-                    *(float2 *)((float *)Yp + at) = make_float2(__fadd_rn(o.x, v0), __fadd_rn(o.y, v1));
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp >= 4 * WG) { /* the producer */
+        if constexpr (G::REGS)
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(G::REG_P));
+        if (tid == G::NC) {
+            const CUtensorMap *tb = &tp.tb[sgm.i];
+            auto load_b = [&](int st, int kt) {
+                int c0 = (kt0 + kt) * BK;
+                if (swiglu) {
+                    tma_box(sb + st * G::B_BYTES, tb, c0, sgm.nt * (BN / 2), full + st);
+                    tma_box(sb + st * G::B_BYTES + G::BOX, &tp.tup, c0, sgm.nt * (BN / 2), full + st);
                 } else {
-                    uint32_t pk = (uint32_t)f32_to_bf16(v0) | ((uint32_t)f32_to_bf16(v1) << 16);
-                    *(uint32_t *)((uint16_t *)Yp + at) = pk;
+                    tma_box(sb + st * G::B_BYTES, tb, c0, sgm.nt * BN, full + st);
+                    tma_box(sb + st * G::B_BYTES + G::BOX, tb, c0, sgm.nt * BN + 64, full + st);
+                }
+            };
+            /* x boxes of the warpgroups with rows below m; the others' smem keeps what it
+             * held, which reaches only their accumulators' rows, never stored */
+            const int n_a = min(WG, (p.m - m0 + 63) / 64), bytes = G::B_BYTES + n_a * tp.a_rows * BK * 2;
+            auto load_a = [&](int st, int kt) {
+                for (int w = 0; w < n_a; w++)
+                    tma_box(sa + st * G::A_BYTES + w * 64 * BK * 2, &tp.ta, (kt0 + kt) * BK, m0 + 64 * w, full + st);
+            };
+            /* the first stages' weights before the wait (they overlap the kernel before) */
+            const int pre = kt_n < STAGES ? kt_n : STAGES;
+            for (int kt = 0; kt < pre; kt++) {
+                mb_expect(full + kt, bytes);
+                load_b(kt, kt);
+            }
+            pdl_wait();
+            pdl_release();
+            for (int kt = 0; kt < pre; kt++)
+                load_a(kt, kt);
+            for (int kt = STAGES; kt < kt_n; kt++) {
+                int st = kt % STAGES;
+                mb_wait(empty + st, ((kt / STAGES) - 1) & 1);
+                mb_expect(full + st, bytes);
+                load_b(st, kt);
+                load_a(st, kt);
+            }
+        } else {
+            pdl_wait();
+            pdl_release();
+        }
+        return; /* the consumers' barriers below name just them */
+    }
+
+    if constexpr (G::REGS)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(G::REG_C));
+    pdl_wait();
+    pdl_release();
+    /* A part's first k16 step overwrites d rather than d being zeroed on a branch
+     * (which made ptxas serialise the wgmma); a warpgroup whose rows all lie past m
+     * (m <= 64 on the 128-row tile) runs no wgmma: at batch 1 that work was half the
+     * tensor cores' time. */
+    float d[64], run[FOLD ? 64 : 1];
+    const bool leader = (tid & 127) == 0; /* arrives on empty for its warpgroup */
+    const uint32_t sa_addr = smem_u32(sa) + wgi * 64 * 128, sb_addr = smem_u32(sb);
+    if (WG == 1 || m0 + wgi * 64 < p.m) {
+        for (int q = 0; q < nq; q++) {
+            for (int j = 0; j < kt_per; j++) {
+                const int kt = q * kt_per + j, st = kt % STAGES;
+                mb_wait(full + st, (kt / STAGES) & 1);
+                uint32_t a0 = sa_addr + st * G::A_BYTES, b0 = sb_addr + st * G::B_BYTES;
+                asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+                for (int kk = 0; kk < BK / 16; kk++)
+                    wg_mma(d, wg_desc(a0 + kk * 32), wg_desc(b0 + kk * 32), j | kk);
+                asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+                if (tp.drain) { /* this k tile's wgmma done: its stage goes back at once */
+                    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+                    if (leader)
+                        mb_arrive(empty + st);
+                } else { /* one k tile's wgmma in flight: the one before is done with its stage */
+                    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+                    if (leader && j > 0)
+                        mb_arrive(empty + (kt - 1) % STAGES);
                 }
             }
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            if (leader && !tp.drain)
+                mb_arrive(empty + ((q + 1) * kt_per - 1) % STAGES);
+            if constexpr (FOLD) {
+#pragma unroll
+                for (int i = 0; i < 64; i++) /* run = run + part, in part order */
+                    run[i] = q == 0 ? d[i] : __fadd_rn(run[i], d[i]);
+            }
+        }
+    } else { /* every row of this warpgroup lies past m: it only keeps the ring turning */
+        for (int kt = 0; kt < kt_n; kt++) {
+            mb_wait(full + kt % STAGES, (kt / STAGES) & 1);
+            if (leader)
+                mb_arrive(empty + kt % STAGES);
+        }
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            d[i] = 0.0f; /* never stored: the SwiGLU staging reads its rows */
+        if constexpr (FOLD) {
+#pragma unroll
+            for (int i = 0; i < 64; i++)
+                run[i] = 0.0f;
+        }
     }
+    float *acc = FOLD ? run : d; /* without a fold a block has one part (nq == 1) */
+    if (p.par > 1) { /* a part a block: combine_kernel adds the parts */
+        wg_partials(p, acc, m0 + wgi * 64 < p.m, m0 + wgi * 64, ntg, s);
+        return;
+    }
+    wg_epilogue<EPI, BM>(p, acc, wgi * 64, m0, sgm.nt, sgm.n, sgm.y, (float *)smem, tid, G::NC,
+                         [] { asm volatile("bar.sync 1, %0;\n" ::"n"(G::NC) : "memory"); });
+}
+
+template <int WG, bool FOLD> void tma_set_smem()
+{
+    constexpr int S = tma<WG, FOLD>::SMEM;
+    cudaFuncSetAttribute(gemm_tma_kernel<WG, CUDA_EPI_STORE_F32, FOLD>, cudaFuncAttributeMaxDynamicSharedMemorySize, S);
+    cudaFuncSetAttribute(gemm_tma_kernel<WG, CUDA_EPI_ADD_F32, FOLD>, cudaFuncAttributeMaxDynamicSharedMemorySize, S);
+    cudaFuncSetAttribute(gemm_tma_kernel<WG, CUDA_EPI_STORE_BF16, FOLD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         S);
+    cudaFuncSetAttribute(gemm_tma_kernel<WG, CUDA_EPI_SWIGLU_BF16, FOLD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         S);
+}
+
+decltype(&cuTensorMapEncodeTiled) g_encode; /* the driver's, looked up by gemm_prepare */
+
+/* A 2-D bf16 tensor [rows, k] at base, read in boxes of box_rows x 64 with the 128-byte
+ * swizzle; rows past `rows` come in as zeros. */
+enum hr_status tma_map(CUtensorMap *map, const uint16_t *base, int rows, int k, int box_rows, const char *what,
+                       char *err, size_t errlen)
+{
+    if (((uintptr_t)base & 15) || rows <= 0)
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: %s at %p, %d rows: TMA needs 16-byte alignment",
+                      what, (const void *)base, rows);
+    cuuint64_t dim[2] = {(cuuint64_t)k, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)k * 2};
+    cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, estride[2] = {1, 1};
+    CUresult r = g_encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dim, stride, box, estride,
+                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return hr_err(err, errlen, HR_ERR_INTERNAL, "cuda gemm: cuTensorMapEncodeTiled (%s, %d x %d): error %d", what,
+                      rows, k, (int)r);
+    return HR_OK;
+}
+
+template <int WG, bool FOLD> void tma_launch_epi(const tparams &tp, enum cuda_epi epi, cudaStream_t st)
+{
+    using G = tma<WG, FOLD>;
+    const params &p = tp.p;
+    dim3 grid(p.n_tiles, (p.m + G::BM - 1) / G::BM, p.par);
+    switch (epi) {
+    case CUDA_EPI_STORE_F32: klaunch(gemm_tma_kernel<WG, CUDA_EPI_STORE_F32, FOLD>, grid, G::NT, G::SMEM, st, tp); break;
+    case CUDA_EPI_ADD_F32: klaunch(gemm_tma_kernel<WG, CUDA_EPI_ADD_F32, FOLD>, grid, G::NT, G::SMEM, st, tp); break;
+    case CUDA_EPI_STORE_BF16:
+        klaunch(gemm_tma_kernel<WG, CUDA_EPI_STORE_BF16, FOLD>, grid, G::NT, G::SMEM, st, tp);
+        break;
+    case CUDA_EPI_SWIGLU_BF16:
+        klaunch(gemm_tma_kernel<WG, CUDA_EPI_SWIGLU_BF16, FOLD>, grid, G::NT, G::SMEM, st, tp);
+        break;
+    }
+}
+
+/* The tensor maps of a launch, then the kernel: the folding build where the shape has a
+ * K split (a function of the shape, like the split). */
+template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_gemm *g, cudaStream_t st, char *err,
+                                            size_t errlen)
+{
+    tparams tp;
+    memset(&tp, 0, sizeof tp);
+    tp.p = p;
+    tp.a_rows = p.m < 64 ? p.m : 64;
+    tp.drain = g_drain;
+    enum hr_status rc = tma_map(&tp.ta, p.x, p.m, p.k, tp.a_rows, "x", err, errlen);
+    for (int i = 0; rc == HR_OK && i < p.n_seg; i++)
+        rc = tma_map(&tp.tb[i], p.seg_w[i], p.seg_n[i], p.k, 64, "w", err, errlen);
+    if (rc == HR_OK && g->w_up)
+        rc = tma_map(&tp.tup, g->w_up, g->n, p.k, 64, "w_up", err, errlen);
+    if (rc != HR_OK)
+        return rc;
+    if (p.split > 1)
+        tma_launch_epi<WG, true>(tp, g->epi, st);
+    else
+        tma_launch_epi<WG, false>(tp, g->epi, st);
+    return HR_OK;
 }
 
 template <int WG> void wg_set_smem()
@@ -635,6 +936,8 @@ int tile_of(int n, int k, enum cuda_epi epi)
     if (g_tile_forced >= 0)
         return g_tile_forced;
 #if defined(CUK_HOPPER)
+    if (g_tile_forced == TILE_AUTO)
+        return TILE_TMA;
     return n_tiles_of(n, epi) >= g_sm_count ? TILE_WGMMA64 : TILE_64x64;
 #else
     return n_tiles_of(n, epi) >= g_sm_count ? TILE_128x64 : TILE_64x64;
@@ -643,7 +946,7 @@ int tile_of(int n, int k, enum cuda_epi epi)
 
 int tile_bm(int t)
 {
-    return t == TILE_128x64 || t == TILE_WGMMA ? 128 : 64;
+    return t == TILE_128x64 || t == TILE_WGMMA || t == TILE_TMA ? 128 : 64;
 }
 int tile_bk(int t)
 {
@@ -689,24 +992,33 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     g_par_rows = pr && *pr ? atoi(pr) : 256;
     const char *er = getenv("HEARTH_CUDA_GEMM_EXT_ROWS");
     g_ext_rows = er && *er ? atoi(er) : 0;
+    const char *dr = getenv("HEARTH_CUDA_GEMM_DRAIN");
+    g_drain = dr && *dr ? atoi(dr) != 0 : 0;
     if (g_fill < 1 || g_fill > 16 || g_min_part < 64 || g_min_part % 64 || g_par_rows < 1 || g_ext_rows < 0)
         return hr_err(err, errlen, HR_ERR_INVALID,
                       "HEARTH_CUDA_GEMM_FILL=%s / _MIN_PART=%s / _PAR_ROWS=%s / _EXT_ROWS=%s: 1..16, a multiple "
                       "of 64, >= 1, >= 0",
                       f ? f : "", mk ? mk : "", pr ? pr : "", er ? er : "");
     const char *t = getenv("HEARTH_CUDA_GEMM_TILE");
-    g_tile_forced = -1;
+    g_tile_forced = TILE_AUTO;
     if (t && *t) {
+        bool known = strcmp(t, "mma") == 0;
+        if (known)
+            g_tile_forced = TILE_MMA;
         for (int i = 0; i < TILE_COUNT; i++)
-            if (strcmp(t, tile_names[i]) == 0)
+            if (strcmp(t, tile_names[i]) == 0) {
                 g_tile_forced = i;
+                known = true;
+            }
 #if !defined(CUK_HOPPER)
-        if (g_tile_forced == TILE_WGMMA || g_tile_forced == TILE_WGMMA64)
-            g_tile_forced = -1; /* wgmma is Hopper's alone */
+        if (g_tile_forced >= TILE_WGMMA || g_tile_forced == TILE_MMA)
+            g_tile_forced = TILE_AUTO; /* wgmma and TMA are Hopper's alone; the mma mapping is sm80's own */
 #endif
-        if (g_tile_forced < 0 && strcmp(t, tile_names[TILE_WGMMA]) != 0 && strcmp(t, tile_names[TILE_WGMMA64]) != 0)
+        if (!known)
             return hr_err(err, errlen, HR_ERR_INVALID,
-                          "HEARTH_CUDA_GEMM_TILE=%s: not one of 64x64, 128x64, wgmma128x64, wgmma64x64", t);
+                          "HEARTH_CUDA_GEMM_TILE=%s: not one of 64x64, 128x64, wgmma128x64, wgmma64x64, tma128, "
+                          "tma64, mma",
+                          t);
     }
     int dev = 0, optin = 0;
     cudaGetDevice(&dev);
@@ -717,8 +1029,11 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
                       CUK_STR(CUK_VARIANT), cfg128x64::SMEM > cfg64x64::SMEM ? cfg128x64::SMEM : cfg64x64::SMEM, optin);
     /* the forced tile and the split's aims change sums (the row and launch settings do not) */
     g_tag[0] = 0;
-    if (g_tile_forced >= 0 || g_fill != 1 || g_min_part != 256)
-        snprintf(g_tag, sizeof g_tag, "-gemm-%s-f%d-p%d", g_tile_forced >= 0 ? tile_names[g_tile_forced] : "auto",
+    if (g_tile_forced != TILE_AUTO || g_fill != 1 || g_min_part != 256)
+        snprintf(g_tag, sizeof g_tag, "-gemm-%s-f%d-p%d",
+                 g_tile_forced >= 0           ? tile_names[g_tile_forced]
+                 : g_tile_forced == TILE_MMA ? "mma"
+                                              : "auto",
                  g_fill, g_min_part);
     set_smem<cfg64x64>();
     set_smem<cfg128x64>();
@@ -729,6 +1044,24 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
                       CUK_STR(CUK_VARIANT), wg<2>::SMEM, optin);
     wg_set_smem<2>();
     wg_set_smem<1>();
+    if (optin < tma<2, true>::SMEM)
+        return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
+                      "cuda gemm (%s): the TMA tile needs %d bytes of shared memory a block, the device gives %d",
+                      CUK_STR(CUK_VARIANT), tma<2, true>::SMEM, optin);
+    tma_set_smem<2, true>();
+    tma_set_smem<2, false>();
+    tma_set_smem<1, true>();
+    tma_set_smem<1, false>();
+    if (!g_encode) {
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess || !fn)
+            return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
+                          "cuda gemm (%s): the driver has no cuTensorMapEncodeTiled (TMA)", CUK_STR(CUK_VARIANT));
+        g_encode = (decltype(g_encode))fn;
+    }
 #endif
     return launch_status("gemm prepare", err, errlen);
 }
@@ -751,6 +1084,12 @@ const char *gemm_tile_name(int n, int k, enum cuda_epi epi)
 int gemm_split(int n, int k, enum cuda_epi epi)
 {
     int t = tile_of(n, k, epi), tiles = n_tiles_of(n, epi), bk = tile_bk(t), s = 1;
+    if (t == TILE_TMA || t == TILE_TMA64) { /* blocks a part, at most one wave of them */
+        int wave = (t == TILE_TMA64 ? 2 : 1) * g_sm_count;
+        while (tiles * 2 * s <= wave && s < MAX_SPLIT && k % (2 * s * bk) == 0 && k / (2 * s) >= g_min_part)
+            s *= 2;
+        return s;
+    }
     int aim = (t == TILE_64x64 ? g_fill : 1) * g_sm_count;
     while (tiles * s < aim && s < MAX_SPLIT && k % (2 * s * bk) == 0 && k / (2 * s) >= g_min_part)
         s *= 2;
@@ -765,13 +1104,19 @@ int gemm_split(int n, int k, enum cuda_epi epi)
  * (bench/notes/cuda.md): a part a block wins for the few-tile shapes (0.6B o 36.6 ->
  * 15.1 us at 128, 8B down 177 -> 92), the fold for the many-tile ones (0.6B gate/up
  * 20.1 against 43.0, 8B q/o at 256 66.9 against 89.2). */
+static bool folds(int t) /* the tiles with a running sum of the parts */
+{
+    return t == TILE_64x64 || t == TILE_TMA || t == TILE_TMA64;
+}
+
 static int par_max_rows(int n, int k, enum cuda_epi epi)
 {
     if (gemm_split(n, k, epi) == 1)
         return 0;
-    if (tile_of(n, k, epi) != TILE_64x64)
+    int t = tile_of(n, k, epi);
+    if (!folds(t))
         return 1 << 30;
-    int tiles = g_sm_count / (2 * n_tiles_of(n, epi)), rows = 64 * (tiles > 1 ? tiles : 1);
+    int tiles = g_sm_count / (2 * n_tiles_of(n, epi)), rows = tile_bm(t) * (tiles > 1 ? tiles : 1);
     return rows < g_par_rows ? rows : g_par_rows;
 }
 
@@ -779,7 +1124,7 @@ static int par_max_rows(int n, int k, enum cuda_epi epi)
  * sums are the same either way; this is the launch's shape only. */
 static int gemm_par(int m, int n, int k, enum cuda_epi epi)
 {
-    if (tile_of(n, k, epi) != TILE_64x64)
+    if (!folds(tile_of(n, k, epi)))
         return gemm_split(n, k, epi); /* the other tiles have no fold */
     return m <= par_max_rows(n, k, epi) ? gemm_split(n, k, epi) : 1;
 }
@@ -798,7 +1143,10 @@ size_t gemm_workspace(int m, int n, int k, enum cuda_epi epi)
 
 size_t gemm_tickets(int m, int n, int k, enum cuda_epi epi)
 {
-    size_t bm = tile_bm(tile_of(n, k, epi));
+    int t = tile_of(n, k, epi);
+    if (t == TILE_TMA || t == TILE_TMA64)
+        return 0; /* its parts are always added by combine_kernel */
+    size_t bm = tile_bm(t);
     return (par_rows(m, n, k, epi) + bm - 1) / bm * n_tiles_of(n, epi);
 }
 
@@ -845,7 +1193,8 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     p.k = g->k;
     p.split = gemm_split(n, g->k, g->epi);
     p.par = gemm_par(g->m, n, g->k, g->epi);
-    p.ext = p.par > 1 && g->m > g_ext_rows;
+    const bool tma_tile = t == TILE_TMA || t == TILE_TMA64;
+    p.ext = p.par > 1 && (g->m > g_ext_rows || tma_tile);
     p.n_tiles = t0;
     p.tickets = NULL;
     p.part = NULL;
@@ -854,7 +1203,9 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     if (p.par > 1) {
         size_t need = (size_t)p.split * g->m * p.n_tiles * BN * sizeof(float);
         size_t nt = (size_t)((g->m + tile_bm(t) - 1) / tile_bm(t)) * p.n_tiles;
-        if (!g->work || g->work_bytes < need || !g->tickets || g->n_tickets < nt)
+        if (tma_tile)
+            nt = 0;
+        if (!g->work || g->work_bytes < need || (nt && (!g->tickets || g->n_tickets < nt)))
             return hr_err(err, errlen, HR_ERR_INVALID,
                           "cuda gemm: workspace of %zu bytes and %zu tickets needed, %zu and %zu given", need, nt,
                           g->work_bytes, g->n_tickets);
@@ -865,7 +1216,11 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     if (t == TILE_64x64)
         launch<cfg64x64>(p, g->epi, st);
 #if defined(CUK_HOPPER)
-    else if (t == TILE_WGMMA)
+    else if (t == TILE_TMA || t == TILE_TMA64) {
+        enum hr_status rc = t == TILE_TMA ? tma_launch<2>(p, g, st, err, errlen) : tma_launch<1>(p, g, st, err, errlen);
+        if (rc != HR_OK)
+            return rc;
+    } else if (t == TILE_WGMMA)
         wg_launch<2>(p, g->epi, st);
     else if (t == TILE_WGMMA64)
         wg_launch<1>(p, g->epi, st);
