@@ -67,7 +67,7 @@ struct hearth_engine_params {
                                    the config's context, lowered to what the pool holds) */
     int block_size;             /* tokens per KV block (default 16) */
     int max_num_seqs;           /* running sequences at most (default 64) */
-    int max_batched_tokens;     /* tokens per step at most (default 512) */
+    int max_batched_tokens;     /* tokens per step at most (0, the default: 512 on the CPU, 2048 on a GPU) */
     int max_waiting;            /* queued requests at most before submit says HR_ERR_FULL (0: no limit) */
     bool prefix_cache;          /* exact prefix KV reuse (default on) */
     int prefix_cache_max_entries; /* cached blocks at most (0: bounded by the pool only) */

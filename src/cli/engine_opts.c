@@ -28,7 +28,7 @@ const char engine_opts_help[] =
     "                                model's context, lowered to what the KV pool holds)\n"
     "  --block-size N                tokens per KV block (default 16)\n"
     "  --max-num-seqs N              running sequences at most (default 64)\n"
-    "  --max-batched-tokens N        tokens per step at most (default 512)\n"
+    "  --max-batched-tokens N        tokens per step at most (default 512 on the CPU, 2048 on a GPU)\n"
     "  --max-waiting N               queued requests at most (default: no limit)\n"
     "  --prefix-cache on|off         exact prefix KV reuse (default on)\n"
     "  --prefix-cache-max-entries N  cached blocks at most (N >= 1; default: the pool)\n"
