@@ -8,7 +8,7 @@
 # measured first) and the chat workload of `bench prefix`
 # with and without the cache (CHAT_CLIENTS clients); with HF=1, transformers on the same
 # shape (tools/hf_side_by_side.py).  MBT=N runs the throughput levels with
-# --max-batched-tokens N (default: the engine's 512).  Logs and JSON under $OUT.
+# --max-batched-tokens N (default: the engine's, 2,048 on a GPU).  Logs and JSON under $OUT.
 #   SHAPES="qwen3-0.6b qwen3-8b qwen3-30b-a3b" LEVELS=1,32,64 CHAT_CLIENTS=32 HF=1 bash bench/cuda_models.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."

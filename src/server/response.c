@@ -207,6 +207,17 @@ static enum hr_status response_lp_append(struct strbuf *b, json_t *v)
     return b->oom ? HR_ERR_NOMEM : HR_OK;
 }
 
+/* A token's text for its logprob record.  An id the tokenizer does not know (the
+ * embedding's padding rows past the tokenizer's vocabulary, which a model may sample)
+ * has no text: "", as its bytes are [] (not an error that would fail the request). */
+static enum hr_status response_token_text(const struct response *r, int32_t token, char **text, size_t *len)
+{
+    if (r->cfg.token_text(r->cfg.token_ctx, token, text, len) == HR_OK)
+        return HR_OK;
+    *len = 0;
+    return (*text = strdup("")) ? HR_OK : HR_ERR_NOMEM;
+}
+
 /* The logprob record of one token: appended to the choice and returned as the chunk's own
  * (new reference; completions: the four parallel arrays of one entry, chat: one entry). */
 static enum hr_status response_logprob(struct response *r, struct response_choice *c, int32_t token,
@@ -216,8 +227,10 @@ static enum hr_status response_logprob(struct response *r, struct response_choic
     *out = NULL;
     char *tok = NULL;
     size_t tok_len = 0;
-    if (!r->cfg.token_text || r->cfg.token_text(r->cfg.token_ctx, token, &tok, &tok_len) != HR_OK)
-        return hr_err(err, errlen, HR_ERR_INTERNAL, "cannot decode token %d for logprobs", (int)token);
+    if (!r->cfg.token_text)
+        return hr_err(err, errlen, HR_ERR_INTERNAL, "logprobs need the model's tokenizer");
+    if (response_token_text(r, token, &tok, &tok_len) != HR_OK)
+        return hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for logprobs");
     /* ev NULL: a prompt's first token, which nothing scores (completions only). */
     int n_top = !ev || ev->n_top < 0 ? 0 : ev->n_top > HEARTH_MAX_TOP_LOGPROBS ? HEARTH_MAX_TOP_LOGPROBS : ev->n_top;
     if (n_top > r->cfg.top_logprobs)
@@ -232,8 +245,8 @@ static enum hr_status response_logprob(struct response *r, struct response_choic
         for (int k = 0; k < n_top && st == HR_OK; k++) {
             char *t = NULL;
             size_t tl = 0;
-            if (r->cfg.token_text(r->cfg.token_ctx, ev->top[k].token, &t, &tl) != HR_OK) {
-                st = hr_err(err, errlen, HR_ERR_INTERNAL, "cannot decode token %d for logprobs", (int)ev->top[k].token);
+            if (response_token_text(r, ev->top[k].token, &t, &tl) != HR_OK) {
+                st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for logprobs");
                 break;
             }
             json_t *te = json_object();
@@ -259,8 +272,8 @@ static enum hr_status response_logprob(struct response *r, struct response_choic
         for (int k = 0; k < n_top && st == HR_OK; k++) {
             char *t = NULL;
             size_t tl = 0;
-            if (r->cfg.token_text(r->cfg.token_ctx, ev->top[k].token, &t, &tl) != HR_OK) {
-                st = hr_err(err, errlen, HR_ERR_INTERNAL, "cannot decode token %d for logprobs", (int)ev->top[k].token);
+            if (response_token_text(r, ev->top[k].token, &t, &tl) != HR_OK) {
+                st = hr_err(err, errlen, HR_ERR_NOMEM, "out of memory for logprobs");
                 break;
             }
             json_t *key = openai_json_string(t, tl);

@@ -547,6 +547,24 @@ static void test_completion_body(void)
     free(s);
     json_decref(body);
     response_free(&r);
+
+    /* a token the tokenizer does not know (an id past its vocabulary, which a model with
+     * padded embeddings may sample) is "" with no bytes in the logprobs, not an error */
+    struct response_config cu = {.endpoint = OPENAI_ENDPOINT_CHAT, .id = "c", .created = 1, .model = "m",
+                                 .fingerprint = "f", .n_choices = 1, .logprobs = true, .top_logprobs = 2,
+                                 .token_text = fake_token_text};
+    CHECK_OK(response_init(&r, &cu, err, sizeof err), err);
+    ev = tok_event(0, 9, "", -0.5f);
+    CHECK_OK(response_token(&r, 0, &ev, NULL, err, sizeof err), err);
+    CHECK_OK(response_finish(&r, 0, HEARTH_FINISH_LENGTH, NULL, err, sizeof err), err);
+    body = response_body(&r);
+    s = dump(body);
+    const char *unk = "\"logprobs\":{\"content\":[{\"token\":\"\",\"logprob\":-0.5,\"bytes\":[],\"top_logprobs\":["
+                      "{\"token\":\"\",\"logprob\":-0.5,\"bytes\":[]},{\"token\":\"!\",\"logprob\":-2.0,\"bytes\":[33]}]}]";
+    CHECK_MSG(s && strstr(s, unk), "\n got %s\nwant ...%s...", s, unk);
+    free(s);
+    json_decref(body);
+    response_free(&r);
 }
 
 static void test_completion_stream(void)
