@@ -90,6 +90,38 @@ __device__ __forceinline__ void swiglu_store(const params &p, uint16_t *y, size_
         p.y32[at] = bf16_to_f32(h);
 }
 
+/* The SwiGLU outputs of a staged tile (BM x BN floats, row stride ld: gate columns
+ * 0..BN/2-1, up BN/2..), rows from m0 and columns from nt * BN/2 within m and n, by nthr
+ * threads (this one t). */
+template <int BM>
+__device__ __forceinline__ void swiglu_tile_out(const params &p, const float *tile, int ld, int m0, int nt, int Np,
+                                                uint16_t *y, int t, int nthr)
+{
+    for (int e = t; e < BM * (BN / 2); e += nthr) {
+        int lr = e / (BN / 2), lc = e % (BN / 2);
+        int row = m0 + lr, col = nt * (BN / 2) + lc;
+        if (row >= p.m || col >= Np)
+            continue;
+        float g = tile[lr * ld + lc], u = tile[lr * ld + BN / 2 + lc];
+        float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+        swiglu_store(p, y, (size_t)row * Np + col, __fmul_rn(silu, u));
+    }
+}
+
+/* Two adjacent outputs (at, at + 1) of the stored epilogues. */
+template <int EPI> __device__ __forceinline__ void store_pair(void *Yp, size_t at, float v0, float v1)
+{
+    if constexpr (EPI == CUDA_EPI_STORE_F32) {
+        *(float2 *)((float *)Yp + at) = make_float2(v0, v1);
+    } else if constexpr (EPI == CUDA_EPI_ADD_F32) {
+        float2 o = *(float2 *)((float *)Yp + at);
+        *(float2 *)((float *)Yp + at) = make_float2(__fadd_rn(o.x, v0), __fadd_rn(o.y, v1));
+    } else {
+        uint32_t pk = (uint32_t)f32_to_bf16(v0) | ((uint32_t)f32_to_bf16(v1) << 16);
+        *(uint32_t *)((uint16_t *)Yp + at) = pk;
+    }
+}
+
 /* Tile ntg of a launch: its segment's weights, output and width, and its column tile
  * within the segment (segments: several products of x in one launch). */
 struct seg {
@@ -342,16 +374,7 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
         frag_each<MI>(wm * WM, wn * 32,
                       [&](int i, int j, int r, int lr, int lc) { tile[lr * C::EPI_LD + lc] = acc[i][j][r]; });
         __syncthreads();
-        uint16_t *y = (uint16_t *)Yp;
-        for (int e = tid; e < BM * (BN / 2); e += THREADS) {
-            int lr = e / (BN / 2), lc = e % (BN / 2);
-            int row = m0 + lr, col = nt * (BN / 2) + lc;
-            if (row >= p.m || col >= Np)
-                continue;
-            float g = tile[lr * C::EPI_LD + lc], u = tile[lr * C::EPI_LD + BN / 2 + lc];
-            float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-            swiglu_store(p, y, (size_t)row * Np + col, __fmul_rn(silu, u));
-        }
+        swiglu_tile_out<BM>(p, tile, C::EPI_LD, m0, nt, Np, (uint16_t *)Yp, tid, THREADS);
     } else {
 #pragma unroll
         for (int i = 0; i < MI; i++)
@@ -363,17 +386,7 @@ template <class C, int EPI> __global__ void __launch_bounds__(THREADS, C::MIN_BL
                     int col = nt * BN + wn * 32 + j * 8 + (lane & 3) * 2;
                     if (row >= p.m || col >= Np)
                         continue; /* n is even: col + 1 < n too */
-                    float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                    size_t at = (size_t)row * Np + col;
-                    if constexpr (EPI == CUDA_EPI_STORE_F32) {
-                        *(float2 *)((float *)Yp + at) = make_float2(v0, v1);
-                    } else if constexpr (EPI == CUDA_EPI_ADD_F32) {
-                        float2 o = *(float2 *)((float *)Yp + at);
-                        *(float2 *)((float *)Yp + at) = make_float2(__fadd_rn(o.x, v0), __fadd_rn(o.y, v1));
-                    } else {
-                        uint32_t pk = (uint32_t)f32_to_bf16(v0) | ((uint32_t)f32_to_bf16(v1) << 16);
-                        *(uint32_t *)((uint16_t *)Yp + at) = pk;
-                    }
+                    store_pair<EPI>(Yp, (size_t)row * Np + col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
                 }
     }
 }
@@ -459,31 +472,12 @@ __device__ __forceinline__ void wg_epilogue(const params &p, const float *d, int
         sync(); /* every warp is done with the pipeline's smem */
         wg_each(lr0, 0, [&](int e, int lr, int lc) { tile[lr * EPI_LD + lc] = d[e]; });
         sync();
-        uint16_t *y = (uint16_t *)Yp;
-        for (int e = t; e < BM * (BN / 2); e += nthr) {
-            int lr = e / (BN / 2), lc = e % (BN / 2);
-            int row = m0 + lr, col = nt * (BN / 2) + lc;
-            if (row >= p.m || col >= Np)
-                continue;
-            float g = tile[lr * EPI_LD + lc], u = tile[lr * EPI_LD + BN / 2 + lc];
-            float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-            swiglu_store(p, y, (size_t)row * Np + col, __fmul_rn(silu, u));
-        }
+        swiglu_tile_out<BM>(p, tile, EPI_LD, m0, nt, Np, (uint16_t *)Yp, t, nthr);
     } else {
         wg_each(m0 + lr0, nt * BN, [&](int e, int row, int col) {
             if ((e & 1) || row >= p.m || col >= Np)
                 return; /* pairs from their even element; n is even: col + 1 < n too */
-            float v0 = d[e], v1 = d[e + 1];
-            size_t at = (size_t)row * Np + col;
-            if constexpr (EPI == CUDA_EPI_STORE_F32) {
-                *(float2 *)((float *)Yp + at) = make_float2(v0, v1);
-            } else if constexpr (EPI == CUDA_EPI_ADD_F32) {
-                float2 o = *(float2 *)((float *)Yp + at);
-                *(float2 *)((float *)Yp + at) = make_float2(__fadd_rn(o.x, v0), __fadd_rn(o.y, v1));
-            } else {
-                uint32_t pk = (uint32_t)f32_to_bf16(v0) | ((uint32_t)f32_to_bf16(v1) << 16);
-                *(uint32_t *)((uint16_t *)Yp + at) = pk;
-            }
+            store_pair<EPI>(Yp, (size_t)row * Np + col, d[e], d[e + 1]);
         });
     }
 }
