@@ -74,6 +74,8 @@ enum hr_status sampler_params_validate(const struct sampler_params *p, int vocab
     return HR_OK;
 }
 
+#define SAMPLER_RUN 1024 /* tokens between the kept running sums of sample_plain */
+
 /* ------------------------------------------------------------------------------------------ */
 /* Scratch                                                                                     */
 
@@ -90,7 +92,10 @@ enum hr_status sampler_scratch_init(struct sampler_scratch *s, int vocab, char *
     s->seen = calloc(n, sizeof *s->seen);
     s->bin_mass = malloc(SAMPLER_BINS * sizeof *s->bin_mass);
     s->bin_count = malloc(SAMPLER_BINS * sizeof *s->bin_count);
-    if (!s->x || !s->cand || !s->heap || !s->count || !s->seen || !s->bin_mass || !s->bin_count) {
+    s->w = malloc(n * sizeof *s->w);
+    s->run = malloc((n / SAMPLER_RUN + 1) * sizeof *s->run);
+    if (!s->x || !s->cand || !s->heap || !s->count || !s->seen || !s->bin_mass || !s->bin_count || !s->w ||
+        !s->run) {
         sampler_scratch_free(s);
         return hr_err(err, errlen, HR_ERR_NOMEM, "sampler: cannot allocate scratch for %d tokens", vocab);
     }
@@ -109,6 +114,8 @@ void sampler_scratch_free(struct sampler_scratch *s)
     free(s->seen);
     free(s->bin_mass);
     free(s->bin_count);
+    free(s->w);
+    free(s->run);
     memset(s, 0, sizeof *s);
 }
 
@@ -306,9 +313,62 @@ uint64_t sampler_seed_draw(void)
 /* ------------------------------------------------------------------------------------------ */
 /* Sampling                                                                                    */
 
+/* v = k ln2 + r by a two-part ln 2, a degree-10 Taylor polynomial in r, 2^k put in as
+ * exponent bits; no table, no FMA (see sampler.h). */
+float sampler_exp(float v)
+{
+    /* below -200 (-inf too), -200: e^-200 rounds to 0, and 2^k stays a normal double.  On
+     * the bits (v <= 0: the larger the pattern the more negative), as a float compare
+     * would keep the loop from vectorising without -ffast-math */
+    uint32_t vb;
+    memcpy(&vb, &v, sizeof vb);
+    vb = vb > 0xC3480000u ? 0xC3480000u : vb;
+    memcpy(&v, &vb, sizeof v);
+    double d = (double)v;
+    double t = d * 0x1.71547652b82fep0 + 0x1.8p52; /* 1/ln 2; + 1.5 * 2^52 rounds to an integer */
+    double kd = t - 0x1.8p52;
+    double r = d - kd * 0x1.62e42fefa3800p-1 - kd * 0x1.ef35793c76730p-45; /* kd * hi is exact */
+    double q = 1.0 / 3628800.0;
+    q = q * r + 1.0 / 362880.0;
+    q = q * r + 1.0 / 40320.0;
+    q = q * r + 1.0 / 5040.0;
+    q = q * r + 1.0 / 720.0;
+    q = q * r + 1.0 / 120.0;
+    q = q * r + 1.0 / 24.0;
+    q = q * r + 1.0 / 6.0;
+    q = q * r + 0.5;
+    q = q * r + 1.0;
+    q = q * r + 1.0;
+    uint64_t tb, sb;
+    memcpy(&tb, &t, sizeof tb);
+    sb = (tb - 0x4338000000000000ull + 1023) << 52; /* t's low bits hold k: 2^k's exponent */
+    double scale;
+    memcpy(&scale, &sb, sizeof scale);
+    return (float)(q * scale);
+}
+
 static inline float cand_weight(float x, float xmax, float temperature)
 {
-    return expf((x - xmax) / temperature);
+    return sampler_exp((x - xmax) / temperature);
+}
+
+/* w[i] = cand_weight(x[i]) for i < n (0 for x[i] = -inf), in blocks of 16 so that the
+ * compiler vectorises the whole loop; a build each for AVX-512 and AVX2 (the same bits:
+ * IEEE operations, no contraction). */
+#if defined(__clang__)
+#define SAMPLER_VECTORISE /* clang's -O2 vectorises loops */
+#else
+#define SAMPLER_VECTORISE __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#endif
+__attribute__((target_clones("avx512f", "avx2", "default"))) SAMPLER_VECTORISE static void
+sampler_weights(const float *restrict x, int n, float xmax, float t, float *restrict w)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++)
+            w[i + j] = cand_weight(x[i + j], xmax, t);
+    for (; i < n; i++)
+        w[i] = cand_weight(x[i], xmax, t);
 }
 
 /* Top-p bins: by d = (xmax - x) / t, SAMPLER_BINS_PER_UNIT bins per unit of d; the last bin
@@ -370,11 +430,53 @@ static int top_p_binned(struct sampler_cand *c, int n, float xmax, float t, floa
     return n_out + kept;
 }
 
+/* Temperature alone (no top-k, top-p or min-p): the candidates are every token, in id
+ * order, so the weights go straight into an array (vectorised), the total is summed in
+ * id order in double with the running sums kept every SAMPLER_RUN tokens, and the draw
+ * walks only the stretch where the running sum passes the target: the same sums, in the
+ * same order, as the candidate walk below, so the same token. */
+static int32_t sample_plain(const struct sampler_params *p, const float *x, int vocab, float xmax,
+                            uint64_t seq_index, uint64_t step, struct sampler_scratch *s)
+{
+    float *w = s->w;
+    double *run = s->run;
+    sampler_weights(x, vocab, xmax, p->temperature, w);
+    double total = 0.0;
+    int32_t last = -1; /* the last token of nonzero weight */
+    for (int b = 0; b * SAMPLER_RUN < vocab; b++) {
+        run[b] = total; /* the sum before token b * SAMPLER_RUN */
+        int end = (b + 1) * SAMPLER_RUN < vocab ? (b + 1) * SAMPLER_RUN : vocab;
+        for (int i = b * SAMPLER_RUN; i < end; i++) {
+            total += (double)w[i];
+            last = w[i] != 0.0f ? i : last;
+        }
+    }
+    HR_ASSERT(last >= 0); /* the maximum weighs 1 */
+    const double target = sampler_uniform(p->seed, seq_index, step) * total;
+    /* the stretch whose start the target is at or past: the walk returns inside it */
+    int b = (vocab - 1) / SAMPLER_RUN;
+    while (b > 0 && target < run[b])
+        b--;
+    double acc = run[b];
+    int end = (b + 1) * SAMPLER_RUN < vocab ? (b + 1) * SAMPLER_RUN : vocab;
+    for (int i = b * SAMPLER_RUN; i < end; i++) {
+        if (w[i] == 0.0f)
+            continue;
+        acc += (double)w[i];
+        if (target < acc)
+            return i;
+    }
+    return last; /* rounding left target at the very top */
+}
+
 /* Steps 4-7 for temperature > 0; x holds the processed logits, xmax their (finite) maximum. */
 static int32_t sample_random(const struct sampler_params *p, const float *x, int vocab, float xmax,
                              uint64_t seq_index, uint64_t step, struct sampler_scratch *s)
 {
     const float t = p->temperature;
+
+    if (!(p->top_k > 0 && p->top_k < vocab) && p->min_p <= 0.0f && p->top_p >= 1.0f)
+        return sample_plain(p, x, vocab, xmax, seq_index, step, s);
 
     /* min-p: p_i >= min_p * p_max  <=>  (x_i - xmax) / t >= ln(min_p). */
     const double keep_from = p->min_p > 0.0f ? (double)t * log((double)p->min_p) : -INFINITY;
@@ -418,8 +520,14 @@ static int32_t sample_random(const struct sampler_params *p, const float *x, int
         }
     }
     HR_ASSERT(n >= 1); /* the maximum always survives */
-    for (int i = 0; i < n; i++)
-        c[i].w = cand_weight(c[i].x, xmax, t);
+    if (sorted) { /* top-k: k candidates */
+        for (int i = 0; i < n; i++)
+            c[i].w = cand_weight(c[i].x, xmax, t);
+    } else { /* up to the whole vocabulary: the vectorised weights, then each candidate's */
+        sampler_weights(x, vocab, xmax, t, s->w);
+        for (int i = 0; i < n; i++)
+            c[i].w = s->w[c[i].id];
+    }
 
     if (p->top_p < 1.0f) {
         if (sorted) {

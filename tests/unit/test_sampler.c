@@ -665,6 +665,70 @@ static void test_logprobs(void)
     sampler_scratch_free(&small);
 }
 
+/* sampler_exp is e^v correctly rounded to float (the double exp's value, rounded once)
+ * on a sweep of [-104, 0] in steps of 97 ulps and at the edges; and a draw at temperature
+ * alone (the vectorised weights, the kept running sums) is the token of a plain walk over
+ * every token in id order with those weights. */
+static void test_exp_and_plain_draw(void)
+{
+    int bad = 0;
+    long n = 0;
+    for (uint32_t b = 0x80000000u; b <= 0xC2D00000u; b += 97, n++) { /* -0 .. -104 */
+        float v, want;
+        memcpy(&v, &b, sizeof v);
+        want = (float)exp((double)v);
+        float got = sampler_exp(v);
+        if (memcmp(&got, &want, sizeof got) && bad++ < 3)
+            fprintf(stderr, "  sampler_exp(%a) = %a, want %a\n", (double)v, (double)got, (double)want);
+    }
+    CHECK_MSG(bad == 0, "%d of %ld values off", bad, n);
+    CHECK(sampler_exp(0.0f) == 1.0f && sampler_exp(-0.0f) == 1.0f);
+    CHECK(sampler_exp(-INFINITY) == 0.0f && sampler_exp(-150.0f) == 0.0f && sampler_exp(-1e30f) == 0.0f);
+    CHECK(sampler_exp(-103.0f) > 0.0f); /* a denormal, not flushed */
+
+    enum { V = 5000 };
+    static float logits[V];
+    static float w[V];
+    struct sampler_scratch s;
+    char err[HR_ERRLEN];
+    CHECK_OK(sampler_scratch_init(&s, V, err, sizeof err), err);
+    int draws = 0, mismatched = 0;
+    for (int row = 0; row < 8; row++) {
+        uint64_t r = 0x9e3779b97f4a7c15ull * (uint64_t)(row + 1);
+        for (int i = 0; i < V; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            logits[i] = (float)((double)(r >> 40) / (double)(1ull << 24) * 12.0 - 6.0);
+            if (row % 3 == 0 && i % 5 == 0)
+                logits[i] = -INFINITY; /* banned by a bias, say */
+        }
+        float xmax = -INFINITY;
+        for (int i = 0; i < V; i++)
+            xmax = logits[i] > xmax ? logits[i] : xmax;
+        for (int k = 0; k < 40; k++, draws++) {
+            struct sampler_params p;
+            sampler_params_default(&p);
+            p.temperature = 0.5f + 0.1f * (float)(k % 8);
+            p.seed = 1000u + (uint64_t)k;
+            struct sampler_result res;
+            int32_t got = sampler_sample(&p, logits, V, NULL, 0, 0, 3, (uint64_t)k, &s, &res);
+            double total = 0.0;
+            for (int i = 0; i < V; i++) {
+                w[i] = sampler_exp((logits[i] - xmax) / p.temperature);
+                total += (double)w[i];
+            }
+            const double target = sampler_uniform(p.seed, 3, (uint64_t)k) * total;
+            double acc = 0.0;
+            int32_t want = -1;
+            for (int i = 0; i < V && want < 0; i++)
+                if (w[i] != 0.0f && target < (acc += (double)w[i]))
+                    want = i;
+            mismatched += got != want;
+        }
+    }
+    CHECK_MSG(mismatched == 0, "%d of %d draws differ from the plain walk", mismatched, draws);
+    sampler_scratch_free(&s);
+}
+
 static void test_seed_draw(void)
 {
     uint64_t a = sampler_seed_draw(), b = sampler_seed_draw(), c = sampler_seed_draw();
@@ -684,5 +748,6 @@ int main(void)
     TEST_RUN(test_penalties_by_hand);
     TEST_RUN(test_logprobs);
     TEST_RUN(test_seed_draw);
+    TEST_RUN(test_exp_and_plain_draw);
     TEST_END();
 }
