@@ -610,11 +610,12 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
 /* ------------------------------------------------- TMA + wgmma, warp-specialised (sm90a) */
 
 /* (64 WG) x 128 tiles, BK 64: WG consumer warpgroups (64 rows each, m64n128k16 wgmma
- * from shared memory) and a producer warpgroup whose first thread issues the tensor-memory
- * copies (TMA: the x and weight tiles, 64 x 64 boxes, 128-byte swizzle, rows past m or
- * n zero-filled) into a ring of STAGES stages; an mbarrier a stage says full (the
- * copies' bytes landed) and one says empty (both consumers' wgmma read it).  The
- * consumers keep one k tile's wgmma in flight while the next waits.  Each accumulator
+ * from shared memory) and a producer (a warpgroup or a warp, see REGS) whose first
+ * thread issues the tensor-memory copies (TMA: weight tiles in 64 x 64 boxes, x in boxes
+ * of min(m, 64) rows, 128-byte swizzle, rows past n zero-filled) into a ring of STAGES
+ * stages; an mbarrier a stage says full (the copies' bytes landed) and one says empty
+ * (every consumer warpgroup's wgmma read it).  The consumers keep one k tile's wgmma in
+ * flight while the next waits.  Each accumulator
  * element sees the k16 steps of its part in ascending order, each part from zero, the
  * parts added in order: one block a part (partial sums to the workspace,
  * combine_kernel adds them) or one block folding them all into a running sum as they
