@@ -2,7 +2,9 @@
  * Qwen3 model (qwen3-0.6b by default) at m = 1, 8, 32 and 512 rows, against the
  * machine's ceilings measured in the same run.  Weights are bf16 (or --dtype), in
  * enough distinct copies (>= 256 MiB per shape) that every call streams them from
- * memory, as a forward step does.  Prints JSON. */
+ * memory, as a forward step does.  Then the host sampler: one 151,936-token row per
+ * call (one thread), greedy (the floor: one read of the row) and the sampled kinds.
+ * Prints JSON. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 #include "cli/args.h"
 #include "cli/bench.h"
 #include "cli/bench_util.h"
+#include "engine/sampler.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/ceiling.h"
 #include "model/dtype.h"
@@ -70,6 +73,58 @@ static int bk_parse_list(const char *s, int *out, int cap)
 }
 
 /* Seconds per call: calls cycle through the copies; median of five timed rounds. */
+/* The sampler's kinds: the time of one row of Qwen3's vocabulary, the median of five
+ * rounds over rotating rows (random logits in [-8, 8)), the step counting up. */
+#define BK_VOCAB 151936
+#define BK_ROWS 8
+struct bk_sample {
+    const char *kind;
+    float temperature, top_p, min_p;
+    int top_k;
+    double us;
+};
+
+static int bk_sampling(struct bk_sample *k, int n_kinds, double seconds, char *err, size_t errlen)
+{
+    struct sampler_scratch ss;
+    float *rows = malloc((size_t)BK_ROWS * BK_VOCAB * sizeof *rows);
+    if (!rows || sampler_scratch_init(&ss, BK_VOCAB, err, errlen) != HR_OK) {
+        free(rows);
+        if (!rows)
+            snprintf(err, errlen, "out of memory");
+        return 1;
+    }
+    for (size_t i = 0; i < (size_t)BK_ROWS * BK_VOCAB; i++)
+        rows[i] = 8.0f * bk_rand();
+    for (int j = 0; j < n_kinds; j++) {
+        struct sampler_params p;
+        sampler_params_default(&p);
+        p.temperature = k[j].temperature;
+        p.top_p = k[j].top_p;
+        p.top_k = k[j].top_k;
+        p.min_p = k[j].min_p;
+        p.seed = 42;
+        struct sampler_result r;
+        uint64_t step = 0;
+        double t = bench_now();
+        sampler_sample(&p, rows, BK_VOCAB, NULL, 0, 0, 0, step++, &ss, &r);
+        double one = bench_now() - t;
+        int reps = (int)(seconds / 5 / (one > 1e-7 ? one : 1e-7));
+        reps = reps < 1 ? 1 : reps > 100000 ? 100000 : reps;
+        double rs[5];
+        for (int round = 0; round < 5; round++) {
+            t = bench_now();
+            for (int i = 0; i < reps; i++, step++)
+                sampler_sample(&p, rows + (step % BK_ROWS) * BK_VOCAB, BK_VOCAB, NULL, 0, 0, 0, step, &ss, &r);
+            rs[round] = (bench_now() - t) / reps;
+        }
+        k[j].us = bench_median(rs, 5) * 1e6;
+    }
+    sampler_scratch_free(&ss);
+    free(rows);
+    return 0;
+}
+
 static double bk_time(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w, int n_copies,
                       double seconds)
 {
@@ -243,6 +298,22 @@ int bench_kernels(int argc, char **argv)
         printf("%s\n    {\"m\": %d, \"gflops\": %.1f, \"frac_compute\": %.3f}", mi ? "," : "", ms[mi], g,
                compute_ceiling > 0 ? g / compute_ceiling : 0);
     }
+    printf("\n  ],\n  \"sampling\": [");
+    struct bk_sample kinds[] = {
+        {"greedy", 0.0f, 1.0f, 0.0f, 0, 0},
+        {"temperature 1", 1.0f, 1.0f, 0.0f, 0, 0},
+        {"temperature 0.6, top-k 20, top-p 0.95 (Qwen3's defaults)", 0.6f, 0.95f, 0.0f, 20, 0},
+        {"temperature 0.8, top-p 0.9", 0.8f, 0.9f, 0.0f, 0, 0},
+        {"temperature 1, min-p 0.05", 1.0f, 1.0f, 0.05f, 0, 0},
+    };
+    int n_kinds = (int)(sizeof kinds / sizeof kinds[0]);
+    if (!rc && bk_sampling(kinds, n_kinds, seconds, err, sizeof err)) {
+        fprintf(stderr, "hearth bench kernels: sampling: %s\n", err);
+        rc = 1;
+    }
+    for (int j = 0; !rc && j < n_kinds; j++)
+        printf("%s\n    {\"kind\": \"%s\", \"vocab\": %d, \"us_per_row\": %.1f, \"over_greedy\": %.2f}", j ? "," : "",
+               kinds[j].kind, BK_VOCAB, kinds[j].us, kinds[0].us > 0 ? kinds[j].us / kinds[0].us : 0);
     printf("\n  ]\n}\n");
     backend_free(&be);
     return rc;

@@ -313,9 +313,10 @@ uint64_t sampler_seed_draw(void)
 /* ------------------------------------------------------------------------------------------ */
 /* Sampling                                                                                    */
 
-/* v = k ln2 + r by a two-part ln 2, a degree-10 Taylor polynomial in r, 2^k put in as
- * exponent bits; no table, no FMA (see sampler.h). */
-float sampler_exp(float v)
+/* sampler_exp's body: v = k ln2 + r by a two-part ln 2, a degree-10 Taylor polynomial
+ * in r, 2^k put in as exponent bits; no table, no FMA (see sampler.h).  Static so that
+ * it inlines into the vector builds of sampler_weights (an external call would not). */
+static inline float weight_exp(float v)
 {
     /* below -200 (-inf too), -200: e^-200 rounds to 0, and 2^k stays a normal double.  On
      * the bits (v <= 0: the larger the pattern the more negative), as a float compare
@@ -347,9 +348,14 @@ float sampler_exp(float v)
     return (float)(q * scale);
 }
 
+float sampler_exp(float v)
+{
+    return weight_exp(v);
+}
+
 static inline float cand_weight(float x, float xmax, float temperature)
 {
-    return sampler_exp((x - xmax) / temperature);
+    return weight_exp((x - xmax) / temperature);
 }
 
 /* w[i] = cand_weight(x[i]) for i < n (0 for x[i] = -inf), in blocks of 16 so that the
@@ -520,10 +526,10 @@ static int32_t sample_random(const struct sampler_params *p, const float *x, int
         }
     }
     HR_ASSERT(n >= 1); /* the maximum always survives */
-    if (sorted) { /* top-k: k candidates */
+    if (sorted || n < vocab / 8) { /* top-k, or few left by min-p: one at a time */
         for (int i = 0; i < n; i++)
             c[i].w = cand_weight(c[i].x, xmax, t);
-    } else { /* up to the whole vocabulary: the vectorised weights, then each candidate's */
+    } else { /* most of the vocabulary: the vectorised weights (the same bits), then each candidate's */
         sampler_weights(x, vocab, xmax, t, s->w);
         for (int i = 0; i < n; i++)
             c[i].w = s->w[c[i].id];
