@@ -1466,29 +1466,22 @@ int main(int argc, char **argv)
         printf("variant %s\n", K->name);
         if (rows_only) {
             TEST_RUN(test_gemm_rows);
-            /* again with the launch settings that must not change a bit: the tile's last
-             * block adding the parts of one row (ticketed, in the kernel) instead of the
-             * combine kernel, and the TMA tile's consumers waiting for each k tile's
-             * wgmma: both must give the fold's bytes */
-            static const char *const vars[2] = {"HEARTH_CUDA_GEMM_EXT_ROWS", "HEARTH_CUDA_GEMM_DRAIN"};
-            bool had[2];
-            char keep[2][32];
-            for (int i = 0; i < 2; i++) {
-                const char *was = getenv(vars[i]);
-                had[i] = was != NULL; /* was is gone after setenv: keep its text */
-                snprintf(keep[i], sizeof keep[i], "%s", had[i] ? was : "");
-                setenv(vars[i], "1", 1);
-            }
+            /* again with the tile's last block adding the parts of one row (ticketed, in
+             * the kernel) instead of the combine kernel, where a tile has that path (the
+             * mma.sync tiles: sm80): both must give the fold's bytes */
+            const char *was = getenv("HEARTH_CUDA_GEMM_EXT_ROWS");
+            bool had = was != NULL; /* was is gone after setenv: keep its text */
+            char keep[32];
+            snprintf(keep, sizeof keep, "%s", had ? was : "");
+            setenv("HEARTH_CUDA_GEMM_EXT_ROWS", "1", 1);
             if (K->prepare(info.sm_count, err, sizeof err) == HR_OK)
                 TEST_RUN(test_gemm_rows);
             else
                 CHECK_MSG(0, "%s", err);
-            for (int i = 0; i < 2; i++) {
-                if (had[i])
-                    setenv(vars[i], keep[i], 1);
-                else
-                    unsetenv(vars[i]);
-            }
+            if (had)
+                setenv("HEARTH_CUDA_GEMM_EXT_ROWS", keep, 1);
+            else
+                unsetenv("HEARTH_CUDA_GEMM_EXT_ROWS");
             CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
             continue;
         }

@@ -524,8 +524,11 @@ __global__ void __launch_bounds__(ATTN_THREADS, SMALL ? 3 : 1)
     }
     __syncthreads(); /* q is in registers: the second stage is free for tile 1 */
     if (split) {
+        /* the decode build merges a row's splits itself; a mixed launch leaves every split
+         * row to attn_combine (merging here too would write the same bytes twice) */
         walk_split(a, b, skv, qh, ql, pos_r, p_begin, p_end, n_tiles, srow, kvh, t0, group, rows, s,
-                   max_splits, work, tickets + (size_t)qb * gridDim.y + kvh, pos_last / CUDA_ATTN_SPLIT + 1);
+                   max_splits, work, tickets + (size_t)qb * gridDim.y + kvh,
+                   SMALL ? pos_last / CUDA_ATTN_SPLIT + 1 : 1);
         return;
     }
     if constexpr (!SMALL) {
@@ -722,10 +725,10 @@ enum hr_status attention(const struct cuda_attention *a, void *stream, char *err
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda attention: grid too large");
     dim3 grid(b->n_qblocks, a->kv.n_kv_heads, ns);
     cudaStream_t s = (cudaStream_t)stream;
-    /* blocks of at most SPLIT_ROWS rows take walk_split and merge their own splits; a
-     * launch of such blocks alone (a decode step) runs the kernel built for them and no
-     * combine; else the combine merges every split row (the small blocks' rows again,
-     * with the same bits).  Either way a row's bits are the same. */
+    /* blocks of at most SPLIT_ROWS rows take walk_split; a launch of such blocks alone (a
+     * decode step) runs the kernel built for them, whose blocks merge their own splits,
+     * and no combine; else the combine merges every split row.  Either way a row's bits
+     * are the same (merge_elem). */
     bool all_small = b->max_qtok > 0 && (long)b->max_qtok * group <= SPLIT_ROWS;
     if (all_small)
         klaunch(attn_kernel<true>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, *b, group, ns, (float *)a->work, a->tickets);

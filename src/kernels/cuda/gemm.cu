@@ -23,6 +23,8 @@
 
 #include <cuda.h> /* CUtensorMap (types only: the encoder is the driver's, looked up at run time) */
 
+#include <type_traits>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
 
@@ -31,6 +33,24 @@ namespace CUK_NS {
 namespace {
 
 constexpr int BN = 128, THREADS = 256;
+
+/* f(E) with the epilogue epi as a compile-time constant (E::value): each kernel template
+ * is instantiated once per epilogue, and its launch and its shared-memory setting pick
+ * the instantiation through this one switch. */
+template <class F> void by_epi(enum cuda_epi epi, F f)
+{
+    switch (epi) {
+    case CUDA_EPI_STORE_F32: f(std::integral_constant<int, CUDA_EPI_STORE_F32>{}); break;
+    case CUDA_EPI_ADD_F32: f(std::integral_constant<int, CUDA_EPI_ADD_F32>{}); break;
+    case CUDA_EPI_STORE_BF16: f(std::integral_constant<int, CUDA_EPI_STORE_BF16>{}); break;
+    case CUDA_EPI_SWIGLU_BF16: f(std::integral_constant<int, CUDA_EPI_SWIGLU_BF16>{}); break;
+    }
+}
+template <class F> void each_epi(F f)
+{
+    for (int e = CUDA_EPI_STORE_F32; e <= CUDA_EPI_SWIGLU_BF16; e++)
+        by_epi((enum cuda_epi)e, f);
+}
 
 /* Tile configurations (BM x BN x BK, STAGES); which one a shape uses is a function of
  * the shape alone (tile_of), or HEARTH_CUDA_GEMM_TILE for the whole process. */
@@ -63,7 +83,6 @@ int g_par_rows = 256; /* the most rows of m whose tiles' parts may go to a block
  * 1 even as a launch more (H200 greedy decode 0.6B 631 -> 741 tok/s, 8B 185 -> 191,
  * 30B-A3B 226 -> 238, outputs equal; bench/notes/cuda.md) */
 int g_ext_rows = 0;
-int g_drain = 0; /* the TMA tile's consumers wait for each k tile's wgmma (1) or keep one in flight (0) */
 char g_tag[48];       /* the settings above that change sums, where not the defaults (gemm_tag) */
 
 struct params {
@@ -645,7 +664,6 @@ struct tparams {
     CUtensorMap tb[CUDA_GEMM_SEGS];     /* segment i's weights [n_i, k] */
     CUtensorMap tup;                    /* SwiGLU's up [n, k] */
     params p;
-    int drain;  /* HEARTH_CUDA_GEMM_DRAIN: a stage back as soon as its wgmma is done */
     int a_rows; /* min(m, 64): an x box never reaches past m (partly out-of-bounds boxes
                  * measured slow: the 8B gate/up at m = 1 94 against 70 us at m = 128) */
 };
@@ -677,7 +695,8 @@ __device__ __forceinline__ void mb_wait(uint64_t *b, int phase)
                  "r"(phase)
                  : "memory");
 }
-/* one 64 x 64 box at (column c0, row r0) of the tensor into dst, counted on bar */
+/* one box (the map's: 64 columns by its rows) at (column c0, row r0) of the tensor into
+ * dst, its bytes counted on bar */
 __device__ __forceinline__ void tma_box(void *dst, const CUtensorMap *map, int c0, int r0, uint64_t *bar)
 {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
@@ -780,18 +799,13 @@ __global__ void __launch_bounds__(tma<WG, FOLD>::NT, tma<WG, FOLD>::TWO ? 2 : 1)
                 for (int kk = 0; kk < BK / 16; kk++)
                     wg_mma(d, wg_desc(a0 + kk * 32), wg_desc(b0 + kk * 32), j | kk);
                 asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-                if (tp.drain) { /* this k tile's wgmma done: its stage goes back at once */
-                    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-                    if (leader)
-                        mb_arrive(empty + st);
-                } else { /* one k tile's wgmma in flight: the one before is done with its stage */
-                    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-                    if (leader && j > 0)
-                        mb_arrive(empty + (kt - 1) % STAGES);
-                }
+                /* one k tile's wgmma in flight: the one before is done with its stage */
+                asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+                if (leader && j > 0)
+                    mb_arrive(empty + (kt - 1) % STAGES);
             }
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-            if (leader && !tp.drain)
+            if (leader)
                 mb_arrive(empty + ((q + 1) * kt_per - 1) % STAGES);
             if constexpr (FOLD) {
 #pragma unroll
@@ -825,13 +839,10 @@ __global__ void __launch_bounds__(tma<WG, FOLD>::NT, tma<WG, FOLD>::TWO ? 2 : 1)
 
 template <int WG, bool FOLD> void tma_set_smem()
 {
-    constexpr int S = tma<WG, FOLD>::SMEM;
-    cudaFuncSetAttribute(gemm_tma_kernel<WG, CUDA_EPI_STORE_F32, FOLD>, cudaFuncAttributeMaxDynamicSharedMemorySize, S);
-    cudaFuncSetAttribute(gemm_tma_kernel<WG, CUDA_EPI_ADD_F32, FOLD>, cudaFuncAttributeMaxDynamicSharedMemorySize, S);
-    cudaFuncSetAttribute(gemm_tma_kernel<WG, CUDA_EPI_STORE_BF16, FOLD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         S);
-    cudaFuncSetAttribute(gemm_tma_kernel<WG, CUDA_EPI_SWIGLU_BF16, FOLD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         S);
+    each_epi([](auto E) {
+        cudaFuncSetAttribute(gemm_tma_kernel<WG, decltype(E)::value, FOLD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             tma<WG, FOLD>::SMEM);
+    });
 }
 
 decltype(&cuTensorMapEncodeTiled) g_encode; /* the driver's, looked up by gemm_prepare */
@@ -860,16 +871,7 @@ template <int WG, bool FOLD> void tma_launch_epi(const tparams &tp, enum cuda_ep
     using G = tma<WG, FOLD>;
     const params &p = tp.p;
     dim3 grid(p.n_tiles, (p.m + G::BM - 1) / G::BM, p.par);
-    switch (epi) {
-    case CUDA_EPI_STORE_F32: klaunch(gemm_tma_kernel<WG, CUDA_EPI_STORE_F32, FOLD>, grid, G::NT, G::SMEM, st, tp); break;
-    case CUDA_EPI_ADD_F32: klaunch(gemm_tma_kernel<WG, CUDA_EPI_ADD_F32, FOLD>, grid, G::NT, G::SMEM, st, tp); break;
-    case CUDA_EPI_STORE_BF16:
-        klaunch(gemm_tma_kernel<WG, CUDA_EPI_STORE_BF16, FOLD>, grid, G::NT, G::SMEM, st, tp);
-        break;
-    case CUDA_EPI_SWIGLU_BF16:
-        klaunch(gemm_tma_kernel<WG, CUDA_EPI_SWIGLU_BF16, FOLD>, grid, G::NT, G::SMEM, st, tp);
-        break;
-    }
+    by_epi(epi, [&](auto E) { klaunch(gemm_tma_kernel<WG, decltype(E)::value, FOLD>, grid, G::NT, G::SMEM, st, tp); });
 }
 
 /* The tensor maps of a launch, then the kernel: the folding build where the shape has a
@@ -881,7 +883,6 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
     memset(&tp, 0, sizeof tp);
     tp.p = p;
     tp.a_rows = p.m < 64 ? p.m : 64;
-    tp.drain = g_drain;
     enum hr_status rc = tma_map(&tp.ta, p.x, p.m, p.k, tp.a_rows, "x", err, errlen);
     for (int i = 0; rc == HR_OK && i < p.n_seg; i++)
         rc = tma_map(&tp.tb[i], p.seg_w[i], p.seg_n[i], p.k, 64, "w", err, errlen);
@@ -898,23 +899,17 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
 
 template <int WG> void wg_set_smem()
 {
-    constexpr int S = wg<WG>::SMEM;
-    cudaFuncSetAttribute(gemm_wgmma_kernel<WG, CUDA_EPI_STORE_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, S);
-    cudaFuncSetAttribute(gemm_wgmma_kernel<WG, CUDA_EPI_ADD_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, S);
-    cudaFuncSetAttribute(gemm_wgmma_kernel<WG, CUDA_EPI_STORE_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, S);
-    cudaFuncSetAttribute(gemm_wgmma_kernel<WG, CUDA_EPI_SWIGLU_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, S);
+    each_epi([](auto E) {
+        cudaFuncSetAttribute(gemm_wgmma_kernel<WG, decltype(E)::value>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             wg<WG>::SMEM);
+    });
 }
 
 template <int WG> void wg_launch(const params &p, enum cuda_epi epi, cudaStream_t st)
 {
     using G = wg<WG>;
     dim3 grid(p.n_tiles, (p.m + G::BM - 1) / G::BM, p.par);
-    switch (epi) {
-    case CUDA_EPI_STORE_F32: klaunch(gemm_wgmma_kernel<WG, CUDA_EPI_STORE_F32>, grid, G::NT, G::SMEM, st, p); break;
-    case CUDA_EPI_ADD_F32: klaunch(gemm_wgmma_kernel<WG, CUDA_EPI_ADD_F32>, grid, G::NT, G::SMEM, st, p); break;
-    case CUDA_EPI_STORE_BF16: klaunch(gemm_wgmma_kernel<WG, CUDA_EPI_STORE_BF16>, grid, G::NT, G::SMEM, st, p); break;
-    case CUDA_EPI_SWIGLU_BF16: klaunch(gemm_wgmma_kernel<WG, CUDA_EPI_SWIGLU_BF16>, grid, G::NT, G::SMEM, st, p); break;
-    }
+    by_epi(epi, [&](auto E) { klaunch(gemm_wgmma_kernel<WG, decltype(E)::value>, grid, G::NT, G::SMEM, st, p); });
 }
 #endif /* CUK_HOPPER */
 
@@ -957,21 +952,15 @@ int n_tiles_of(int n, enum cuda_epi epi)
 
 template <class C> void set_smem()
 {
-    cudaFuncSetAttribute(gemm_kernel<C, CUDA_EPI_STORE_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
-    cudaFuncSetAttribute(gemm_kernel<C, CUDA_EPI_ADD_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
-    cudaFuncSetAttribute(gemm_kernel<C, CUDA_EPI_STORE_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
-    cudaFuncSetAttribute(gemm_kernel<C, CUDA_EPI_SWIGLU_BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    each_epi([](auto E) {
+        cudaFuncSetAttribute(gemm_kernel<C, decltype(E)::value>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    });
 }
 
 template <class C> void launch(const params &p, enum cuda_epi epi, cudaStream_t st)
 {
     dim3 grid(p.n_tiles, (p.m + C::BM - 1) / C::BM, p.par);
-    switch (epi) {
-    case CUDA_EPI_STORE_F32: klaunch(gemm_kernel<C, CUDA_EPI_STORE_F32>, grid, THREADS, C::SMEM, st, p); break;
-    case CUDA_EPI_ADD_F32: klaunch(gemm_kernel<C, CUDA_EPI_ADD_F32>, grid, THREADS, C::SMEM, st, p); break;
-    case CUDA_EPI_STORE_BF16: klaunch(gemm_kernel<C, CUDA_EPI_STORE_BF16>, grid, THREADS, C::SMEM, st, p); break;
-    case CUDA_EPI_SWIGLU_BF16: klaunch(gemm_kernel<C, CUDA_EPI_SWIGLU_BF16>, grid, THREADS, C::SMEM, st, p); break;
-    }
+    by_epi(epi, [&](auto E) { klaunch(gemm_kernel<C, decltype(E)::value>, grid, THREADS, C::SMEM, st, p); });
 }
 
 } // namespace
@@ -987,8 +976,6 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     g_par_rows = pr && *pr ? atoi(pr) : 256;
     const char *er = getenv("HEARTH_CUDA_GEMM_EXT_ROWS");
     g_ext_rows = er && *er ? atoi(er) : 0;
-    const char *dr = getenv("HEARTH_CUDA_GEMM_DRAIN");
-    g_drain = dr && *dr ? atoi(dr) != 0 : 0;
     if (g_fill < 1 || g_fill > 16 || g_min_part < 64 || g_min_part % 64 || g_par_rows < 1 || g_ext_rows < 0)
         return hr_err(err, errlen, HR_ERR_INVALID,
                       "HEARTH_CUDA_GEMM_FILL=%s / _MIN_PART=%s / _PAR_ROWS=%s / _EXT_ROWS=%s: 1..16, a multiple "
@@ -1224,12 +1211,7 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
         launch<cfg128x64>(p, g->epi, st);
     if (p.ext) {
         dim3 cg(p.n_tiles, p.m);
-        switch (g->epi) {
-        case CUDA_EPI_STORE_F32: klaunch(combine_kernel<CUDA_EPI_STORE_F32>, cg, BN, 0, st, p); break;
-        case CUDA_EPI_ADD_F32: klaunch(combine_kernel<CUDA_EPI_ADD_F32>, cg, BN, 0, st, p); break;
-        case CUDA_EPI_STORE_BF16: klaunch(combine_kernel<CUDA_EPI_STORE_BF16>, cg, BN, 0, st, p); break;
-        case CUDA_EPI_SWIGLU_BF16: klaunch(combine_kernel<CUDA_EPI_SWIGLU_BF16>, cg, BN, 0, st, p); break;
-        }
+        by_epi(g->epi, [&](auto E) { klaunch(combine_kernel<decltype(E)::value>, cg, BN, 0, st, p); });
     }
     return launch_status("gemm", err, errlen);
 }
