@@ -423,9 +423,7 @@ static void *disk_tier_thread(void *arg)
                                                      err, sizeof err) != HR_OK;
             pthread_mutex_lock(&dt->mu);
             dt->w_cur = NULL; /* no reader holds it: they copy under mu */
-            pthread_mutex_unlock(&dt->mu);
             disk_write_free(w);
-            pthread_mutex_lock(&dt->mu);
             /* A full disk fails every write: say so at the 1st, 2nd, 4th, 8th... */
             int64_t n = dt->st.write_errors_total;
             if (failed && (n & (n - 1)) == 0)

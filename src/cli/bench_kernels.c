@@ -72,9 +72,43 @@ static int bk_parse_list(const char *s, int *out, int cap)
     return n;
 }
 
-/* Seconds per call: calls cycle through the copies; median of five timed rounds. */
-/* The sampler's kinds: the time of one row of Qwen3's vocabulary, the median of five
- * rounds over rotating rows (random logits in [-8, 8)), the step counting up. */
+/* Seconds per call of call(ctx, i) for i = 0, 1, 2, ...: one call to size the rounds,
+ * then the median of five timed rounds of about seconds / 5 each. */
+static double bk_median_call(void (*call)(void *ctx, long i), void *ctx, double seconds)
+{
+    long i = 0;
+    call(ctx, i++);
+    double t = bench_now();
+    call(ctx, i++);
+    double one = bench_now() - t;
+    long reps = (long)(seconds / 5 / (one > 1e-7 ? one : 1e-7));
+    reps = reps < 1 ? 1 : reps > 100000 ? 100000 : reps;
+    double r[5];
+    for (int round = 0; round < 5; round++) {
+        t = bench_now();
+        for (long k = 0; k < reps; k++)
+            call(ctx, i++);
+        r[round] = (bench_now() - t) / (double)reps;
+    }
+    return bench_median(r, 5);
+}
+
+/* A matmul call: y = x . w[i % n_copies]^T over m rows (the copies stream from memory). */
+struct bk_matmul {
+    struct backend *be;
+    float *y;
+    const float *x;
+    int m, n_copies;
+    const struct weights_mat *w;
+};
+static void bk_matmul_call(void *ctx, long i)
+{
+    struct bk_matmul *c = ctx;
+    c->be->ops->matmul(c->be, c->y, c->x, c->m, &c->w[i % c->n_copies]);
+}
+
+/* The sampler's kinds: one row of Qwen3's vocabulary a call, rows rotating (random
+ * logits in [-8, 8)), the step counting up. */
 #define BK_VOCAB 151936
 #define BK_ROWS 8
 struct bk_sample {
@@ -83,6 +117,18 @@ struct bk_sample {
     int top_k;
     double us;
 };
+struct bk_sample_ctx {
+    struct sampler_params p;
+    struct sampler_scratch *ss;
+    const float *rows; /* [BK_ROWS, BK_VOCAB] */
+};
+static void bk_sample_call(void *ctx, long i)
+{
+    struct bk_sample_ctx *c = ctx;
+    struct sampler_result r;
+    sampler_sample(&c->p, c->rows + (size_t)(i % BK_ROWS) * BK_VOCAB, BK_VOCAB, NULL, 0, 0, 0, (uint64_t)i, c->ss,
+                   &r);
+}
 
 static int bk_sampling(struct bk_sample *k, int n_kinds, double seconds, char *err, size_t errlen)
 {
@@ -97,52 +143,18 @@ static int bk_sampling(struct bk_sample *k, int n_kinds, double seconds, char *e
     for (size_t i = 0; i < (size_t)BK_ROWS * BK_VOCAB; i++)
         rows[i] = 8.0f * bk_rand();
     for (int j = 0; j < n_kinds; j++) {
-        struct sampler_params p;
-        sampler_params_default(&p);
-        p.temperature = k[j].temperature;
-        p.top_p = k[j].top_p;
-        p.top_k = k[j].top_k;
-        p.min_p = k[j].min_p;
-        p.seed = 42;
-        struct sampler_result r;
-        uint64_t step = 0;
-        double t = bench_now();
-        sampler_sample(&p, rows, BK_VOCAB, NULL, 0, 0, 0, step++, &ss, &r);
-        double one = bench_now() - t;
-        int reps = (int)(seconds / 5 / (one > 1e-7 ? one : 1e-7));
-        reps = reps < 1 ? 1 : reps > 100000 ? 100000 : reps;
-        double rs[5];
-        for (int round = 0; round < 5; round++) {
-            t = bench_now();
-            for (int i = 0; i < reps; i++, step++)
-                sampler_sample(&p, rows + (step % BK_ROWS) * BK_VOCAB, BK_VOCAB, NULL, 0, 0, 0, step, &ss, &r);
-            rs[round] = (bench_now() - t) / reps;
-        }
-        k[j].us = bench_median(rs, 5) * 1e6;
+        struct bk_sample_ctx c = {.ss = &ss, .rows = rows};
+        sampler_params_default(&c.p);
+        c.p.temperature = k[j].temperature;
+        c.p.top_p = k[j].top_p;
+        c.p.top_k = k[j].top_k;
+        c.p.min_p = k[j].min_p;
+        c.p.seed = 42;
+        k[j].us = bk_median_call(bk_sample_call, &c, seconds) * 1e6;
     }
     sampler_scratch_free(&ss);
     free(rows);
     return 0;
-}
-
-static double bk_time(struct backend *be, float *y, const float *x, int m, const struct weights_mat *w, int n_copies,
-                      double seconds)
-{
-    be->ops->matmul(be, y, x, m, &w[0]);
-    double t = bench_now();
-    be->ops->matmul(be, y, x, m, &w[n_copies > 1 ? 1 : 0]);
-    double one = bench_now() - t;
-    int reps = (int)(seconds / 5 / (one > 1e-7 ? one : 1e-7));
-    reps = reps < 1 ? 1 : reps > 100000 ? 100000 : reps;
-    double r[5];
-    int c = 0;
-    for (int round = 0; round < 5; round++) {
-        t = bench_now();
-        for (int i = 0; i < reps; i++, c++)
-            be->ops->matmul(be, y, x, m, &w[c % n_copies]);
-        r[round] = (bench_now() - t) / reps;
-    }
-    return bench_median(r, 5);
 }
 
 int bench_kernels(int argc, char **argv)
@@ -254,7 +266,8 @@ int bench_kernels(int argc, char **argv)
             int m = ms[mi];
             if (m > sh->max_m)
                 continue;
-            double sec = bk_time(&be, y, x, m, w, n_copies, seconds);
+            struct bk_matmul mc = {.be = &be, .y = y, .x = x, .m = m, .n_copies = n_copies, .w = w};
+            double sec = bk_median_call(bk_matmul_call, &mc, seconds);
             double flops = 2.0 * m * sh->n * sh->k;
             if (strcmp(sh->name, "lm_head") != 0) {
                 /* one layer: q, k, v (= k), o, gate, up (= gate), down */
