@@ -648,6 +648,7 @@ static enum hr_status engine_logits(struct hearth_engine *e, const struct sched_
         }
         if (st != HR_OK)
             return st;
+        step_prof_mark(&e->prof, STEP_PROF_LOGITS);
         if (e->srows_on)
             engine_presample(e, plan, c0, cn, rowp, dev_idx);
         for (int i = 0; i < plan->n_rows; i++) {
@@ -693,6 +694,7 @@ static enum hr_status engine_logits(struct hearth_engine *e, const struct sched_
                 engine_sample(e, s, lg);
             }
         }
+        step_prof_mark(&e->prof, STEP_PROF_SAMPLE);
     }
     return HR_OK;
 }
@@ -717,6 +719,7 @@ static void engine_fail_rows(struct hearth_engine *e, const struct sched_plan *p
 
 bool engine_step(struct hearth_engine *e)
 {
+    step_prof_begin(&e->prof);
     engine_intake(e);
     struct batch *b = &e->batch;
     batch_reset(b);
@@ -727,6 +730,11 @@ bool engine_step(struct hearth_engine *e)
         engine_publish_stats(e);
         return false;
     }
+    bool decode_only = true;
+    for (int i = 0; i < plan.n_rows && decode_only; i++)
+        decode_only = plan.rows[i].query_len == 1 && plan.rows[i].s->committed >= plan.rows[i].s->g->n_prompt;
+    step_prof_kind(&e->prof, decode_only, plan.n_rows);
+    step_prof_mark(&e->prof, STEP_PROF_PLAN);
 
     char err[HR_ERRLEN];
     enum hr_status st = HR_OK;
@@ -741,11 +749,13 @@ bool engine_step(struct hearth_engine *e)
     }
     if (st == HR_OK)
         st = batch_build(b, e->kv.n_blocks, err, sizeof err);
+    step_prof_mark(&e->prof, STEP_PROF_BATCH);
     if (st == HR_OK) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         st = qwen3_forward(&e->fwd, b, &e->kv, NULL, err, sizeof err);
         clock_gettime(CLOCK_MONOTONIC, &t1);
+        step_prof_mark(&e->prof, STEP_PROF_FORWARD);
         e->last_step = (struct engine_step_info){
             .n_rows = b->n_rows, .n_tok = b->n_tok, .query_len = b->rows[0].query_len,
             .context_len = b->rows[0].context_len, .kv_len = b->rows[0].kv_len,
@@ -774,6 +784,7 @@ bool engine_step(struct hearth_engine *e)
             s->published = full;
         }
     }
+    step_prof_mark(&e->prof, STEP_PROF_COMMIT);
     /* The KV of the step is in the store and published (the forward succeeded); a
      * failure computing the logits ends the step's requests, not the cache's blocks. */
     if (engine_logits(e, &plan, err, sizeof err) != HR_OK)
@@ -784,6 +795,7 @@ bool engine_step(struct hearth_engine *e)
             engine_done(e, g, &e->sched.running);
     }
     engine_publish_stats(e);
+    step_prof_mark(&e->prof, STEP_PROF_DONE);
     return true;
 }
 
@@ -953,6 +965,7 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
     pthread_cond_init(&e->cv_reload, NULL);
     pthread_mutex_init(&e->stats_mu, NULL);
     e->sched.max_wait_steps = p->max_wait_steps > 0 ? p->max_wait_steps : 32;
+    step_prof_init(&e->prof);
     e->sched.order = SCHED_ORDER_LPM;
 
     enum kv_dtype kvd = KV_DTYPE_BF16;
@@ -1134,6 +1147,7 @@ void hearth_engine_free(struct hearth_engine *e)
         pthread_mutex_unlock(&e->mu);
         pthread_join(e->thread, NULL);
     }
+    step_prof_log(&e->prof);
     engine_detach_all(e, &e->incoming);
     engine_detach_all(e, &e->sched.waiting);
     engine_detach_all(e, &e->sched.running);

@@ -13,6 +13,7 @@
 #include "engine/sample_rows.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/step_prof.h"
 #include "engine/sequence.h"
 #include "grammar/grammar_cache.h"
 #include "kernels/backend.h"
@@ -73,6 +74,7 @@ struct hearth_engine {
     /* Engine-thread state. */
     int64_t next_arrival;
     struct engine_step_info last_step;
+    struct step_prof prof;     /* HEARTH_ENGINE_PROFILE=1 */
     void (*logits_hook)(void *ctx, int row, const float *logits, int vocab);
     void *logits_hook_ctx;
     atomic_int reset_requested;
