@@ -321,7 +321,8 @@ static void bench_attn(const struct cuda_kernels *K, int nh, int nkv, int n_rows
  * host memory (what sampling on the host needs first). */
 static void bench_sample(const struct cuda_kernels *K, int rows, int kind)
 {
-    static const char *kinds[] = {"greedy", "t0.8_top_p0.9", "t1_top_k50", "t1_logprobs20", "t0.7_penalties"};
+    static const char *kinds[] = {"greedy",        "t0.8_top_p0.9", "t1_top_k50", "t1_logprobs20",
+                                  "t0.7_penalties", "t1",            "qwen3_t0.6_k20_p0.95"};
     const int V = 151936;
     float *h = malloc((size_t)rows * V * sizeof *h);
     uint64_t s = 88172645463325252ull;
@@ -342,9 +343,9 @@ static void bench_sample(const struct cuda_kernels *K, int rows, int kind)
         struct sampler_params p;
         sampler_params_default(&p);
         p.seed = (uint64_t)r;
-        p.temperature = kind == 0 ? 0.0f : kind == 1 ? 0.8f : kind == 4 ? 0.7f : 1.0f;
-        p.top_p = kind == 1 ? 0.9f : 1.0f;
-        p.top_k = kind == 2 ? 50 : 0;
+        p.temperature = kind == 0 ? 0.0f : kind == 1 ? 0.8f : kind == 4 ? 0.7f : kind == 6 ? 0.6f : 1.0f;
+        p.top_p = kind == 1 ? 0.9f : kind == 6 ? 0.95f : 1.0f;
+        p.top_k = kind == 2 ? 50 : kind == 6 ? 20 : 0;
         p.logprobs = kind == 3;
         p.n_logprobs = kind == 3 ? 20 : 0;
         p.repetition_penalty = kind == 4 ? 1.1f : 1.0f;
@@ -489,7 +490,7 @@ int main(int argc, char **argv)
         const struct cuda_kernels *K = bench_variant(&info, v, variant);
         if (!K)
             continue;
-        for (int kind = 0; kind < 5; kind++)
+        for (int kind = 0; kind < 7; kind++)
             for (int rows = 1; rows <= 256; rows *= 16)
                 bench_sample(K, rows, kind);
     }

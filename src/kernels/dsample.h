@@ -11,8 +11,8 @@
  *   - otherwise candidates are the finite x that pass min-p ((double)(x - xmax) >=
  *     keep_from, keep_from = t ln(min_p) computed on the host);
  *   - a candidate's weight is q = dsample_weight(xmax, x, t): exp(-(xmax - x) / t) in
- *     fixed point, round(w 2^44), 0 once (xmax - x) / t >= 32, so a row's total is below
- *     2^62 and sums do not depend on their order;
+ *     float operations, in fixed point, round(w 2^44), 0 once (xmax - x) / t >= 32, so a
+ *     row's total is below 2^62 and sums do not depend on their order;
  *   - order: (x desc, id asc); top-k keeps the first k; top-p keeps the tokens whose
  *     mass before them is < ceil(P T / 2^32), P = round(top_p 2^32) (at least 1), T the
  *     mass that top-k left; the draw takes target = floor(u T'), exactly
@@ -37,6 +37,7 @@
 #define DSAMPLE_BINS 2048         /* first-level bins of (xmax - x) / t */
 #define DSAMPLE_BINS_PER_UNIT 64  /* DSAMPLE_BINS / 32: weights from 32 on are 0 */
 #define DSAMPLE_ONE 17592186044416.0 /* 2^44: the weight of the maximum */
+#define DSAMPLE_ONE_F 17592186044416.0f
 #define DSAMPLE_GREEDY_EPS 1e-5f      /* = SAMPLER_GREEDY_EPS */
 
 /* One token that bias or penalties change, once per token (a row's list has each token
@@ -140,31 +141,42 @@ DSAMPLE_HD double dsample_round(double v)
     return r - big;
 }
 
-/* exp(-d) for 0 <= d <= 32: exact reduction by ln 2 (the high part has trailing zeros so
- * k ln2_hi is exact), a degree-13 Taylor polynomial on |r| <= 0.35, scaling by 2^k. */
-DSAMPLE_HD double dsample_exp_neg(double d)
+/* Round to the nearest integer, ties to even, for 0 <= v < 2^23 (float). */
+DSAMPLE_HD float dsample_roundf(float v)
 {
-    const double log2e = 1.4426950408889634074;
-    const double ln2_hi = 6.93147180369123816490e-01; /* 0x3fe62e42fee00000 */
-    const double ln2_lo = 1.90821492927058770002e-10; /* 0x3dea39ef35793c76 */
-    double y = -d;
-    double kf = -dsample_round(d * log2e); /* -round(d log2e): d >= 0 */
-    int k = (int)kf;
-    double r = (y - kf * ln2_hi) - kf * ln2_lo;
-    double p = 1.0 + r / 13.0;
-    p = 1.0 + r / 12.0 * p;
-    p = 1.0 + r / 11.0 * p;
-    p = 1.0 + r / 10.0 * p;
-    p = 1.0 + r / 9.0 * p;
-    p = 1.0 + r / 8.0 * p;
-    p = 1.0 + r / 7.0 * p;
-    p = 1.0 + r / 6.0 * p;
-    p = 1.0 + r / 5.0 * p;
-    p = 1.0 + r / 4.0 * p;
-    p = 1.0 + r / 3.0 * p;
-    p = 1.0 + r / 2.0 * p;
-    p = 1.0 + r * p;
-    return p * dsample_bits_double((uint64_t)(k + 1023) << 52); /* k in [-47, 0] */
+    const float big = 8388608.0f; /* 2^23 */
+    float r = v + big;
+    return r - big;
+}
+
+/* exp(-d) for 0 <= d < 32 in float operations: d = k ln 2 - r with k = round(d log2 e)
+ * (the high part of ln 2 has 9 significant bits, so k ln2_hi is exact for k <= 47), a
+ * degree-7 Taylor polynomial of e^r on |r| <= 0.347 (truncation below 0.2 ulp), scaled
+ * by 2^-k (a normal float: k <= 47).  Within a few ulp of e^-d; what matters is that
+ * the host and the device compute it in the same IEEE operations. */
+DSAMPLE_HD float dsample_expf_neg(float d)
+{
+    const float log2e = 1.44269502f;
+    const float ln2_hi = 0.693359375f;      /* 355 / 512 */
+    const float ln2_lo = -2.12194440e-4f;   /* ln 2 - ln2_hi */
+    float kf = dsample_roundf(d * log2e);
+    float r = (kf * ln2_hi - d) + kf * ln2_lo;
+    float p = 1.98412698e-4f; /* 1 / 7! */
+    p = 1.38888889e-3f + r * p;
+    p = 8.33333333e-3f + r * p;
+    p = 4.16666667e-2f + r * p;
+    p = 1.66666667e-1f + r * p;
+    p = 0.5f + r * p;
+    p = 1.0f + r * p;
+    p = 1.0f + r * p;
+    uint32_t bits = (uint32_t)(127 - (int)kf) << 23;
+    float scale;
+#ifdef __CUDA_ARCH__
+    scale = __uint_as_float(bits);
+#else
+    memcpy(&scale, &bits, sizeof scale);
+#endif
+    return p * scale;
 }
 
 /* ln(x) for x >= 1 (finite): x = m 2^e with m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s),
@@ -205,13 +217,24 @@ DSAMPLE_HD float dsample_dist(float xmax, float x, float t)
     return d != d ? 3.40282346638528859812e+38F : d;
 }
 
-/* The fixed-point weight of x: round(exp(-(xmax - x) / t) 2^44), 0 from 32 on. */
+/* The fixed-point weight of x: round(e^(-(xmax - x) / t) 2^44) with e^ in float
+ * (dsample_expf_neg: 24 significant bits, plenty for a draw), 0 from 32 on. */
 DSAMPLE_HD uint64_t dsample_weight(float xmax, float x, float t)
 {
     float d = dsample_dist(xmax, x, t);
     if (!(d < 32.0f))
         return 0;
-    return (uint64_t)dsample_round(dsample_exp_neg((double)d) * DSAMPLE_ONE);
+    float v = dsample_expf_neg(d) * DSAMPLE_ONE_F; /* exact: a power of two */
+    if (v < 8388608.0f)
+        v = dsample_roundf(v);
+    /* v is a whole number below 2^45: its significand shifted into place (integer
+     * operations; a 64-bit conversion instruction is slow on the device) */
+    uint32_t b = dsample_float_bits(v);
+    if (b == 0)
+        return 0;
+    int e = (int)(b >> 23) - 150;
+    uint64_t m = (b & 0x7fffffu) | 0x800000u;
+    return e >= 0 ? m << e : m >> -e;
 }
 
 /* The first-level bin of x: DSAMPLE_BINS_PER_UNIT per unit of distance, monotone in x

@@ -57,13 +57,20 @@ static void random_row(float *x, int n, double scale, int kind)
 static void test_math(void)
 {
     double worst = 0.0;
-    for (int i = 0; i <= 20000; i++) {
-        double d = 32.0 * i / 20000.0;
-        double r = fabs(dsample_exp_neg(d) - exp(-d)) / exp(-d);
+    for (int i = 0; i < 2000000; i++) { /* every 2^-16 of [0, 32) */
+        float d = (float)i * 0x1.0p-16f;
+        double r = fabs((double)dsample_expf_neg(d) - exp(-(double)d)) / exp(-(double)d);
         worst = r > worst ? r : worst;
     }
-    CHECK_MSG(worst < 1e-14, "exp: worst relative error %.3g", worst);
-    CHECK(dsample_exp_neg(0.0) == 1.0);
+    CHECK_MSG(worst < 4.0 * 0x1.0p-24, "exp: worst relative error %.3g", worst); /* a few ulp */
+    printf("  float exp: worst relative error %.3g (ulp %.3g)\n", worst, 0x1.0p-24);
+    CHECK(dsample_expf_neg(0.0f) == 1.0f);
+    int wbad = 0; /* the weight: e^-d 2^44 rounded to the nearest integer, ties to even */
+    for (int i = 0; i < 2000000; i++) {
+        float d = (float)i * 0x1.0p-16f;
+        wbad += dsample_weight(d, 0.0f, 1.0f) != (uint64_t)llrint((double)dsample_expf_neg(d) * 0x1.0p44);
+    }
+    CHECK_MSG(wbad == 0, "%d weights differ from llrint", wbad);
     worst = 0.0;
     for (int i = 0; i < 20000; i++) {
         double x = 1.0 + rnd() * (i % 2 ? 2.0 : 1e6);

@@ -27,11 +27,23 @@ constexpr int NW = ST / 32;
 constexpr unsigned FULL = 0xffffffffu;
 typedef unsigned long long u64;
 
+constexpr int LCAP = 1024; /* the top-k list's room (topk_list) */
+
 struct smem {
-    u64 hmass[DSAMPLE_BINS];
-    unsigned hcnt[DSAMPLE_BINS];
+    union {
+        struct { /* the first-level histogram */
+            u64 hmass[DSAMPLE_BINS];
+            unsigned hcnt[DSAMPLE_BINS];
+        } h;
+        struct { /* or the top-k list: as found, sorted, the sorted ones' weights */
+            float x[LCAP], sx[LCAP];
+            int id[LCAP], sid[LCAP];
+            u64 q[LCAP];
+        } l;
+    };
     u64 dmass[256];
     unsigned dcnt[256];
+    u64 seg[256];        /* draw_id_order's runs (SEGS) */
     float fred[NW];
     int ired[NW];
     u64 wsum[NW];
@@ -52,17 +64,49 @@ struct view {
     double keep_from;
 };
 
+/* Whether the value x (cleaned) is one of w's candidates. */
+__device__ __forceinline__ bool view_cand(const view &w, float x)
+{
+    if (w.all)
+        return true;
+    if (x == -INFINITY)
+        return false;
+    if (w.keep_from == -INFINITY) /* no min-p: the test below passes (NaN compares false) */
+        return true;
+    return !((double)(x - w.ref) < w.keep_from); /* the CPU's min-p test, float difference */
+}
+
 __device__ __forceinline__ bool view_get(const view &w, int i, float *v)
 {
     float x = w.vals[i];
     if (w.clean)
         x = dsample_clean(x);
     *v = x;
-    if (w.all)
-        return true;
-    if (x == -INFINITY)
-        return false;
-    return !((double)(x - w.ref) < w.keep_from); /* the CPU's min-p test, float difference */
+    return view_cand(w, x);
+}
+
+/* Calls f(i, v, cand) for every i of the row (cand: view_get's answer, v the value),
+ * each thread the same number of times (i >= V comes with cand false), so warp
+ * collectives inside f are safe.  One block reads a whole row: PF loads in flight a
+ * thread keep the pass from waiting on each load in turn. */
+constexpr int PF = 8;
+template <class F>
+__device__ __forceinline__ void row_pass(const view &w, int V, F f)
+{
+    for (int base = 0; base < V; base += PF * ST) {
+        float raw[PF];
+#pragma unroll
+        for (int u = 0; u < PF; u++) {
+            const int i = base + u * ST + threadIdx.x;
+            raw[u] = i < V ? w.vals[i] : -INFINITY;
+        }
+#pragma unroll
+        for (int u = 0; u < PF; u++) {
+            const int i = base + u * ST + threadIdx.x;
+            const float v = w.clean ? dsample_clean(raw[u]) : raw[u];
+            f(i, v, i < V && view_cand(w, v));
+        }
+    }
 }
 
 /* Order-free: max of floats without NaN (every thread gets it). */
@@ -236,26 +280,27 @@ __device__ void clear_digits(smem &s)
     __syncthreads();
 }
 
-/* The first-level histogram of w's candidates; totals in s.tot_cnt, s.tot_mass. */
-__device__ void build_hist(const view &w, int V, smem &s)
+/* The first-level histogram of w's candidates (counts, and masses when weights);
+ * totals in s.tot_cnt, s.tot_mass. */
+__device__ void build_hist(const view &w, int V, smem &s, bool weights = true)
 {
     for (int j = threadIdx.x; j < DSAMPLE_BINS; j += ST) {
-        s.hcnt[j] = 0;
-        s.hmass[j] = 0;
+        s.h.hcnt[j] = 0;
+        s.h.hmass[j] = 0;
     }
     __syncthreads();
-    for (int base = 0; base < V; base += ST) {
-        int i = base + threadIdx.x, bin = -1;
+    row_pass(w, V, [&](int, float v, bool cand) {
+        int bin = -1;
         u64 q = 0;
-        float v;
-        if (i < V && view_get(w, i, &v)) {
+        if (cand) {
             bin = dsample_bin(w.ref, v, w.t);
-            q = dsample_weight(w.ref, v, w.t);
+            if (weights)
+                q = dsample_weight(w.ref, v, w.t);
         }
-        hist_add(s.hcnt, s.hmass, bin, q);
-    }
+        hist_add(s.h.hcnt, s.h.hmass, bin, q);
+    });
     __syncthreads();
-    find_bin(s.hcnt, s.hmass, DSAMPLE_BINS, true, ~0ull, s); /* for the totals */
+    find_bin(s.h.hcnt, s.h.hmass, DSAMPLE_BINS, true, ~0ull, s); /* for the totals */
 }
 
 struct sel {
@@ -268,10 +313,10 @@ struct sel {
  * (value desc, id asc) order, first reaches need (1 <= need <= the total). */
 __device__ sel select_at(const view &w, int V, int id_bits, bool by_count, u64 need, bool need_id, smem &s)
 {
-    find_bin(s.hcnt, s.hmass, DSAMPLE_BINS, by_count, need, s);
+    find_bin(s.h.hcnt, s.h.hmass, DSAMPLE_BINS, by_count, need, s);
     int b = s.f_idx;
     u64 ac = s.f_above_cnt, am = s.f_above_mass;
-    bool massless = s.hmass[b] == 0;
+    bool massless = s.h.hmass[b] == 0;
     __syncthreads();
     sel out = {-1, am, 0};
     if (!need_id && massless)
@@ -281,11 +326,10 @@ __device__ sel select_at(const view &w, int V, int id_bits, bool by_count, u64 n
     for (int p = 0; p < 4; p++) {
         int shift = 24 - 8 * p;
         clear_digits(s);
-        for (int base = 0; base < V; base += ST) {
-            int i = base + threadIdx.x, idx = -1;
+        row_pass(w, V, [&](int, float v, bool cand) {
+            int idx = -1;
             u64 q = 0;
-            float v;
-            if (i < V && view_get(w, i, &v) && dsample_bin(w.ref, v, w.t) == b) {
+            if (cand && dsample_bin(w.ref, v, w.t) == b) {
                 uint32_t o = dsample_order(v);
                 if (p == 0 || (o >> (shift + 8)) == prefix) {
                     idx = 255 - (int)((o >> shift) & 255u); /* higher values first */
@@ -293,7 +337,7 @@ __device__ sel select_at(const view &w, int V, int id_bits, bool by_count, u64 n
                 }
             }
             hist_add(s.dcnt, s.dmass, idx, q);
-        }
+        });
         __syncthreads();
         find_bin(s.dcnt, s.dmass, 256, by_count, need - (by_count ? ac : am), s);
         int d = s.f_idx;
@@ -314,11 +358,10 @@ __device__ sel select_at(const view &w, int V, int id_bits, bool by_count, u64 n
         return out;
     if (tie_cnt == 1) {
         int best = INT_MAX;
-        for (int i = threadIdx.x; i < V; i += ST) {
-            float v;
-            if (view_get(w, i, &v) && dsample_order(v) == prefix)
+        row_pass(w, V, [&](int i, float v, bool cand) {
+            if (cand && dsample_order(v) == prefix)
                 best = i;
-        }
+        });
         out.id = block_min(best, s);
         return out;
     }
@@ -326,13 +369,12 @@ __device__ sel select_at(const view &w, int V, int id_bits, bool by_count, u64 n
     for (int left = id_bits; left > 0;) {
         int take = left >= 8 ? 8 : left, shift = left - take;
         clear_digits(s);
-        for (int base = 0; base < V; base += ST) {
-            int i = base + threadIdx.x, idx = -1;
-            float v;
-            if (i < V && (i >> (shift + take)) == id_prefix && view_get(w, i, &v) && dsample_order(v) == prefix)
+        row_pass(w, V, [&](int i, float v, bool cand) {
+            int idx = -1;
+            if (cand && (i >> (shift + take)) == id_prefix && dsample_order(v) == prefix)
                 idx = (i >> shift) & ((1 << take) - 1); /* lower ids first */
             hist_add(s.dcnt, s.dmass, idx, 0);
-        }
+        });
         __syncthreads();
         find_bin(s.dcnt, s.dmass, 256, true, m, s);
         m -= s.f_above_cnt;
@@ -344,51 +386,191 @@ __device__ sel select_at(const view &w, int V, int id_bits, bool by_count, u64 n
     return out;
 }
 
-/* The draw in id order over the candidates whose CPU bin is below edge (the CPU
- * sampler's order without top-k): the first whose cumulative mass exceeds target, or -1
- * when target is at or past their total mass (then the rest, in sorted order, hold it).
- * Each thread sums a run of ids; the runs' exclusive prefix is an integer scan. */
-__device__ int draw_id_order(const view &w, int V, int edge, u64 target, smem &s)
+/* The weight a draw in id order gives the value raw (as read): its weight when it is a
+ * candidate whose CPU bin is below edge, else 0. */
+__device__ __forceinline__ u64 id_weight_of(const view &w, float raw, int edge)
 {
-    int chunk = (V + ST - 1) / ST, lo = threadIdx.x * chunk, hi = min(V, lo + chunk);
-    u64 sum = 0;
-    for (int i = lo; i < hi; i++) {
-        float v;
-        if (view_get(w, i, &v) && dsample_cpu_bin(w.ref, v, w.t) < edge)
-            sum += dsample_weight(w.ref, v, w.t);
+    const float v = w.clean ? dsample_clean(raw) : raw;
+    if (!view_cand(w, v) || (edge < DSAMPLE_CPU_BINS && dsample_cpu_bin(w.ref, v, w.t) >= edge))
+        return 0;
+    return dsample_weight(w.ref, v, w.t);
+}
+
+/* The draw in id order over the candidates whose CPU bin is below edge (the CPU
+ * sampler's order without top-k): the first whose cumulative mass exceeds target =
+ * floor(u total), or -1 when target is at or past their mass (then the rest, in sorted
+ * order, hold it).  total: given (top-p's kept mass), or 0: their own mass, returned
+ * in *mass.  The row is cut into at most SEGS runs of consecutive ids; each warp sums
+ * whole runs (its lanes read consecutive ids), warp 0 scans the runs' sums and walks
+ * the one that holds the target 32 ids at a time.  Integer sums: the cut changes no
+ * result. */
+constexpr int SEGS = 256, DF = 16; /* DF: loads in flight a lane */
+__device__ int draw_id_order(const view &w, int V, int edge, u64 total, u64 bits53, u64 *mass, smem &s)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int seg_len = (V + SEGS - 1) / SEGS;
+    seg_len = (seg_len + 127) / 128 * 128;
+    const int n_seg = (V + seg_len - 1) / seg_len;
+    for (int g = warp; g < n_seg; g += NW) {
+        const int lo = g * seg_len, hi = min(V, lo + seg_len);
+        u64 sum = 0;
+        for (int i = lo + lane; i < hi; i += 32 * DF) {
+            float raw[DF];
+#pragma unroll
+            for (int u = 0; u < DF; u++)
+                raw[u] = i + 32 * u < hi ? w.vals[i + 32 * u] : -INFINITY;
+#pragma unroll
+            for (int u = 0; u < DF; u++)
+                sum += i + 32 * u < hi ? id_weight_of(w, raw[u], edge) : 0;
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(FULL, sum, o);
+        if (lane == 0)
+            s.seg[g] = sum;
     }
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    u64 incl = sum;
-    for (int o = 1; o < 32; o <<= 1) {
-        u64 a = __shfl_up_sync(FULL, incl, o);
-        if (lane >= o)
-            incl += a;
-    }
-    if (lane == 31)
-        s.wsum[warp] = incl;
-    if (threadIdx.x == 0)
-        s.f_idx = -1;
     __syncthreads();
-    u64 before = incl - sum;
-    for (int k = 0; k < warp; k++)
-        before += s.wsum[k];
-    if (before <= target && target < before + sum) {
-        u64 cum = before;
-        for (int i = lo; i < hi; i++) {
-            float v;
-            if (view_get(w, i, &v) && dsample_cpu_bin(w.ref, v, w.t) < edge) {
-                cum += dsample_weight(w.ref, v, w.t);
-                if (cum > target) {
-                    s.f_idx = i;
-                    break;
+    if (warp == 0) {
+        /* lane l holds runs [8 l, 8 l + 8) */
+        u64 own = 0;
+        for (int j = 0; j < SEGS / 32; j++)
+            own += 8 * lane + j < n_seg ? s.seg[8 * lane + j] : 0;
+        u64 incl = own;
+        for (int o = 1; o < 32; o <<= 1) {
+            u64 a = __shfl_up_sync(FULL, incl, o);
+            if (lane >= o)
+                incl += a;
+        }
+        const u64 all = __shfl_sync(FULL, incl, 31);
+        if (total == 0)
+            total = all;
+        const u64 target = total ? dsample_target(bits53, total) : 0;
+        /* the run that holds target: the lane's, then the run within it */
+        unsigned hit = __ballot_sync(FULL, total && target < incl);
+        int token = -1;
+        if (hit) {
+            const int at = __ffs(hit) - 1;
+            u64 before = __shfl_sync(FULL, incl - own, at);
+            int g = 8 * at;
+            while (before + s.seg[g] <= target) /* target < the lane's end: stops in it */
+                before += s.seg[g++];
+            const int lo = g * seg_len, hi = min(V, lo + seg_len);
+            for (int i0 = lo; i0 < hi && token < 0; i0 += 32) {
+                const int i = i0 + lane;
+                u64 q = i < hi ? id_weight_of(w, w.vals[i], edge) : 0, c = q;
+                for (int o = 1; o < 32; o <<= 1) {
+                    u64 a = __shfl_up_sync(FULL, c, o);
+                    if (lane >= o)
+                        c += a;
                 }
+                unsigned over = __ballot_sync(FULL, before + c > target);
+                if (over)
+                    token = i0 + __ffs(over) - 1;
+                before += __shfl_sync(FULL, c, 31);
             }
+        }
+        if (lane == 0) {
+            s.f_idx = token;
+            s.tot_mass = all;
         }
     }
     __syncthreads();
     int token = s.f_idx;
+    *mass = s.tot_mass;
     __syncthreads();
     return token;
+}
+
+/* The sum of every thread's v (integers: any order). */
+__device__ u64 block_sum(u64 v, smem &s)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(FULL, v, o);
+    if ((threadIdx.x & 31) == 0)
+        s.wsum[threadIdx.x >> 5] = v;
+    __syncthreads();
+    u64 t = 0;
+    for (int k = 0; k < NW; k++)
+        t += s.wsum[k];
+    __syncthreads();
+    return t;
+}
+
+/* Top-k with k <= LCAP without a pass per radix digit: a histogram of the candidates'
+ * counts by first-level bin finds the bin of the k-th; when the candidates down to that
+ * bin fit the list, they are collected (any slot order), ranked by (value desc, id
+ * asc) and the rest is the definition itself on the list's first k: their weights,
+ * top-p's limit, the draw in that order.  Returns false (nothing done) when they do not
+ * fit; else true, with *token drawn (left as it was, the greedy token, when the list
+ * has no mass: every candidate was +inf). */
+__device__ bool topk_list(const view &w, int V, int top_k, float top_p, u64 bits53, int *token,
+                                       smem &s)
+{
+    build_hist(w, V, s, false);
+    find_bin(s.h.hcnt, s.h.hmass, DSAMPLE_BINS, true, (u64)top_k, s);
+    const int b = s.f_idx;
+    const u64 n_list = s.f_above_cnt + s.h.hcnt[b];
+    __syncthreads();
+    if (n_list > (u64)LCAP)
+        return false;
+    if (threadIdx.x == 0)
+        s.n_list = 0;
+    __syncthreads();
+    row_pass(w, V, [&](int i, float v, bool cand) {
+        if (cand && dsample_bin(w.ref, v, w.t) <= b) {
+            int at = atomicAdd(&s.n_list, 1); /* slot order varies: ranked below */
+            s.l.x[at] = v;
+            s.l.id[at] = i;
+        }
+    });
+    __syncthreads();
+    const int n = s.n_list;
+    for (int j = threadIdx.x; j < n; j += ST) {
+        const uint32_t oj = dsample_order(s.l.x[j]);
+        const int ij = s.l.id[j];
+        int rank = 0;
+        for (int k = 0; k < n; k++) {
+            const uint32_t ok = dsample_order(s.l.x[k]);
+            rank += ok > oj || (ok == oj && s.l.id[k] < ij);
+        }
+        s.l.sx[rank] = s.l.x[j];
+        s.l.sid[rank] = ij;
+    }
+    __syncthreads();
+    const int kk = top_k < n ? top_k : n;
+    for (int j = threadIdx.x; j < kk; j += ST)
+        s.l.q[j] = dsample_weight(w.ref, s.l.sx[j], w.t);
+    __syncthreads();
+    if (threadIdx.x == 0) { /* integer sums in list order, one thread */
+        u64 total = 0;
+        for (int j = 0; j < kk; j++)
+            total += s.l.q[j];
+        int tok = -1;
+        if (total > 0) {
+            if (top_p < 1.0f) { /* the mass through the first token where it reaches the limit */
+                const u64 lim = dsample_top_p_limit(top_p, total);
+                u64 c = 0;
+                for (int j = 0; j < kk; j++) {
+                    c += s.l.q[j];
+                    if (c >= lim)
+                        break;
+                }
+                total = c;
+            }
+            const u64 target = dsample_target(bits53, total);
+            u64 c = 0;
+            for (int j = 0; j < kk && tok < 0; j++) {
+                c += s.l.q[j];
+                if (c > target)
+                    tok = s.l.sid[j];
+            }
+        }
+        s.f_idx = tok;
+    }
+    __syncthreads();
+    if (s.f_idx >= 0)
+        *token = s.f_idx;
+    __syncthreads();
+    return true;
 }
 
 __global__ void __launch_bounds__(ST) sample_kernel(struct cuda_sample a)
@@ -425,24 +607,35 @@ __global__ void __launch_bounds__(ST) sample_kernel(struct cuda_sample a)
 
     if (!(r.temperature < DSAMPLE_GREEDY_EPS) && xmax != -INFINITY) {
         view w = {x, 0, xmax, r.temperature, 0, r.keep_from};
-        build_hist(w, V, s);
-        u64 total = s.tot_mass, n_cand = s.tot_cnt;
-        __syncthreads();
-        if (total > 0) { /* else every candidate was +inf: greedy */
-            const bool sorted = r.top_k > 0 && r.top_k < V; /* the CPU draws in sorted order */
-            if (r.top_k > 0 && (u64)r.top_k < n_cand)
-                total = select_at(w, V, id_bits, true, (u64)r.top_k, false, s).mass_through;
-            int edge = DSAMPLE_CPU_BINS; /* without top-p: every token in id order */
-            if (r.top_p < 1.0f) {
-                sel kept = select_at(w, V, id_bits, false, dsample_top_p_limit(r.top_p, total), !sorted, s);
-                total = kept.mass_through;
-                if (!sorted)
-                    edge = dsample_cpu_bin(xmax, x[kept.id], r.temperature);
+        const u64 bits = dsample_bits53(r.seed, r.seq_index, r.step);
+        const bool sorted = r.top_k > 0 && r.top_k < V; /* the CPU draws in sorted order */
+        if (!sorted && !(r.top_p < 1.0f)) {
+            /* temperature and min-p alone: one pass sums and draws in id order */
+            u64 total;
+            int t = draw_id_order(w, V, DSAMPLE_CPU_BINS, 0, bits, &total, s);
+            if (total > 0) /* else every candidate was +inf: greedy */
+                token = t;
+        } else if (sorted && r.top_k <= LCAP && topk_list(w, V, r.top_k, r.top_p, bits, &token, s)) {
+            /* drawn from the list of the best candidates */
+        } else {
+            build_hist(w, V, s);
+            u64 total = s.tot_mass, n_cand = s.tot_cnt;
+            __syncthreads();
+            if (total > 0) {
+                if (r.top_k > 0 && (u64)r.top_k < n_cand)
+                    total = select_at(w, V, id_bits, true, (u64)r.top_k, false, s).mass_through;
+                int edge = DSAMPLE_CPU_BINS; /* without top-p: every token in id order */
+                if (r.top_p < 1.0f) {
+                    sel kept = select_at(w, V, id_bits, false, dsample_top_p_limit(r.top_p, total), !sorted, s);
+                    total = kept.mass_through;
+                    if (!sorted)
+                        edge = dsample_cpu_bin(xmax, x[kept.id], r.temperature);
+                }
+                u64 target = dsample_target(bits, total), mass;
+                token = sorted ? -1 : draw_id_order(w, V, edge, total, bits, &mass, s);
+                if (token < 0) /* in sorted order: the kept tokens the id walk left, after its mass */
+                    token = select_at(w, V, id_bits, false, target + 1, true, s).id;
             }
-            u64 target = dsample_target(dsample_bits53(r.seed, r.seq_index, r.step), total);
-            token = sorted ? -1 : draw_id_order(w, V, edge, target, s);
-            if (token < 0) /* in sorted order: the kept tokens the id walk left, after its mass */
-                token = select_at(w, V, id_bits, false, target + 1, true, s).id;
         }
     }
 
@@ -467,8 +660,20 @@ __global__ void __launch_bounds__(ST) sample_kernel(struct cuda_sample a)
                 }
         } else {
             w.ref = bmax;
-            build_hist(w, V, s);
-            double shift = (double)bmax + dsample_log((double)s.tot_mass * (1.0 / DSAMPLE_ONE));
+            u64 tot;
+            if (n_top > 0) {
+                build_hist(w, V, s);
+                tot = s.tot_mass;
+            } else { /* the sum alone */
+                u64 q = 0;
+                for (int i = threadIdx.x; i < V; i += ST) {
+                    float v;
+                    view_get(w, i, &v);
+                    q += dsample_weight(bmax, v, 1.0f);
+                }
+                tot = block_sum(q, s);
+            }
+            double shift = (double)bmax + dsample_log((double)tot * (1.0 / DSAMPLE_ONE));
             float vt;
             view_get(w, token, &vt);
             lp = (float)((double)vt - shift);
