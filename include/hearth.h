@@ -91,9 +91,9 @@ struct hearth_engine_params {
                                    samples it (default: rows without a grammar or prompt logprobs
                                    are sampled on the device; their tokens may differ from the
                                    CPU's where a draw falls within rounding of a boundary) */
-    bool device_sampling_all;   /* with device sampling, requests with a temperature too (default:
-                                   greedy requests only; the kernel's top-k/top-p path takes
-                                   1.6 ms a launch, slower than the host's at a few rows) */
+    bool device_sampling_greedy_only; /* with device sampling, only greedy requests: those with a
+                                   temperature are sampled on the host threads (default: every
+                                   request on the device) */
     size_t kv_cache_host_bytes; /* the prefix cache's host-RAM tier: blocks evicted from the pool are
                                    kept in this much host memory (pinned on a GPU, allocated at
                                    init), least recently used go on to the disk tier when there is

@@ -55,9 +55,9 @@ const char engine_opts_help[] =
     "  --no-device-sampling          --device cuda: bring every logits row to the host and sample\n"
     "                                there (default: requests without a grammar or prompt logprobs\n"
     "                                are sampled on the device; only tokens and logprobs come back)\n"
-    "  --device-sampling-all         --device cuda: sample requests with a temperature on the device\n"
-    "                                too (default: greedy requests only; the device's top-k/top-p\n"
-    "                                pass is slower than the host's at a few rows)\n";
+    "  --device-sampling-greedy-only --device cuda: sample only greedy requests on the device,\n"
+    "                                those with a temperature on the host (default: all on the\n"
+    "                                device; --device-sampling-all says so explicitly)\n";
 
 void engine_opts_default(struct hearth_engine_params *p)
 {
@@ -99,7 +99,11 @@ int engine_opts_parse(struct hearth_engine_params *p, int argc, char **argv, int
         return 1;
     }
     if (!strcmp(a, "--device-sampling-all")) {
-        p->device_sampling_all = true;
+        p->device_sampling_greedy_only = false;
+        return 1;
+    }
+    if (!strcmp(a, "--device-sampling-greedy-only")) {
+        p->device_sampling_greedy_only = true;
         return 1;
     }
     if (args_is(a, "--model")) {

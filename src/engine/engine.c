@@ -1073,7 +1073,7 @@ enum hr_status engine_create(struct hearth_engine **out, const struct hearth_eng
     /* a device that samples: the rows that allow it never bring their logits over */
     if (st == HR_OK && !p->no_device_sampling)
         st = engine_dev_sampling(e, true, err, errlen);
-    e->ds_all = p->device_sampling_all;
+    e->ds_all = !p->device_sampling_greedy_only;
     if (st == HR_OK && e->ds_on)
         log_info("engine: sampling on the %s (%s requests without a grammar or prompt logprobs; "
                  "--no-device-sampling: on the host)", e->be.device, e->ds_all ? "all" : "greedy");

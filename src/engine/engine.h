@@ -51,7 +51,8 @@ struct hearth_engine {
     bool srows_on;
     struct dev_sample ds;      /* a device with a sample op: the step's rows sampled there */
     bool ds_on;
-    bool ds_all;               /* ds_on: requests with a temperature too, not only greedy ones */
+    bool ds_all;               /* ds_on: requests with a temperature too, not only greedy ones
+                                  (the default; device_sampling_greedy_only: greedy ones only) */
     struct grammar_cache gcache; /* compiled grammars of constrained requests (any thread) */
     struct prefix_cache pc;
     bool pc_on;

@@ -71,11 +71,11 @@ done
 P=3,17,250,99,4,4,31,7,150,2,88,19,5,6,200,11,12,400,1000,77
 for r in $([ "$dev" = cuda ] && echo 1 2); do
   "$bin" generate --device cuda --model "$m" --prompt-ids $P -n 3 --max-tokens 24 --temperature 0.8 --seed 5 \
-    --device-sampling-all >"$tmp/g$r" 2>/dev/null
+    >"$tmp/g$r" 2>/dev/null
 done
 [ "$dev" = cuda ] && check "sampling on the GPU: run to run the same bytes" "[ -s $tmp/g1 ] && cmp -s $tmp/g1 $tmp/g2"
-# Sampling on the device (greedy requests by default, every one with --device-sampling-all;
-# --no-device-sampling samples on the host): greedy
+# Sampling on the device (every request by default; --device-sampling-greedy-only sends
+# those with a temperature to the host, --no-device-sampling all of them): greedy
 # tokens equal the host's (plain, with penalties and n = 2, and n = 70: a fork over two
 # of the backend's 64-row launches); a sampled request
 # (temperature 0.8, top_p 0.9, a seed) gives the same bytes alone and among 7 others of
@@ -88,13 +88,13 @@ if [ "$dev" = cuda ]; then
         $([ $mode = host ] && echo --no-device-sampling) >>"$tmp/gr_$mode" 2>>"$tmp/gr_$mode.err"
     done
   done
-  check "device sampling: on by default, off with --no-device-sampling" \
-    "grep -q 'sampling on the cuda' $tmp/gr_dev.err && ! grep -q 'sampling on the cuda' $tmp/gr_host.err"
+  check "device sampling: on for every request by default, off with --no-device-sampling" \
+    "grep -q 'sampling on the cuda (all requests' $tmp/gr_dev.err && ! grep -q 'sampling on the cuda' $tmp/gr_host.err"
   check "device sampling: greedy tokens equal the host's (plain; penalties, n = 2; n = 70: two launches)" \
     "[ -s $tmp/gr_dev ] && cmp -s $tmp/gr_dev $tmp/gr_host"
   port=$((20000 + RANDOM % 20000))
   "$bin" serve --device cuda --model "$m" --port $port --max-num-seqs 16 --kv-cache-mib 512 --prefix-cache off \
-    --device-sampling-all >"$tmp/ds.log" 2>&1 &
+    >"$tmp/ds.log" 2>&1 &
   spid=$!
   for i in $(seq 1 120); do
     [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$port/health)" = 200 ] && break; sleep 1

@@ -296,8 +296,8 @@ static enum hr_status fake_to_host_rows(struct backend *be, const float *src, in
     return HR_OK;
 }
 
-/* device: 0 host sampling, 1 the default (greedy requests on the "device"), 2 every
- * request that allows it (--device-sampling-all) */
+/* device: 0 host sampling, 1 greedy requests on the "device"
+ * (--device-sampling-greedy-only), 2 every request that allows it (the default) */
 static struct hearth_engine *fake_engine(int device)
 {
     struct hearth_engine *e = rig_engine(rig_kv_bytes(400), 8, 64, 1);
@@ -388,8 +388,9 @@ static void test_engine_device_path(void)
     fake_cap = 0;
 }
 
-/* The default sends greedy requests to the device and sampled ones to the host. */
-static void test_default_greedy_only(void)
+/* device_sampling_greedy_only sends greedy requests to the device and sampled ones to
+ * the host; the default sends both to the device. */
+static void test_greedy_only(void)
 {
     struct hearth_engine *e = fake_engine(1);
     if (!e) {
@@ -418,6 +419,20 @@ static void test_default_greedy_only(void)
     fake_cap = 0;
 }
 
+static void test_default_all(void)
+{
+    struct hearth_engine_params p;
+    hearth_engine_params_default(&p);
+    CHECK(!p.device_sampling_greedy_only && !p.no_device_sampling);
+    struct hearth_engine *e = rig_engine(rig_kv_bytes(400), 8, 64, 1);
+    if (!e) {
+        CHECK(0);
+        return;
+    }
+    CHECK(e->ds_all); /* the engine read the default */
+    hearth_engine_free(e);
+}
+
 int main(void)
 {
     TEST_RUN(test_math);
@@ -425,6 +440,7 @@ int main(void)
     TEST_RUN(test_ref_vs_cpu);
     TEST_RUN(test_allowed_and_result);
     TEST_RUN(test_engine_device_path);
-    TEST_RUN(test_default_greedy_only);
+    TEST_RUN(test_greedy_only);
+    TEST_RUN(test_default_all);
     TEST_END();
 }
