@@ -28,6 +28,7 @@ constexpr unsigned FULL = 0xffffffffu;
 typedef unsigned long long u64;
 
 constexpr int LCAP = 1024; /* the top-k list's room (topk_list) */
+constexpr int BCAP = 256;  /* select_at's one-bin list */
 
 struct smem {
     union {
@@ -52,6 +53,9 @@ struct smem {
     int n_list;
     int list_id[DSAMPLE_MAX_TOP];
     float list_v[DSAMPLE_MAX_TOP];
+    /* select_at's tokens of one first-level bin (BCAP at most): as found, then ranked */
+    float bx[BCAP], bsx[BCAP];
+    int bid[BCAP], bsid[BCAP];
 };
 
 /* A row as one selection sees it: the values, the reference maximum and temperature of
@@ -309,6 +313,82 @@ struct sel {
     uint32_t order;    /* its value's order key */
 };
 
+/* Ranks n (value, id) pairs of x / id into sx / sid by (value desc, id asc): each
+ * thread counts the pairs before its own (the pairs are distinct: one per id). */
+__device__ __forceinline__ void rank_pairs(const float *x, const int *id, float *sx, int *sid, int n)
+{
+    for (int j = threadIdx.x; j < n; j += ST) {
+        const uint32_t oj = dsample_order(x[j]);
+        const int ij = id[j];
+        int rank = 0;
+        for (int k = 0; k < n; k++) {
+            const uint32_t ok = dsample_order(x[k]);
+            rank += ok > oj || (ok == oj && id[k] < ij);
+        }
+        sx[rank] = x[j];
+        sid[rank] = ij;
+    }
+}
+
+/* select_at's end when first-level bin b holds at most BCAP candidates: they are
+ * collected in one pass (any slot order), ranked by (value desc, id asc), and warp 0
+ * walks them from the count ac and mass am above the bin to the first whose cumulative
+ * count (by_count) or mass reaches need, in place of the radix passes: the same token,
+ * and the same mass through it (tied values weigh the same either way). */
+__device__ __forceinline__ sel select_in_bin(const view &w, int V, int b, bool by_count, u64 need, u64 ac, u64 am, smem &s)
+{
+    if (threadIdx.x == 0)
+        s.n_list = 0;
+    __syncthreads();
+    row_pass(w, V, [&](int i, float v, bool cand) {
+        if (cand && dsample_bin(w.ref, v, w.t) == b) {
+            int at = atomicAdd(&s.n_list, 1); /* slot order varies: ranked below */
+            s.bx[at] = v;
+            s.bid[at] = i;
+        }
+    });
+    __syncthreads();
+    const int n = s.n_list;
+    rank_pairs(s.bx, s.bid, s.bsx, s.bsid, n);
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        u64 c = ac, m = am;
+        int found = -1;
+        u64 m_found = 0;
+        for (int j0 = 0; j0 < n && found < 0; j0 += 32) {
+            const int j = j0 + lane;
+            u64 q = j < n ? dsample_weight(w.ref, s.bsx[j], w.t) : 0, qc = q;
+            u64 k = j < n ? 1 : 0, kc = k;
+            for (int o = 1; o < 32; o <<= 1) {
+                u64 a = __shfl_up_sync(FULL, qc, o), e = __shfl_up_sync(FULL, kc, o);
+                if (lane >= o) {
+                    qc += a;
+                    kc += e;
+                }
+            }
+            unsigned hit = __ballot_sync(FULL, j < n && (by_count ? c + kc : m + qc) >= need);
+            if (hit) {
+                found = j0 + __ffs(hit) - 1;
+                m_found = m + __shfl_sync(FULL, qc, __ffs(hit) - 1);
+            }
+            c += __shfl_sync(FULL, kc, 31);
+            m += __shfl_sync(FULL, qc, 31);
+        }
+        if (lane == 0) {
+            s.f_idx = found;
+            s.f_above_mass = m_found;
+        }
+    }
+    __syncthreads();
+    sel out;
+    out.id = s.f_idx >= 0 ? s.bsid[s.f_idx] : -1; /* need lies within the bin: always found */
+    out.mass_through = s.f_above_mass;
+    out.order = s.f_idx >= 0 ? dsample_order(s.bsx[s.f_idx]) : 0;
+    __syncthreads();
+    return out;
+}
+
 /* The candidate of w (histogram built) where the cumulative count (by_count) or mass, in
  * (value desc, id asc) order, first reaches need (1 <= need <= the total). */
 __device__ sel select_at(const view &w, int V, int id_bits, bool by_count, u64 need, bool need_id, smem &s)
@@ -317,10 +397,13 @@ __device__ sel select_at(const view &w, int V, int id_bits, bool by_count, u64 n
     int b = s.f_idx;
     u64 ac = s.f_above_cnt, am = s.f_above_mass;
     bool massless = s.h.hmass[b] == 0;
+    const u64 bin_cnt = s.h.hcnt[b];
     __syncthreads();
     sel out = {-1, am, 0};
     if (!need_id && massless)
         return out; /* the bin adds no mass: the mass through is what lies above it */
+    if (bin_cnt <= (u64)BCAP)
+        return select_in_bin(w, V, b, by_count, need, ac, am, s);
     uint32_t prefix = 0;
     u64 tie_cnt = 0, tie_mass = 0;
     for (int p = 0; p < 4; p++) {
@@ -524,17 +607,7 @@ __device__ bool topk_list(const view &w, int V, int top_k, float top_p, u64 bits
     });
     __syncthreads();
     const int n = s.n_list;
-    for (int j = threadIdx.x; j < n; j += ST) {
-        const uint32_t oj = dsample_order(s.l.x[j]);
-        const int ij = s.l.id[j];
-        int rank = 0;
-        for (int k = 0; k < n; k++) {
-            const uint32_t ok = dsample_order(s.l.x[k]);
-            rank += ok > oj || (ok == oj && s.l.id[k] < ij);
-        }
-        s.l.sx[rank] = s.l.x[j];
-        s.l.sid[rank] = ij;
-    }
+    rank_pairs(s.l.x, s.l.id, s.l.sx, s.l.sid, n);
     __syncthreads();
     const int kk = top_k < n ? top_k : n;
     for (int j = threadIdx.x; j < kk; j += ST)
@@ -573,7 +646,7 @@ __device__ bool topk_list(const view &w, int V, int top_k, float top_p, u64 bits
     return true;
 }
 
-__global__ void __launch_bounds__(ST) sample_kernel(struct cuda_sample a)
+__global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a)
 {
     __shared__ smem s;
     const struct dsample_row r = a.rows[blockIdx.x];
