@@ -10,10 +10,15 @@
  * from the maximum), the bin where the cumulative count or mass crosses the target,
  * then a radix descent inside that bin over the order-preserving bits of the value (4
  * passes of 8 bits) and over the ids of the tied tokens (ascending), each pass a
- * 256-bin histogram of the tokens still in play.  One primitive serves top-k (count),
- * top-p and the draw (mass), and the top logprobs (count).  Without top-k the CPU
- * sampler draws in id order: then each thread sums a run of ids and an integer scan of
- * the runs finds the one that holds the target. */
+ * 256-bin histogram of the tokens still in play; a bin of at most BCAP candidates is
+ * instead collected and ranked in one pass (select_in_bin).  One primitive serves
+ * top-k (count), top-p and the draw (mass), and the top logprobs (count).  Without
+ * top-k the CPU sampler draws in id order: then each warp sums runs of ids and an
+ * integer scan of the runs finds the one that holds the target (draw_id_order; at
+ * temperature alone this one pass is the whole draw).  Top-k up to LCAP skips the
+ * radix passes: a count histogram finds the k-th's bin, and the candidates down to it
+ * are collected and ranked (topk_list).  Each pass over a row keeps several loads in
+ * flight a thread (row_pass): one block reads all of it. */
 #include "kernels/cuda/common.cuh"
 
 #include <limits.h>
