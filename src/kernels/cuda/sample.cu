@@ -289,6 +289,21 @@ __device__ void clear_digits(smem &s)
     __syncthreads();
 }
 
+/* The sum of every thread's v (integers: any order). */
+__device__ u64 block_sum(u64 v, smem &s)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(FULL, v, o);
+    if ((threadIdx.x & 31) == 0)
+        s.wsum[threadIdx.x >> 5] = v;
+    __syncthreads();
+    u64 t = 0;
+    for (int k = 0; k < NW; k++)
+        t += s.wsum[k];
+    __syncthreads();
+    return t;
+}
+
 /* The first-level histogram of w's candidates (counts, and masses when weights);
  * totals in s.tot_cnt, s.tot_mass. */
 __device__ void build_hist(const view &w, int V, smem &s, bool weights = true)
@@ -298,16 +313,34 @@ __device__ void build_hist(const view &w, int V, smem &s, bool weights = true)
         s.h.hmass[j] = 0;
     }
     __syncthreads();
-    row_pass(w, V, [&](int, float v, bool cand) {
-        int bin = -1;
-        u64 q = 0;
-        if (cand) {
-            bin = dsample_bin(w.ref, v, w.t);
-            if (weights)
+    if (weights) {
+        row_pass(w, V, [&](int, float v, bool cand) {
+            int bin = -1;
+            u64 q = 0;
+            if (cand) {
+                bin = dsample_bin(w.ref, v, w.t);
                 q = dsample_weight(w.ref, v, w.t);
-        }
-        hist_add(s.h.hcnt, s.h.hmass, bin, q);
-    });
+            }
+            hist_add(s.h.hcnt, s.h.hmass, bin, q);
+        });
+    } else {
+        /* counts alone: a plain atomic a candidate (a warp's lanes rarely share a bin),
+         * except the last bin, where most of a peaked row's tokens fall: each thread
+         * counts those itself and the block adds them up */
+        unsigned tail = 0;
+        row_pass(w, V, [&](int, float v, bool cand) {
+            if (cand) {
+                const int bin = dsample_bin(w.ref, v, w.t);
+                if (bin < DSAMPLE_BINS - 1)
+                    atomicAdd(&s.h.hcnt[bin], 1u);
+                else
+                    tail++;
+            }
+        });
+        const u64 t = block_sum(tail, s); /* synchronises the block */
+        if (threadIdx.x == 0)
+            s.h.hcnt[DSAMPLE_BINS - 1] += (unsigned)t;
+    }
     __syncthreads();
     find_bin(s.h.hcnt, s.h.hmass, DSAMPLE_BINS, true, ~0ull, s); /* for the totals */
 }
@@ -568,20 +601,6 @@ __device__ int draw_id_order(const view &w, int V, int edge, u64 total, u64 bits
     return token;
 }
 
-/* The sum of every thread's v (integers: any order). */
-__device__ u64 block_sum(u64 v, smem &s)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(FULL, v, o);
-    if ((threadIdx.x & 31) == 0)
-        s.wsum[threadIdx.x >> 5] = v;
-    __syncthreads();
-    u64 t = 0;
-    for (int k = 0; k < NW; k++)
-        t += s.wsum[k];
-    __syncthreads();
-    return t;
-}
 
 /* Top-k with k <= LCAP without a pass per radix digit: a histogram of the candidates'
  * counts by first-level bin finds the bin of the k-th; when the candidates down to that
