@@ -730,11 +730,13 @@ bool engine_step(struct hearth_engine *e)
         engine_publish_stats(e);
         return false;
     }
-    bool decode_only = true;
-    for (int i = 0; i < plan.n_rows && decode_only; i++)
-        decode_only = plan.rows[i].query_len == 1 && plan.rows[i].s->committed >= plan.rows[i].s->g->n_prompt;
-    step_prof_kind(&e->prof, decode_only, plan.n_rows);
-    step_prof_mark(&e->prof, STEP_PROF_PLAN);
+    if (e->prof.on) { /* whether every row is one generated token: the profile's kind of step */
+        bool decode_only = true;
+        for (int i = 0; i < plan.n_rows && decode_only; i++)
+            decode_only = plan.rows[i].query_len == 1 && plan.rows[i].s->committed >= plan.rows[i].s->g->n_prompt;
+        step_prof_kind(&e->prof, decode_only, plan.n_rows);
+        step_prof_mark(&e->prof, STEP_PROF_PLAN);
+    }
 
     char err[HR_ERRLEN];
     enum hr_status st = HR_OK;

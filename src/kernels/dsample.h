@@ -115,6 +115,17 @@ DSAMPLE_HD uint32_t dsample_float_bits(float f)
 #endif
 }
 
+DSAMPLE_HD float dsample_bits_float(uint32_t b)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(b);
+#else
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+#endif
+}
+
 /* NaN counts as -inf, +inf as FLT_MAX (as the CPU's sampler). */
 DSAMPLE_HD float dsample_clean(float v)
 {
@@ -169,14 +180,7 @@ DSAMPLE_HD float dsample_expf_neg(float d)
     p = 0.5f + r * p;
     p = 1.0f + r * p;
     p = 1.0f + r * p;
-    uint32_t bits = (uint32_t)(127 - (int)kf) << 23;
-    float scale;
-#ifdef __CUDA_ARCH__
-    scale = __uint_as_float(bits);
-#else
-    memcpy(&scale, &bits, sizeof scale);
-#endif
-    return p * scale;
+    return p * dsample_bits_float((uint32_t)(127 - (int)kf) << 23); /* 2^-k */
 }
 
 /* ln(x) for x >= 1 (finite): x = m 2^e with m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s),

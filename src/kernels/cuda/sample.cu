@@ -351,10 +351,26 @@ struct sel {
     uint32_t order;    /* its value's order key */
 };
 
-/* Ranks n (value, id) pairs of x / id into sx / sid by (value desc, id asc): each
- * thread counts the pairs before its own (the pairs are distinct: one per id). */
-__device__ __forceinline__ void rank_pairs(const float *x, const int *id, float *sx, int *sid, int n)
+/* The candidates of w whose first-level bin passes in_bins (the caller knows how many:
+ * they fit x / id), collected in one pass in any slot order, then ranked into sx / sid
+ * by (value desc, id asc): each thread counts the pairs before its own (one pair a id:
+ * the ranks are distinct).  Returns how many. */
+template <class P>
+__device__ __forceinline__ int collect_ranked(const view &w, int V, P in_bins, float *x, int *id, float *sx, int *sid,
+                                              smem &s)
 {
+    if (threadIdx.x == 0)
+        s.n_list = 0;
+    __syncthreads();
+    row_pass(w, V, [&](int i, float v, bool cand) {
+        if (cand && in_bins(dsample_bin(w.ref, v, w.t))) {
+            int at = atomicAdd(&s.n_list, 1); /* slot order varies: ranked below */
+            x[at] = v;
+            id[at] = i;
+        }
+    });
+    __syncthreads();
+    const int n = s.n_list;
     for (int j = threadIdx.x; j < n; j += ST) {
         const uint32_t oj = dsample_order(x[j]);
         const int ij = id[j];
@@ -366,29 +382,18 @@ __device__ __forceinline__ void rank_pairs(const float *x, const int *id, float 
         sx[rank] = x[j];
         sid[rank] = ij;
     }
+    __syncthreads();
+    return n;
 }
 
 /* select_at's end when first-level bin b holds at most BCAP candidates: they are
- * collected in one pass (any slot order), ranked by (value desc, id asc), and warp 0
- * walks them from the count ac and mass am above the bin to the first whose cumulative
+ * collected and ranked (collect_ranked), and warp 0 walks them from the count ac and mass am above the bin to the first whose cumulative
  * count (by_count) or mass reaches need, in place of the radix passes: the same token,
  * and the same mass through it (tied values weigh the same either way). */
-__device__ __forceinline__ sel select_in_bin(const view &w, int V, int b, bool by_count, u64 need, u64 ac, u64 am, smem &s)
+__device__ __forceinline__ sel select_in_bin(const view &w, int V, int b, bool by_count, u64 need, u64 ac, u64 am,
+                                                smem &s)
 {
-    if (threadIdx.x == 0)
-        s.n_list = 0;
-    __syncthreads();
-    row_pass(w, V, [&](int i, float v, bool cand) {
-        if (cand && dsample_bin(w.ref, v, w.t) == b) {
-            int at = atomicAdd(&s.n_list, 1); /* slot order varies: ranked below */
-            s.bx[at] = v;
-            s.bid[at] = i;
-        }
-    });
-    __syncthreads();
-    const int n = s.n_list;
-    rank_pairs(s.bx, s.bid, s.bsx, s.bsid, n);
-    __syncthreads();
+    const int n = collect_ranked(w, V, [b](int bin) { return bin == b; }, s.bx, s.bid, s.bsx, s.bsid, s);
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
         u64 c = ac, m = am;
@@ -520,13 +525,13 @@ __device__ __forceinline__ u64 id_weight_of(const view &w, float raw, int edge)
 /* The draw in id order over the candidates whose CPU bin is below edge (the CPU
  * sampler's order without top-k): the first whose cumulative mass exceeds target =
  * floor(u total), or -1 when target is at or past their mass (then the rest, in sorted
- * order, hold it).  total: given (top-p's kept mass), or 0: their own mass, returned
- * in *mass.  The row is cut into at most SEGS runs of consecutive ids; each warp sums
+ * order, hold it).  total: given (top-p's kept mass), or 0: their own mass (then -1
+ * means they have none: every candidate was +inf).  The row is cut into at most SEGS runs of consecutive ids; each warp sums
  * whole runs (its lanes read consecutive ids), warp 0 scans the runs' sums and walks
  * the one that holds the target 32 ids at a time.  Integer sums: the cut changes no
  * result. */
 constexpr int SEGS = 256, DF = 16; /* DF: loads in flight a lane */
-__device__ int draw_id_order(const view &w, int V, int edge, u64 total, u64 bits53, u64 *mass, smem &s)
+__device__ int draw_id_order(const view &w, int V, int edge, u64 total, u64 bits53, smem &s)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int seg_len = (V + SEGS - 1) / SEGS;
@@ -561,9 +566,8 @@ __device__ int draw_id_order(const view &w, int V, int edge, u64 total, u64 bits
             if (lane >= o)
                 incl += a;
         }
-        const u64 all = __shfl_sync(FULL, incl, 31);
         if (total == 0)
-            total = all;
+            total = __shfl_sync(FULL, incl, 31);
         const u64 target = total ? dsample_target(bits53, total) : 0;
         /* the run that holds target: the lane's, then the run within it */
         unsigned hit = __ballot_sync(FULL, total && target < incl);
@@ -589,14 +593,11 @@ __device__ int draw_id_order(const view &w, int V, int edge, u64 total, u64 bits
                 before += __shfl_sync(FULL, c, 31);
             }
         }
-        if (lane == 0) {
+        if (lane == 0)
             s.f_idx = token;
-            s.tot_mass = all;
-        }
     }
     __syncthreads();
     int token = s.f_idx;
-    *mass = s.tot_mass;
     __syncthreads();
     return token;
 }
@@ -619,20 +620,7 @@ __device__ bool topk_list(const view &w, int V, int top_k, float top_p, u64 bits
     __syncthreads();
     if (n_list > (u64)LCAP)
         return false;
-    if (threadIdx.x == 0)
-        s.n_list = 0;
-    __syncthreads();
-    row_pass(w, V, [&](int i, float v, bool cand) {
-        if (cand && dsample_bin(w.ref, v, w.t) <= b) {
-            int at = atomicAdd(&s.n_list, 1); /* slot order varies: ranked below */
-            s.l.x[at] = v;
-            s.l.id[at] = i;
-        }
-    });
-    __syncthreads();
-    const int n = s.n_list;
-    rank_pairs(s.l.x, s.l.id, s.l.sx, s.l.sid, n);
-    __syncthreads();
+    const int n = collect_ranked(w, V, [b](int bin) { return bin <= b; }, s.l.x, s.l.id, s.l.sx, s.l.sid, s);
     const int kk = top_k < n ? top_k : n;
     for (int j = threadIdx.x; j < kk; j += ST)
         s.l.q[j] = dsample_weight(w.ref, s.l.sx[j], w.t);
@@ -708,9 +696,8 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a)
         const bool sorted = r.top_k > 0 && r.top_k < V; /* the CPU draws in sorted order */
         if (!sorted && !(r.top_p < 1.0f)) {
             /* temperature and min-p alone: one pass sums and draws in id order */
-            u64 total;
-            int t = draw_id_order(w, V, DSAMPLE_CPU_BINS, 0, bits, &total, s);
-            if (total > 0) /* else every candidate was +inf: greedy */
+            int t = draw_id_order(w, V, DSAMPLE_CPU_BINS, 0, bits, s);
+            if (t >= 0) /* else every candidate was +inf: greedy */
                 token = t;
         } else if (sorted && r.top_k <= LCAP && topk_list(w, V, r.top_k, r.top_p, bits, &token, s)) {
             /* drawn from the list of the best candidates */
@@ -728,8 +715,8 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a)
                     if (!sorted)
                         edge = dsample_cpu_bin(xmax, x[kept.id], r.temperature);
                 }
-                u64 target = dsample_target(bits, total), mass;
-                token = sorted ? -1 : draw_id_order(w, V, edge, total, bits, &mass, s);
+                u64 target = dsample_target(bits, total);
+                token = sorted ? -1 : draw_id_order(w, V, edge, total, bits, s);
                 if (token < 0) /* in sorted order: the kept tokens the id walk left, after its mass */
                     token = select_at(w, V, id_bits, false, target + 1, true, s).id;
             }
