@@ -1466,22 +1466,30 @@ int main(int argc, char **argv)
         printf("variant %s\n", K->name);
         if (rows_only) {
             TEST_RUN(test_gemm_rows);
-            /* again with the tile's last block adding the parts of one row (ticketed, in
-             * the kernel) instead of the combine kernel, where a tile has that path (the
-             * mma.sync tiles: sm80): both must give the fold's bytes */
-            const char *was = getenv("HEARTH_CUDA_GEMM_EXT_ROWS");
-            bool had = was != NULL; /* was is gone after setenv: keep its text */
-            char keep[32];
-            snprintf(keep, sizeof keep, "%s", had ? was : "");
-            setenv("HEARTH_CUDA_GEMM_EXT_ROWS", "1", 1);
+            /* again with the other ways of adding a row's parts: the tile's last block
+             * (ticketed, in the kernel) on the mma.sync tiles (sm80), combine_kernel
+             * instead of the cluster's shared memory on the TMA tile (sm90a): each
+             * must give the fold's bytes */
+            static const char *const knobs[2] = {"HEARTH_CUDA_GEMM_EXT_ROWS", "HEARTH_CUDA_GEMM_CLUSTER"};
+            static const char *const vals[2] = {"1", "0"};
+            char keep[2][32];
+            bool had[2];
+            for (int i = 0; i < 2; i++) {
+                const char *was = getenv(knobs[i]);
+                had[i] = was != NULL; /* was is gone after setenv: keep its text */
+                snprintf(keep[i], sizeof keep[i], "%s", had[i] ? was : "");
+                setenv(knobs[i], vals[i], 1);
+            }
             if (K->prepare(info.sm_count, err, sizeof err) == HR_OK)
                 TEST_RUN(test_gemm_rows);
             else
                 CHECK_MSG(0, "%s", err);
-            if (had)
-                setenv("HEARTH_CUDA_GEMM_EXT_ROWS", keep, 1);
-            else
-                unsetenv("HEARTH_CUDA_GEMM_EXT_ROWS");
+            for (int i = 0; i < 2; i++) {
+                if (had[i])
+                    setenv(knobs[i], keep[i], 1);
+                else
+                    unsetenv(knobs[i]);
+            }
             CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
             continue;
         }

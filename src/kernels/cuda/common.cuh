@@ -56,22 +56,37 @@ __device__ __forceinline__ void pdl_release()
 
 extern bool g_pdl; /* this variant's launches are programmatic (variant.cu) */
 
+/* A launch, programmatic where g_pdl; cz > 1 groups the blocks of each z run of cz into
+ * a thread-block cluster (Hopper: their shared memory is one another's, DSMEM). */
 template <typename... P, typename... A>
-void klaunch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A &&...args)
+void klaunch_cz(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, int cz, A &&...args)
 {
     cudaLaunchConfig_t c = {};
     c.gridDim = grid;
     c.blockDim = block;
     c.dynamicSmemBytes = smem;
     c.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute at[2];
+    int n = 0;
     if (g_pdl) {
-        c.attrs = at;
-        c.numAttrs = 1;
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n++].val.programmaticStreamSerializationAllowed = 1;
     }
+    if (cz > 1) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = 1;
+        at[n].val.clusterDim.y = 1;
+        at[n++].val.clusterDim.z = (unsigned)cz;
+    }
+    c.attrs = n ? at : NULL;
+    c.numAttrs = (unsigned)n;
     cudaLaunchKernelEx(&c, kernel, std::forward<A>(args)...);
+}
+
+template <typename... P, typename... A>
+void klaunch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A &&...args)
+{
+    klaunch_cz(kernel, grid, block, smem, st, 1, std::forward<A>(args)...);
 }
 
 /* The launch's error as a status (checked after every launch). */

@@ -8,7 +8,8 @@
  * part summed from zero, and the parts' sums added in order 0, 1, ... S-1.  Who
  * computes a part does not change what is summed: either one block per part (the
  * partial sums go to a workspace and combine_kernel, or the last block of a tile to
- * finish chosen by a ticket counter, adds them in order), or one block walks all S
+ * finish chosen by a ticket counter, adds them in order; on Hopper's TMA tile, the
+ * tile's cluster adds them in shared memory), or one block walks all S
  * parts and folds each into a running sum as it ends (no workspace: large m, where the
  * tiles alone fill the SMs).  So row i of y has the same bits whatever m is and
  * whatever the other rows hold; the tests compare the ways at the same shapes, bytes.
@@ -83,6 +84,19 @@ int g_par_rows = 256; /* the most rows of m whose tiles' parts may go to a block
  * 1 even as a launch more (H200 greedy decode 0.6B 631 -> 741 tok/s, 8B 185 -> 191,
  * 30B-A3B 226 -> 238, outputs equal; bench/notes/cuda.md) */
 int g_ext_rows = 0;
+/* How the TMA tile's K-split parts are added where a block takes a part
+ * (HEARTH_CUDA_GEMM_CLUSTER; the sums are the same every way): */
+enum { CL_OFF, /* 0: combine_kernel */
+       CL_AUTO, /* 1: a cluster of a tile's parts where the clusters fit the GPU at once,
+                 * one block an SM if they fit so, else two; elsewhere combine_kernel */
+       CL_ONE, /* "one", "two": that cluster build whatever fits (for benchmarks) */
+       CL_TWO };
+int g_cluster = CL_AUTO;
+int g_cluster_kt = 16; /* CL_AUTO: the longest part, in k tiles, added in a cluster (HEARTH_CUDA_GEMM_CLUSTER_KT) */
+#if defined(CUK_HOPPER)
+/* the clusters of 2, 4, 8 blocks that can run at once: [WG - 1][two blocks an SM][log2 - 1] */
+int g_max_clusters[2][2][3];
+#endif
 char g_tag[48];       /* the settings above that change sums, where not the defaults (gemm_tag) */
 
 struct params {
@@ -97,6 +111,7 @@ struct params {
     int m, k, split, n_tiles;
     int par;      /* blocks a tile's K is shared by: split (a part each) or 1 (one block folds them all) */
     int ext;      /* 1: a part a block writes its partials only; combine_kernel adds them (no tickets) */
+    int cluster;  /* 1: a part a block, a cluster of par blocks a tile adds them in its shared memory */
 };
 
 /* SwiGLU's element: bf16 into y, and where asked its exact widening into y32 (the
@@ -157,6 +172,9 @@ __device__ __forceinline__ seg seg_of(const params &p, int ntg)
 }
 
 constexpr int MAX_SPLIT = 32;
+#if defined(CUK_HOPPER)
+constexpr int CLUSTER_MAX = 8; /* the most blocks of a portable cluster: parts added in DSMEM */
+#endif
 
 /* Parts' partial sums of a column of tile ntg at row `row`, added in part order. */
 __device__ __forceinline__ float part_sum(const params &p, int row, int ntg, int c)
@@ -189,6 +207,34 @@ template <int BM, int NT> __device__ void combine_parts(const params &p, int m0,
         tile[(e / BN) * ld + e % BN] = part_sum(p, m0 + e / BN, ntg, e % BN);
 }
 
+/* Output column c of a tile (SwiGLU: c < BN / 2, gate column c with up column BN / 2 +
+ * c) at row `row` of segment sg, from sum(cc): tile column cc's parts added in part
+ * order; the epilogue element by element as the GEMM kernels do it. */
+template <int EPI, class S>
+__device__ __forceinline__ void epi_element(const params &p, const seg &sg, int row, int c, S sum)
+{
+    if constexpr (EPI == CUDA_EPI_SWIGLU_BF16) {
+        int col = sg.nt * (BN / 2) + c;
+        if (c >= BN / 2 || col >= sg.n)
+            return;
+        float g = sum(c), u = sum(BN / 2 + c);
+        float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+        swiglu_store(p, (uint16_t *)sg.y, (size_t)row * sg.n + col, __fmul_rn(silu, u));
+    } else {
+        int col = sg.nt * BN + c;
+        if (col >= sg.n)
+            return;
+        float v = sum(c);
+        size_t at = (size_t)row * sg.n + col;
+        if constexpr (EPI == CUDA_EPI_STORE_F32)
+            ((float *)sg.y)[at] = v;
+        else if constexpr (EPI == CUDA_EPI_ADD_F32)
+            ((float *)sg.y)[at] = __fadd_rn(((float *)sg.y)[at], v);
+        else
+            ((uint16_t *)sg.y)[at] = f32_to_bf16(v);
+    }
+}
+
 /* Block (tile blockIdx.x, row blockIdx.y) after an ext launch: each column's parts
  * added in part order (the sums of combine_parts), then the epilogue, element by
  * element as the GEMM kernels do it.  Every element by its own thread: where a tile
@@ -199,26 +245,7 @@ template <int EPI> __global__ void __launch_bounds__(BN) combine_kernel(params p
     const seg sg = seg_of(p, ntg);
     pdl_wait();
     pdl_release();
-    if constexpr (EPI == CUDA_EPI_SWIGLU_BF16) {
-        int col = sg.nt * (BN / 2) + c;
-        if (c >= BN / 2 || col >= sg.n)
-            return;
-        float g = part_sum(p, row, ntg, c), u = part_sum(p, row, ntg, BN / 2 + c);
-        float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-        swiglu_store(p, (uint16_t *)sg.y, (size_t)row * sg.n + col, __fmul_rn(silu, u));
-    } else {
-        int col = sg.nt * BN + c;
-        if (col >= sg.n)
-            return;
-        float v = part_sum(p, row, ntg, c);
-        size_t at = (size_t)row * sg.n + col;
-        if constexpr (EPI == CUDA_EPI_STORE_F32)
-            ((float *)sg.y)[at] = v;
-        else if constexpr (EPI == CUDA_EPI_ADD_F32)
-            ((float *)sg.y)[at] = __fadd_rn(((float *)sg.y)[at], v);
-        else
-            ((uint16_t *)sg.y)[at] = f32_to_bf16(v);
-    }
+    epi_element<EPI>(p, sg, row, c, [&](int cc) { return part_sum(p, row, ntg, cc); });
 }
 
 /* One block: tile (blockIdx.y, blockIdx.x) of y, k tiles of split blockIdx.z.  For
@@ -704,6 +731,60 @@ __device__ __forceinline__ void tma_box(void *dst, const CUtensorMap *map, int c
                  : "memory");
 }
 
+/* Every thread of the cluster arrives, then waits for the rest: what each wrote to its
+ * shared memory before is seen by the others after (release / acquire). */
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release;\n"
+                 "barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+/* The float at shared address a of the cluster's block `rank`. */
+__device__ __forceinline__ float ld_dsmem(uint32_t a, int rank)
+{
+    uint32_t ra;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(ra) : "memory");
+    return v;
+}
+
+/* The K split's parts added inside a cluster (a block a part; part q is the cluster's
+ * block q): each block has staged its part's tile (the rows below m, row stride BN + 1
+ * floats) in its own shared memory; after the cluster's barrier the blocks share the
+ * tile's outputs, each element's parts read from the blocks' smem and added in part
+ * order (part_sum's sums: the same bits as combine_kernel), then the epilogue.  No
+ * workspace, no second launch.  Every thread of every block calls it (the barriers
+ * count them all); those with t in [0, nthr) take outputs. */
+template <int EPI, int BM>
+__device__ __forceinline__ void cluster_sum_out(const params &p, const float *tile, int m0, int ntg, const seg &sg,
+                                                int t, int nthr)
+{
+    constexpr int W = EPI == CUDA_EPI_SWIGLU_BF16 ? BN / 2 : BN, LD = BN + 1;
+    cluster_sync();
+    if (t >= 0 && t < nthr) {
+        const int S = p.par, rows = min(BM, p.m - m0);
+        const uint32_t base = smem_u32(tile);
+        for (int w = blockIdx.z * nthr + t; w < rows * W; w += S * nthr) {
+            const int lr = w / W, c = w % W;
+            epi_element<EPI>(p, sg, m0 + lr, c, [&](int cc) {
+                const uint32_t a = base + (uint32_t)(lr * LD + cc) * 4;
+                float v[CLUSTER_MAX];
+#pragma unroll
+                for (int q = 0; q < CLUSTER_MAX; q++)
+                    if (q < S)
+                        v[q] = ld_dsmem(a, q);
+                float sum = v[0];
+#pragma unroll
+                for (int q = 1; q < CLUSTER_MAX; q++)
+                    if (q < S)
+                        sum = __fadd_rn(sum, v[q]);
+                return sum;
+            });
+        }
+    }
+    cluster_sync(); /* no block leaves while another still reads its smem */
+}
+
 template <int WG, int EPI, bool FOLD>
 __global__ void __launch_bounds__(tma<WG, FOLD>::NT, tma<WG, FOLD>::TWO ? 2 : 1)
     gemm_tma_kernel(const __grid_constant__ tparams tp)
@@ -774,6 +855,8 @@ __global__ void __launch_bounds__(tma<WG, FOLD>::NT, tma<WG, FOLD>::TWO ? 2 : 1)
             pdl_wait();
             pdl_release();
         }
+        if (p.cluster) /* the cluster's barriers count the producer's threads too */
+            cluster_sum_out<EPI, BM>(p, (const float *)smem, m0, ntg, sgm, -1, 0);
         return; /* the consumers' barriers below name just them */
     }
 
@@ -829,6 +912,17 @@ __global__ void __launch_bounds__(tma<WG, FOLD>::NT, tma<WG, FOLD>::TWO ? 2 : 1)
         }
     }
     float *acc = FOLD ? run : d; /* without a fold a block has one part (nq == 1) */
+    if (p.cluster) { /* a part a block, added in the cluster's shared memory */
+        asm volatile("bar.sync 1, %0;\n" ::"n"(G::NC) : "memory"); /* every wgmma is done with the ring */
+        float *tile = (float *)smem;
+        const int rows = min(BM, p.m - m0);
+        wg_each(wgi * 64, 0, [&](int e, int lr, int lc) {
+            if (lr < rows)
+                tile[lr * (BN + 1) + lc] = acc[e];
+        });
+        cluster_sum_out<EPI, BM>(p, tile, m0, ntg, sgm, tid, G::NC);
+        return;
+    }
     if (p.par > 1) { /* a part a block: combine_kernel adds the parts */
         wg_partials(p, acc, m0 + wgi * 64 < p.m, m0 + wgi * 64, ntg, s);
         return;
@@ -843,6 +937,29 @@ template <int WG, bool FOLD> void tma_set_smem()
         cudaFuncSetAttribute(gemm_tma_kernel<WG, decltype(E)::value, FOLD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              tma<WG, FOLD>::SMEM);
     });
+}
+
+/* Clusters of cz blocks of the tile's build that the GPU runs at once (the blocks of a
+ * cluster share a GPC: a count of clusters that fits one block an SM may still not
+ * fit in one wave); 0 where the query fails. */
+template <int WG, bool FOLD> int tma_max_clusters(int cz)
+{
+    using G = tma<WG, FOLD>;
+    cudaLaunchConfig_t c = {};
+    c.gridDim = dim3(1, 1, cz);
+    c.blockDim = dim3(G::NT);
+    c.dynamicSmemBytes = G::SMEM;
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = 1;
+    at.val.clusterDim.y = 1;
+    at.val.clusterDim.z = (unsigned)cz;
+    c.attrs = &at;
+    c.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, gemm_tma_kernel<WG, CUDA_EPI_STORE_F32, FOLD>, &c) != cudaSuccess)
+        n = 0;
+    return n;
 }
 
 decltype(&cuTensorMapEncodeTiled) g_encode; /* the driver's, looked up by gemm_prepare */
@@ -871,13 +988,15 @@ template <int WG, bool FOLD> void tma_launch_epi(const tparams &tp, enum cuda_ep
     using G = tma<WG, FOLD>;
     const params &p = tp.p;
     dim3 grid(p.n_tiles, (p.m + G::BM - 1) / G::BM, p.par);
-    by_epi(epi, [&](auto E) { klaunch(gemm_tma_kernel<WG, decltype(E)::value, FOLD>, grid, G::NT, G::SMEM, st, tp); });
+    by_epi(epi, [&](auto E) {
+        klaunch_cz(gemm_tma_kernel<WG, decltype(E)::value, FOLD>, grid, G::NT, G::SMEM, st, p.cluster ? p.par : 1, tp);
+    });
 }
 
 /* The tensor maps of a launch, then the kernel: the folding build where the shape has a
  * K split (a function of the shape, like the split). */
-template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_gemm *g, cudaStream_t st, char *err,
-                                            size_t errlen)
+template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_gemm *g, bool two, cudaStream_t st,
+                                            char *err, size_t errlen)
 {
     tparams tp;
     memset(&tp, 0, sizeof tp);
@@ -890,7 +1009,7 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
         rc = tma_map(&tp.tup, g->w_up, g->n, p.k, 64, "w_up", err, errlen);
     if (rc != HR_OK)
         return rc;
-    if (p.split > 1)
+    if (p.split > 1 && !two) /* two: a part a block (par == split), two blocks an SM */
         tma_launch_epi<WG, true>(tp, g->epi, st);
     else
         tma_launch_epi<WG, false>(tp, g->epi, st);
@@ -974,8 +1093,15 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     g_fill = f && *f ? atoi(f) : 1;
     g_min_part = mk && *mk ? atoi(mk) : 256;
     g_par_rows = pr && *pr ? atoi(pr) : 256;
-    const char *er = getenv("HEARTH_CUDA_GEMM_EXT_ROWS");
+    const char *er = getenv("HEARTH_CUDA_GEMM_EXT_ROWS"), *cl = getenv("HEARTH_CUDA_GEMM_CLUSTER");
     g_ext_rows = er && *er ? atoi(er) : 0;
+    g_cluster = !cl || !*cl ? CL_AUTO
+                : strcmp(cl, "one") == 0 ? CL_ONE
+                : strcmp(cl, "two") == 0 ? CL_TWO
+                : atoi(cl) != 0 ? CL_AUTO
+                                : CL_OFF;
+    const char *ckt = getenv("HEARTH_CUDA_GEMM_CLUSTER_KT");
+    g_cluster_kt = ckt && *ckt ? atoi(ckt) : 16;
     if (g_fill < 1 || g_fill > 16 || g_min_part < 64 || g_min_part % 64 || g_par_rows < 1 || g_ext_rows < 0)
         return hr_err(err, errlen, HR_ERR_INVALID,
                       "HEARTH_CUDA_GEMM_FILL=%s / _MIN_PART=%s / _PAR_ROWS=%s / _EXT_ROWS=%s: 1..16, a multiple "
@@ -1034,6 +1160,17 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     tma_set_smem<2, false>();
     tma_set_smem<1, true>();
     tma_set_smem<1, false>();
+    for (int cz = 2, l = 0; cz <= CLUSTER_MAX; cz *= 2, l++) {
+        g_max_clusters[1][0][l] = tma_max_clusters<2, true>(cz);
+        g_max_clusters[1][1][l] = tma_max_clusters<2, false>(cz);
+        g_max_clusters[0][0][l] = tma_max_clusters<1, true>(cz);
+        g_max_clusters[0][1][l] = tma_max_clusters<1, false>(cz);
+    }
+    cudaGetLastError(); /* a failed query only means no clusters (0) */
+    if (getenv("HEARTH_CUDA_GEMM_LOG"))
+        fprintf(stderr, "cuda gemm (%s): clusters of 2/4/8 at once: 128-row tile %d/%d/%d one block an SM, %d/%d/%d two\n",
+                CUK_STR(CUK_VARIANT), g_max_clusters[1][0][0], g_max_clusters[1][0][1], g_max_clusters[1][0][2],
+                g_max_clusters[1][1][0], g_max_clusters[1][1][1], g_max_clusters[1][1][2]);
     if (!g_encode) {
         void *fn = NULL;
         cudaDriverEntryPointQueryResult q;
@@ -1111,6 +1248,27 @@ static int gemm_par(int m, int n, int k, enum cuda_epi epi)
     return m <= par_max_rows(n, k, epi) ? gemm_split(n, k, epi) : 1;
 }
 
+#if defined(CUK_HOPPER)
+/* How a launch of the TMA tile with a part a block adds its parts (par == split;
+ * `clusters` = its tiles, kt k tiles a part): 0 combine_kernel, 1 a cluster a tile of
+ * the one-block-an-SM build (six stages), 2 of the two-blocks-an-SM build (three).
+ * Measured on the H200 (bench/notes/cuda.md): the two-block build is the faster in a
+ * model's step (the next kernel's blocks fit beside it and start their preamble: 0.6B
+ * batch-1 906 against 852 tok/s) where the clusters all run at once (a second wave of
+ * them costs more than combine_kernel's launch) and a part is short; a long part
+ * wants the six stages' bytes in flight (8B down, 48 k tiles a part: 43.0 us in
+ * clusters, 34.6 with combine_kernel). */
+static int cluster_way(int wgi, int clusters, int cz, int kt)
+{
+    if (g_cluster == CL_OFF || cz < 2 || cz > CLUSTER_MAX)
+        return 0;
+    if (g_cluster != CL_AUTO)
+        return g_cluster == CL_ONE ? 1 : 2;
+    int l = cz == 2 ? 0 : cz == 4 ? 1 : 2;
+    return kt <= g_cluster_kt && clusters <= g_max_clusters[wgi][1][l] ? 2 : 0;
+}
+#endif
+
 /* rows of m that can run a part a block: the workspace's height */
 static size_t par_rows(int m, int n, int k, enum cuda_epi epi)
 {
@@ -1176,13 +1334,20 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     p.split = gemm_split(n, g->k, g->epi);
     p.par = gemm_par(g->m, n, g->k, g->epi);
     const bool tma_tile = t == TILE_TMA || t == TILE_TMA64;
-    p.ext = p.par > 1 && (g->m > g_ext_rows || tma_tile);
+    int way = 0;
+#if defined(CUK_HOPPER)
+    if (tma_tile && p.par > 1)
+        way = cluster_way(t == TILE_TMA ? 1 : 0, t0 * ((g->m + tile_bm(t) - 1) / tile_bm(t)), p.par,
+                          g->k / tile_bk(t) / p.split);
+#endif
+    p.cluster = way != 0;
+    p.ext = p.par > 1 && !p.cluster && (g->m > g_ext_rows || tma_tile);
     p.n_tiles = t0;
     p.tickets = NULL;
     p.part = NULL;
     if ((g->m + tile_bm(t) - 1) / tile_bm(t) > 65535)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: m=%d too large", g->m);
-    if (p.par > 1) {
+    if (p.par > 1 && !p.cluster) {
         size_t need = (size_t)p.split * g->m * p.n_tiles * BN * sizeof(float);
         size_t nt = (size_t)((g->m + tile_bm(t) - 1) / tile_bm(t)) * p.n_tiles;
         if (tma_tile)
@@ -1199,7 +1364,8 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
         launch<cfg64x64>(p, g->epi, st);
 #if defined(CUK_HOPPER)
     else if (t == TILE_TMA || t == TILE_TMA64) {
-        enum hr_status rc = t == TILE_TMA ? tma_launch<2>(p, g, st, err, errlen) : tma_launch<1>(p, g, st, err, errlen);
+        enum hr_status rc = t == TILE_TMA ? tma_launch<2>(p, g, way == 2, st, err, errlen)
+                                          : tma_launch<1>(p, g, way == 2, st, err, errlen);
         if (rc != HR_OK)
             return rc;
     } else if (t == TILE_WGMMA)
