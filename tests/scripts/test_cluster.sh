@@ -43,7 +43,26 @@ fi
 if ! "$bin" mkmodel --shape tiny --tokenizer tests/.cache/qwen3 --out "$tmp/model" >"$tmp/mkmodel.log" 2>&1; then
   fail "mkmodel"; cat "$tmp/mkmodel.log"; finish
 fi
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# a free port below the kernel's ephemeral range: a port found by binding port 0 is back in
+# that range once released, and a replica (--replica-port 0) or any client socket could
+# take it before the proxy binds it (seen once in CI: "Address already in use")
+free_port() {
+  python3 - <<'PY'
+import random, socket
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(1000):
+    p = random.randrange(max(1024, lo - 12000), lo)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(p)
+    break
+PY
+}
 model=tiny
 
 # ---- the new flags refuse bad values, naming the flag
@@ -54,6 +73,7 @@ check "cluster.sh: a bad --balance is refused" bash -c '! bash deploy/cluster.sh
 
 # ---- start: 3 replicas (any free ports) and the proxy
 pport=$(free_port); sport=$(free_port)
+while [ "$sport" = "$pport" ]; do sport=$(free_port); done
 export HEARTH_BIN=$bin
 if ! bash deploy/cluster.sh start --model "$tmp/model" --replicas 3 --port "$pport" --replica-port 0 \
      --stats-port "$sport" --dir "$run" --wait 120 -- --served-model-name "$model" --threads 1 \
@@ -117,6 +137,7 @@ single=$(workload "$direct" "$model" --key chat --tag 2 --chats "$chats")
 echo "single:       $single"
 reset_caches
 rrport=$(free_port); rrsport=$(free_port)
+while [ "$rrsport" = "$rrport" ]; do rrsport=$(free_port); done
 bash deploy/cluster.sh render --balance roundrobin --port "$rrport" --stats-port "$rrsport" \
   $(for i in 1 2 3; do echo --server "127.0.0.1:$(rport "$i")"; done) >"$tmp/rr.cfg"
 haproxy -db -f "$tmp/rr.cfg" >"$tmp/rr.log" 2>&1 &
