@@ -87,14 +87,16 @@ int g_ext_rows = 0;
 /* How the TMA tile's K-split parts are added where a block takes a part
  * (HEARTH_CUDA_GEMM_CLUSTER; the sums are the same every way): */
 enum { CL_OFF, /* 0: combine_kernel */
-       CL_AUTO, /* 1: a cluster of a tile's parts where the clusters fit the GPU at once,
-                 * one block an SM if they fit so, else two; elsewhere combine_kernel */
+       CL_AUTO, /* 1: a cluster of a tile's parts, two blocks an SM, where the clusters
+                 * fit the GPU at once and a part is short (cluster_way); elsewhere
+                 * combine_kernel */
        CL_ONE, /* "one", "two": that cluster build whatever fits (for benchmarks) */
        CL_TWO };
 int g_cluster = CL_AUTO;
 int g_cluster_kt = 16; /* CL_AUTO: the longest part, in k tiles, added in a cluster (HEARTH_CUDA_GEMM_CLUSTER_KT) */
 #if defined(CUK_HOPPER)
-/* the clusters of 2, 4, 8 blocks that can run at once: [WG - 1][two blocks an SM][log2 - 1] */
+/* the clusters of 2, 4, 8 blocks that can run at once: [WG - 1][two blocks an SM][log2 - 1]
+ * (the one-block-an-SM counts are logged only: CL_AUTO uses the two-block build) */
 int g_max_clusters[2][2][3];
 #endif
 char g_tag[48];       /* the settings above that change sums, where not the defaults (gemm_tag) */
