@@ -87,17 +87,14 @@ int g_ext_rows = 0;
 /* How the TMA tile's K-split parts are added where a block takes a part
  * (HEARTH_CUDA_GEMM_CLUSTER; the sums are the same every way): */
 enum { CL_OFF, /* 0: combine_kernel */
-       CL_AUTO, /* 1: a cluster of a tile's parts, two blocks an SM, where the clusters
-                 * fit the GPU at once and a part is short (cluster_way); elsewhere
-                 * combine_kernel */
-       CL_ONE, /* "one", "two": that cluster build whatever fits (for benchmarks) */
-       CL_TWO };
+       CL_AUTO, /* 1: a cluster of a tile's blocks where the clusters fit the GPU at once
+                 * and a part is short (in_cluster); elsewhere combine_kernel */
+       CL_ALL }; /* "all": a cluster wherever the parts are few enough (benchmarks) */
 int g_cluster = CL_AUTO;
 int g_cluster_kt = 16; /* CL_AUTO: the longest part, in k tiles, added in a cluster (HEARTH_CUDA_GEMM_CLUSTER_KT) */
 #if defined(CUK_HOPPER)
-/* the clusters of 2, 4, 8 blocks that can run at once: [WG - 1][two blocks an SM][log2 - 1]
- * (the one-block-an-SM counts are logged only: CL_AUTO uses the two-block build) */
-int g_max_clusters[2][2][3];
+/* the clusters of 2, 4, 8 blocks (two an SM) that can run at once: [WG - 1][log2 - 1] */
+int g_max_clusters[2][3];
 #endif
 char g_tag[48];       /* the settings above that change sums, where not the defaults (gemm_tag) */
 
@@ -178,23 +175,30 @@ constexpr int MAX_SPLIT = 32;
 constexpr int CLUSTER_MAX = 8; /* the most blocks of a portable cluster: parts added in DSMEM */
 #endif
 
+/* part(0) + part(1) + ... + part(n - 1), left to right: the one order in which every
+ * way of adding a split's parts adds them; every part loaded before the first add. */
+template <int NMAX, class L> __device__ __forceinline__ float parts_add(int n, L part)
+{
+    float v[NMAX];
+#pragma unroll
+    for (int q = 0; q < NMAX; q++)
+        if (q < n)
+            v[q] = part(q);
+    float t = v[0];
+#pragma unroll
+    for (int q = 1; q < NMAX; q++)
+        if (q < n)
+            t = __fadd_rn(t, v[q]);
+    return t;
+}
+
 /* Parts' partial sums of a column of tile ntg at row `row`, added in part order. */
 __device__ __forceinline__ float part_sum(const params &p, int row, int ntg, int c)
 {
     const int pw = p.n_tiles * BN;
     const size_t qs = (size_t)p.m * pw;
     const float *src = p.part + (size_t)row * pw + ntg * BN + c;
-    float v[MAX_SPLIT];
-#pragma unroll
-    for (int q = 0; q < MAX_SPLIT; q++)
-        if (q < p.par)
-            v[q] = __ldcg(src + q * qs);
-    float t = v[0];
-#pragma unroll
-    for (int q = 1; q < MAX_SPLIT; q++)
-        if (q < p.par)
-            t = __fadd_rn(t, v[q]);
-    return t;
+    return parts_add<MAX_SPLIT>(p.par, [&](int q) { return __ldcg(src + q * qs); });
 }
 
 /* The last block of a tile to finish (m = 1): each element of the tile's rows below m,
@@ -754,7 +758,7 @@ __device__ __forceinline__ float ld_dsmem(uint32_t a, int rank)
  * block q): each block has staged its part's tile (the rows below m, row stride BN + 1
  * floats) in its own shared memory; after the cluster's barrier the blocks share the
  * tile's outputs, each element's parts read from the blocks' smem and added in part
- * order (part_sum's sums: the same bits as combine_kernel), then the epilogue.  No
+ * order (parts_add, as part_sum: the same bits as combine_kernel), then the epilogue.  No
  * workspace, no second launch.  Every thread of every block calls it (the barriers
  * count them all); those with t in [0, nthr) take outputs. */
 template <int EPI, int BM>
@@ -770,17 +774,7 @@ __device__ __forceinline__ void cluster_sum_out(const params &p, const float *ti
             const int lr = w / W, c = w % W;
             epi_element<EPI>(p, sg, m0 + lr, c, [&](int cc) {
                 const uint32_t a = base + (uint32_t)(lr * LD + cc) * 4;
-                float v[CLUSTER_MAX];
-#pragma unroll
-                for (int q = 0; q < CLUSTER_MAX; q++)
-                    if (q < S)
-                        v[q] = ld_dsmem(a, q);
-                float sum = v[0];
-#pragma unroll
-                for (int q = 1; q < CLUSTER_MAX; q++)
-                    if (q < S)
-                        sum = __fadd_rn(sum, v[q]);
-                return sum;
+                return parts_add<CLUSTER_MAX>(S, [&](int q) { return ld_dsmem(a, q); });
             });
         }
     }
@@ -857,7 +851,7 @@ __global__ void __launch_bounds__(tma<WG, FOLD>::NT, tma<WG, FOLD>::TWO ? 2 : 1)
             pdl_wait();
             pdl_release();
         }
-        if (p.cluster) /* the cluster's barriers count the producer's threads too */
+        if (!FOLD && p.cluster) /* the cluster's barriers count the producer's threads too */
             cluster_sum_out<EPI, BM>(p, (const float *)smem, m0, ntg, sgm, -1, 0);
         return; /* the consumers' barriers below name just them */
     }
@@ -914,7 +908,7 @@ __global__ void __launch_bounds__(tma<WG, FOLD>::NT, tma<WG, FOLD>::TWO ? 2 : 1)
         }
     }
     float *acc = FOLD ? run : d; /* without a fold a block has one part (nq == 1) */
-    if (p.cluster) { /* a part a block, added in the cluster's shared memory */
+    if (!FOLD && p.cluster) { /* a part a block, added in the cluster's shared memory (tma_launch) */
         asm volatile("bar.sync 1, %0;\n" ::"n"(G::NC) : "memory"); /* every wgmma is done with the ring */
         float *tile = (float *)smem;
         const int rows = min(BM, p.m - m0);
@@ -941,12 +935,12 @@ template <int WG, bool FOLD> void tma_set_smem()
     });
 }
 
-/* Clusters of cz blocks of the tile's build that the GPU runs at once (the blocks of a
- * cluster share a GPC: a count of clusters that fits one block an SM may still not
- * fit in one wave); 0 where the query fails. */
-template <int WG, bool FOLD> int tma_max_clusters(int cz)
+/* Clusters of cz blocks of the tile's two-blocks-an-SM build that the GPU runs at once
+ * (the blocks of a cluster share a GPC: a count of clusters that fits the SMs may still
+ * not fit in one wave); 0 where the query fails. */
+template <int WG> int tma_max_clusters(int cz)
 {
-    using G = tma<WG, FOLD>;
+    using G = tma<WG, false>;
     cudaLaunchConfig_t c = {};
     c.gridDim = dim3(1, 1, cz);
     c.blockDim = dim3(G::NT);
@@ -959,7 +953,7 @@ template <int WG, bool FOLD> int tma_max_clusters(int cz)
     c.attrs = &at;
     c.numAttrs = 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, gemm_tma_kernel<WG, CUDA_EPI_STORE_F32, FOLD>, &c) != cudaSuccess)
+    if (cudaOccupancyMaxActiveClusters(&n, gemm_tma_kernel<WG, CUDA_EPI_STORE_F32, false>, &c) != cudaSuccess)
         n = 0;
     return n;
 }
@@ -996,9 +990,10 @@ template <int WG, bool FOLD> void tma_launch_epi(const tparams &tp, enum cuda_ep
 }
 
 /* The tensor maps of a launch, then the kernel: the folding build where the shape has a
- * K split (a function of the shape, like the split). */
-template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_gemm *g, bool two, cudaStream_t st,
-                                            char *err, size_t errlen)
+ * K split (a function of the shape, like the split), but for a cluster of a part a
+ * block: the two-blocks-an-SM build (measured the faster there, see in_cluster). */
+template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_gemm *g, cudaStream_t st, char *err,
+                                            size_t errlen)
 {
     tparams tp;
     memset(&tp, 0, sizeof tp);
@@ -1011,7 +1006,7 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
         rc = tma_map(&tp.tup, g->w_up, g->n, p.k, 64, "w_up", err, errlen);
     if (rc != HR_OK)
         return rc;
-    if (p.split > 1 && !two) /* two: a part a block (par == split), two blocks an SM */
+    if (p.split > 1 && !p.cluster)
         tma_launch_epi<WG, true>(tp, g->epi, st);
     else
         tma_launch_epi<WG, false>(tp, g->epi, st);
@@ -1097,13 +1092,15 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     g_par_rows = pr && *pr ? atoi(pr) : 256;
     const char *er = getenv("HEARTH_CUDA_GEMM_EXT_ROWS"), *cl = getenv("HEARTH_CUDA_GEMM_CLUSTER");
     g_ext_rows = er && *er ? atoi(er) : 0;
-    g_cluster = !cl || !*cl ? CL_AUTO
-                : strcmp(cl, "one") == 0 ? CL_ONE
-                : strcmp(cl, "two") == 0 ? CL_TWO
-                : atoi(cl) != 0 ? CL_AUTO
-                                : CL_OFF;
+    g_cluster = !cl || !*cl || strcmp(cl, "1") == 0 ? CL_AUTO
+                : strcmp(cl, "0") == 0                ? CL_OFF
+                : strcmp(cl, "all") == 0              ? CL_ALL
+                                                      : -1;
     const char *ckt = getenv("HEARTH_CUDA_GEMM_CLUSTER_KT");
     g_cluster_kt = ckt && *ckt ? atoi(ckt) : 16;
+    if (g_cluster < 0 || g_cluster_kt < 1)
+        return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_CLUSTER=%s / _CLUSTER_KT=%s: 0, 1 or all / >= 1",
+                      cl ? cl : "", ckt ? ckt : "");
     if (g_fill < 1 || g_fill > 16 || g_min_part < 64 || g_min_part % 64 || g_par_rows < 1 || g_ext_rows < 0)
         return hr_err(err, errlen, HR_ERR_INVALID,
                       "HEARTH_CUDA_GEMM_FILL=%s / _MIN_PART=%s / _PAR_ROWS=%s / _EXT_ROWS=%s: 1..16, a multiple "
@@ -1163,16 +1160,13 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     tma_set_smem<1, true>();
     tma_set_smem<1, false>();
     for (int cz = 2, l = 0; cz <= CLUSTER_MAX; cz *= 2, l++) {
-        g_max_clusters[1][0][l] = tma_max_clusters<2, true>(cz);
-        g_max_clusters[1][1][l] = tma_max_clusters<2, false>(cz);
-        g_max_clusters[0][0][l] = tma_max_clusters<1, true>(cz);
-        g_max_clusters[0][1][l] = tma_max_clusters<1, false>(cz);
+        g_max_clusters[1][l] = tma_max_clusters<2>(cz);
+        g_max_clusters[0][l] = tma_max_clusters<1>(cz);
     }
     cudaGetLastError(); /* a failed query only means no clusters (0) */
     if (getenv("HEARTH_CUDA_GEMM_LOG"))
-        fprintf(stderr, "cuda gemm (%s): clusters of 2/4/8 at once: 128-row tile %d/%d/%d one block an SM, %d/%d/%d two\n",
-                CUK_STR(CUK_VARIANT), g_max_clusters[1][0][0], g_max_clusters[1][0][1], g_max_clusters[1][0][2],
-                g_max_clusters[1][1][0], g_max_clusters[1][1][1], g_max_clusters[1][1][2]);
+        fprintf(stderr, "cuda gemm (%s): clusters of 2/4/8 at once, 128-row tile two blocks an SM: %d/%d/%d\n",
+                CUK_STR(CUK_VARIANT), g_max_clusters[1][0], g_max_clusters[1][1], g_max_clusters[1][2]);
     if (!g_encode) {
         void *fn = NULL;
         cudaDriverEntryPointQueryResult q;
@@ -1251,23 +1245,21 @@ static int gemm_par(int m, int n, int k, enum cuda_epi epi)
 }
 
 #if defined(CUK_HOPPER)
-/* How a launch of the TMA tile with a part a block adds its parts (par == split;
- * `clusters` = its tiles, kt k tiles a part): 0 combine_kernel, 1 a cluster a tile of
- * the one-block-an-SM build (six stages), 2 of the two-blocks-an-SM build (three).
- * Measured on the H200 (bench/notes/cuda.md): the two-block build is the faster in a
- * model's step (the next kernel's blocks fit beside it and start their preamble: 0.6B
- * batch-1 906 against 852 tok/s) where the clusters all run at once (a second wave of
- * them costs more than combine_kernel's launch) and a part is short; a long part
- * wants the six stages' bytes in flight (8B down, 48 k tiles a part: 43.0 us in
+/* Whether a launch of the TMA tile with a part a block (par == split parts of kt k
+ * tiles; `clusters` = its tiles) adds them in a cluster a tile (the two-blocks-an-SM
+ * build, three stages) rather than by combine_kernel.  Measured on the H200
+ * (bench/notes/cuda.md): the two-block build is the faster in a model's step (the next
+ * kernel's blocks fit beside it and start their preamble: 0.6B batch-1 906 against 852
+ * tok/s with the one-block build) where the clusters all run at once (a second wave of
+ * them costs more than combine_kernel's launch) and a part is short; a long part wants
+ * the folding build's six stages in flight (8B down, 48 k tiles a part: 43.0 us in
  * clusters, 34.6 with combine_kernel). */
-static int cluster_way(int wgi, int clusters, int cz, int kt)
+static bool in_cluster(int wgi, int clusters, int cz, int kt)
 {
-    if (g_cluster == CL_OFF || cz < 2 || cz > CLUSTER_MAX)
-        return 0;
-    if (g_cluster != CL_AUTO)
-        return g_cluster == CL_ONE ? 1 : 2;
+    if (g_cluster == CL_OFF || cz > CLUSTER_MAX)
+        return false;
     int l = cz == 2 ? 0 : cz == 4 ? 1 : 2;
-    return kt <= g_cluster_kt && clusters <= g_max_clusters[wgi][1][l] ? 2 : 0;
+    return g_cluster == CL_ALL || (kt <= g_cluster_kt && clusters <= g_max_clusters[wgi][l]);
 }
 #endif
 
@@ -1336,13 +1328,11 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     p.split = gemm_split(n, g->k, g->epi);
     p.par = gemm_par(g->m, n, g->k, g->epi);
     const bool tma_tile = t == TILE_TMA || t == TILE_TMA64;
-    int way = 0;
 #if defined(CUK_HOPPER)
-    if (tma_tile && p.par > 1)
-        way = cluster_way(t == TILE_TMA ? 1 : 0, t0 * ((g->m + tile_bm(t) - 1) / tile_bm(t)), p.par,
-                          g->k / tile_bk(t) / p.split);
+    p.cluster = tma_tile && p.par > 1 &&
+                in_cluster(t == TILE_TMA ? 1 : 0, t0 * ((g->m + tile_bm(t) - 1) / tile_bm(t)), p.par,
+                           g->k / tile_bk(t) / p.split);
 #endif
-    p.cluster = way != 0;
     p.ext = p.par > 1 && !p.cluster && (g->m > g_ext_rows || tma_tile);
     p.n_tiles = t0;
     p.tickets = NULL;
@@ -1366,8 +1356,7 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
         launch<cfg64x64>(p, g->epi, st);
 #if defined(CUK_HOPPER)
     else if (t == TILE_TMA || t == TILE_TMA64) {
-        enum hr_status rc = t == TILE_TMA ? tma_launch<2>(p, g, way == 2, st, err, errlen)
-                                          : tma_launch<1>(p, g, way == 2, st, err, errlen);
+        enum hr_status rc = t == TILE_TMA ? tma_launch<2>(p, g, st, err, errlen) : tma_launch<1>(p, g, st, err, errlen);
         if (rc != HR_OK)
             return rc;
     } else if (t == TILE_WGMMA)

@@ -353,8 +353,8 @@ struct sel {
 
 /* The candidates of w whose first-level bin passes in_bins (the caller knows how many:
  * they fit x / id), collected in one pass in any slot order, then ranked into sx / sid
- * by (value desc, id asc): each thread counts the pairs before its own (one pair a id:
- * the ranks are distinct).  Returns how many. */
+ * by (value desc, id asc): each thread counts the pairs before its own (one pair an
+ * id: the ranks are distinct).  Returns how many. */
 template <class P>
 __device__ __forceinline__ int collect_ranked(const view &w, int V, P in_bins, float *x, int *id, float *sx, int *sid,
                                               smem &s)
@@ -387,9 +387,10 @@ __device__ __forceinline__ int collect_ranked(const view &w, int V, P in_bins, f
 }
 
 /* select_at's end when first-level bin b holds at most BCAP candidates: they are
- * collected and ranked (collect_ranked), and warp 0 walks them from the count ac and mass am above the bin to the first whose cumulative
- * count (by_count) or mass reaches need, in place of the radix passes: the same token,
- * and the same mass through it (tied values weigh the same either way). */
+ * collected and ranked (collect_ranked), and warp 0 walks them from the count ac and
+ * mass am above the bin to the first whose cumulative count (by_count) or mass reaches
+ * need, in place of the radix passes: the same token, and the same mass through it
+ * (tied values weigh the same either way). */
 __device__ __forceinline__ sel select_in_bin(const view &w, int V, int b, bool by_count, u64 need, u64 ac, u64 am,
                                                 smem &s)
 {
@@ -526,10 +527,10 @@ __device__ __forceinline__ u64 id_weight_of(const view &w, float raw, int edge)
  * sampler's order without top-k): the first whose cumulative mass exceeds target =
  * floor(u total), or -1 when target is at or past their mass (then the rest, in sorted
  * order, hold it).  total: given (top-p's kept mass), or 0: their own mass (then -1
- * means they have none: every candidate was +inf).  The row is cut into at most SEGS runs of consecutive ids; each warp sums
- * whole runs (its lanes read consecutive ids), warp 0 scans the runs' sums and walks
- * the one that holds the target 32 ids at a time.  Integer sums: the cut changes no
- * result. */
+ * means they have none: every candidate was +inf).  The row is cut into at most SEGS
+ * runs of consecutive ids; each warp sums whole runs (its lanes read consecutive ids),
+ * warp 0 scans the runs' sums and walks the one that holds the target 32 ids at a
+ * time.  Integer sums: the cut changes no result. */
 constexpr int SEGS = 256, DF = 16; /* DF: loads in flight a lane */
 __device__ int draw_id_order(const view &w, int V, int edge, u64 total, u64 bits53, smem &s)
 {
@@ -601,7 +602,6 @@ __device__ int draw_id_order(const view &w, int V, int edge, u64 total, u64 bits
     __syncthreads();
     return token;
 }
-
 
 /* Top-k with k <= LCAP without a pass per radix digit: a histogram of the candidates'
  * counts by first-level bin finds the bin of the k-th; when the candidates down to that
