@@ -177,10 +177,10 @@ __device__ void block_amax(float &bv, int &bi, smem &s)
     __syncthreads();
 }
 
-/* x = the cleaned logits L, and this thread's (maximum, first id) of them, in one pass:
- * four floats a load and four loads in flight where the row allows (one block reads a
- * whole row: the greedy step's cost is this pass). */
-__device__ void clean_copy(const float *__restrict__ L, float *__restrict__ x, int V, float &bv, int &bi)
+/* This thread's (maximum, first id) of the cleaned logits L, and where `store` the
+ * cleaned copy x, in one pass: four floats a load and four loads in flight where the
+ * row allows (one block reads a whole row: the greedy step's cost is this pass). */
+__device__ void clean_copy(const float *__restrict__ L, float *__restrict__ x, int V, bool store, float &bv, int &bi)
 {
     int i0 = 0;
     if (V % 4 == 0 && ((uintptr_t)L & 15) == 0 && ((uintptr_t)x & 15) == 0) {
@@ -200,7 +200,8 @@ __device__ void clean_copy(const float *__restrict__ L, float *__restrict__ x, i
                     break;
                 float4 v = make_float4(dsample_clean(q[u].x), dsample_clean(q[u].y), dsample_clean(q[u].z),
                                        dsample_clean(q[u].w));
-                x4[c] = v;
+                if (store)
+                    x4[c] = v;
                 amax_take(bv, bi, v.x, 4 * c);
                 amax_take(bv, bi, v.y, 4 * c + 1);
                 amax_take(bv, bi, v.z, 4 * c + 2);
@@ -211,7 +212,8 @@ __device__ void clean_copy(const float *__restrict__ L, float *__restrict__ x, i
     }
     for (int i = i0 + threadIdx.x; i < V; i += ST) {
         float v = dsample_clean(L[i]);
-        x[i] = v;
+        if (store)
+            x[i] = v;
         amax_take(bv, bi, v, i);
     }
 }
@@ -673,7 +675,11 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a)
      * bias and penalties (the CPU's float operations, each token by one thread). */
     float xmax = 0.0f;
     int token = INT_MAX;
-    clean_copy(L, x, V, xmax, token);
+    /* the copy is read by a draw, by the modifiers, and by logprobs after them; a
+     * greedy row with none of those needs only the maximum (600 KB a row unwritten) */
+    const bool greedy = r.temperature < DSAMPLE_GREEDY_EPS;
+    const bool store = !greedy || r.n_mods > 0 || ((r.logprobs || r.n_logprobs > 0) && r.penalized);
+    clean_copy(L, x, V, store, xmax, token);
     if (r.n_mods > 0) {
         __syncthreads();
         for (int j = threadIdx.x; j < r.n_mods; j += ST) {
@@ -690,7 +696,7 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a)
     if (xmax == 0.0f)
         xmax = 0.0f; /* -0 and +0 are one maximum */
 
-    if (!(r.temperature < DSAMPLE_GREEDY_EPS) && xmax != -INFINITY) {
+    if (!greedy && xmax != -INFINITY) {
         view w = {x, 0, xmax, r.temperature, 0, r.keep_from};
         const u64 bits = dsample_bits53(r.seed, r.seq_index, r.step);
         const bool sorted = r.top_k > 0 && r.top_k < V; /* the CPU draws in sorted order */
