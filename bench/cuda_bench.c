@@ -418,7 +418,8 @@ static const struct cuda_kernels *bench_variant(const struct cuda_dev_info *info
 int main(int argc, char **argv)
 {
     const char *variant = "all";
-    int only_m = 0, gemm_only = 0, ceilings_only = 0, sample_only = 0;
+    int only_m = 0, gemm_only = 0, ceilings_only = 0, sample_only = 0, attn_only = 0;
+    int one_attn[4] = {0}; /* --attn H,KV,ROWS,CTX: that decode case alone (profilers) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--variant") && i + 1 < argc)
             variant = argv[++i];
@@ -434,9 +435,20 @@ int main(int argc, char **argv)
             ceilings_only = 1;
         else if (!strcmp(argv[i], "--sample-only"))
             sample_only = 1;
-        else {
+        else if (!strcmp(argv[i], "--attn-only"))
+            attn_only = 1;
+        else if (!strcmp(argv[i], "--attn") && i + 1 < argc) {
+            int *a = one_attn;
+            if (sscanf(argv[++i], "%d,%d,%d,%d", &a[0], &a[1], &a[2], &a[3]) != 4 || a[1] < 1 || a[0] < a[1] ||
+                a[0] % a[1] || a[2] < 1 || a[2] > 4096 || a[3] < 1 || a[3] > 131072) {
+                fprintf(stderr, "cuda_bench: --attn takes HEADS,KV_HEADS,ROWS,CONTEXT (heads a multiple of kv "
+                                "heads; rows 1..4096, context 1..131072)\n");
+                return 2;
+            }
+            attn_only = 1;
+        } else {
             fprintf(stderr, "usage: cuda_bench [--variant sm90a|sm80|all] [--m M] [--gemm-only | --ceilings-only | "
-                            "--sample-only]\n");
+                            "--sample-only | --attn-only | --attn H,KV,ROWS,CTX]\n");
             return 2;
         }
     }
@@ -501,7 +513,7 @@ int main(int argc, char **argv)
         return 0;
     }
     printf("  \"gemm\": [");
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < 2 && !attn_only; v++) {
         const struct cuda_kernels *K = bench_variant(&info, v, variant);
         if (K)
             bench_gemm(K, read_gbs, only_m);
@@ -512,10 +524,18 @@ int main(int argc, char **argv)
         const struct cuda_kernels *K = bench_variant(&info, v, variant);
         if (!K)
             continue;
+        if (one_attn[0]) {
+            bench_attn(K, one_attn[0], one_attn[1], one_attn[2], one_attn[3], 0, read_gbs);
+            continue;
+        }
         bench_attn(K, 32, 8, 1, 4096, 0, read_gbs);
         bench_attn(K, 32, 8, 64, 1024, 0, read_gbs);
         bench_attn(K, 32, 8, 256, 2048, 0, read_gbs);
         bench_attn(K, 16, 8, 1, 4096, 0, read_gbs);
+        /* the 256-concurrent workloads' decode steps at their middle context (576) */
+        bench_attn(K, 16, 8, 192, 576, 0, read_gbs);
+        bench_attn(K, 32, 8, 192, 576, 0, read_gbs);
+        bench_attn(K, 32, 4, 64, 576, 0, read_gbs);
         bench_attn(K, 32, 8, 1, 2048, 1, read_gbs);
         bench_attn(K, 16, 8, 1, 2048, 1, read_gbs);
     }
