@@ -677,8 +677,8 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a)
     int token = INT_MAX;
     /* the copy is read by a draw, by the modifiers, and by logprobs after them; a
      * greedy row with none of those needs only the maximum (600 KB a row unwritten) */
-    const bool greedy = r.temperature < DSAMPLE_GREEDY_EPS;
-    const bool store = !greedy || r.n_mods > 0 || ((r.logprobs || r.n_logprobs > 0) && r.penalized);
+    const bool greedy = r.temperature < DSAMPLE_GREEDY_EPS, with_lp = r.logprobs || r.n_logprobs > 0;
+    const bool store = !greedy || r.n_mods > 0 || (with_lp && r.penalized);
     clean_copy(L, x, V, store, xmax, token);
     if (r.n_mods > 0) {
         __syncthreads();
@@ -731,7 +731,7 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a)
 
     float lp = 0.0f;
     int n_top = 0;
-    if (r.logprobs || r.n_logprobs > 0) {
+    if (with_lp) {
         view w = {r.penalized ? x : L, !r.penalized, 0.0f, 1.0f, 1, 0.0};
         float bmax = -INFINITY;
         for (int i = threadIdx.x; i < V; i += ST) {
