@@ -252,7 +252,9 @@ static void bench_attn(const struct cuda_kernels *K, int nh, int nkv, int n_rows
     MUST(cuda_dev_copy(ds, slots, n_tok * 8, err, sizeof err));
     struct cuda_attn_batch b = {.n_tok = n_tok, .positions = dpos, .slots = ds, .tok_row = dtr, .row_table = drt,
                                 .tables = dtab, .n_qblocks = q, .qblocks = dqb, .max_kv = ctx,
-                                .max_qtok = prefill ? (ctx < bt ? ctx : bt) : 1};
+                                .max_qtok = prefill ? (ctx < bt ? ctx : bt) : 1,
+                                /* decode: every block one token, the decode walk's when it fits */
+                                .n_dec = !prefill && nh / nkv <= CUDA_ATTN_DEC_ROWS ? q : 0};
     float *qd, *out;
     size_t qn = (size_t)n_tok * nh * hd;
     MUST(cuda_dev_alloc((void **)&qd, qn * 4, err, sizeof err));

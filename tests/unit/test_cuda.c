@@ -611,18 +611,28 @@ static void dbatch_init(struct dbatch *d, const struct hrow *rows, int n_rows, i
     int32_t *pos = hmust(n_tok * 4), *tr = hmust(n_tok * 4), *rt = hmust(n_rows * 4), *tab = hmust(n_tab * 4);
     int32_t *qb = hmust(n_qb * 8);
     int64_t *slots = hmust(n_tok * 8);
-    int t = 0, tb = 0, q = 0;
+    int t = 0, tb = 0, q = 0, n_dec = 0;
+    /* query blocks of at most CUDA_ATTN_DEC_ROWS rows first (the decode walk's), as the
+     * backend lays them out */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int r = 0, t0 = 0; r < n_rows; t0 += rows[r].query, r++)
+            for (int i = 0; i < rows[r].query; i += bt) {
+                int n = rows[r].query - i < bt ? rows[r].query - i : bt;
+                if ((n * group <= CUDA_ATTN_DEC_ROWS) != (pass == 0))
+                    continue;
+                qb[2 * q] = t0 + i;
+                qb[2 * q + 1] = n;
+                q++;
+            }
+        if (pass == 0)
+            n_dec = q;
+    }
     for (int r = 0; r < n_rows; r++) {
         rt[r] = tb;
         memcpy(tab + tb, rows[r].table, rows[r].n_table * 4);
         tb += rows[r].n_table;
         for (int i = 0; i < rows[r].query; i++) {
             int p = rows[r].context + i;
-            if (i % bt == 0) {
-                qb[2 * q] = t;
-                qb[2 * q + 1] = rows[r].query - i < bt ? rows[r].query - i : bt;
-                q++;
-            }
             pos[t] = p;
             tr[t] = r;
             slots[t] = (int64_t)rows[r].table[p / BS] * BS + p % BS;
@@ -640,7 +650,7 @@ static void dbatch_init(struct dbatch *d, const struct hrow *rows, int n_rows, i
     up(ds, slots, n_tok * 8);
     d->b = (struct cuda_attn_batch){.n_tok = n_tok, .positions = dp, .slots = ds, .tok_row = dtr, .row_table = drt,
                                     .tables = dtab, .n_qblocks = n_qb, .qblocks = dqb, .max_kv = max_kv,
-                                    .max_qtok = max_qtok};
+                                    .max_qtok = max_qtok, .n_dec = n_dec};
     void *m[6] = {dp, dtr, drt, dtab, dqb, ds};
     memcpy(d->mem, m, sizeof m);
     free(pos);
@@ -1438,9 +1448,10 @@ static void test_sample_philox(void)
 int main(int argc, char **argv)
 {
     /* HEARTH_CUDA_TESTS=quick leaves out the GEMM row sweep (the slowest test); =rows
-     * runs the sweep alone */
+     * runs the sweep alone; =attention the attention tests alone */
     const char *mode = getenv("HEARTH_CUDA_TESTS");
     int quick = mode && strcmp(mode, "quick") == 0, rows_only = mode && strcmp(mode, "rows") == 0;
+    int attn_only = mode && strcmp(mode, "attention") == 0;
     (void)argc;
     (void)argv;
     if (cuda_dev_init(0, &info, err, sizeof err) != HR_OK) {
@@ -1449,7 +1460,7 @@ int main(int argc, char **argv)
     }
     printf("device: %s, compute %d.%d, %d SMs, %.1f GiB, runtime %d, driver %d\n", info.name, info.major, info.minor,
            info.sm_count, info.total_mem / 1073741824.0, info.runtime_version, info.driver_version);
-    if (!rows_only)
+    if (!rows_only && !attn_only)
         TEST_RUN(test_dummy_fill);
     static const char *variants[] = {"sm90a", "sm80"};
     for (int v = 0; v < 2; v++) {
@@ -1491,6 +1502,11 @@ int main(int argc, char **argv)
                     unsetenv(knobs[i]);
             }
             CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
+            continue;
+        }
+        if (attn_only) {
+            TEST_RUN(test_attn_prep);
+            TEST_RUN(test_attention);
             continue;
         }
         TEST_RUN(test_gemm_bad_args);

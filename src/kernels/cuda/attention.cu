@@ -270,6 +270,43 @@ __device__ __forceinline__ void walk_out(const struct cuda_attention &a, const f
     }
 }
 
+/* A decode block's end, after its partials are out: the query block's n_part splits
+ * count in, and the last one merges its rows (no attn_combine launch for a decode
+ * step). */
+__device__ __forceinline__ void split_merge(const struct cuda_attention &a, const struct cuda_attn_batch &b,
+                                            float *work, int *ticket, int n_part, int rows, int t0, int group,
+                                            int kvh, int max_splits)
+{
+    if (n_part == 1)
+        return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __threadfence();
+    __syncthreads();
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        int t = atomicAdd(ticket, 1);
+        last = t == n_part - 1;
+        if (last)
+            *ticket = 0; /* ready for the next launch */
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int r = warp; r < rows; r += WARPS) {
+        int tok = t0 + r / group, hd = kvh * group + r % group;
+        int ns = b.positions[tok] / CUDA_ATTN_SPLIT + 1;
+        if (ns == 1)
+            continue;
+        size_t row = (size_t)tok * a.n_heads + hd;
+        const float *wp = work + row * max_splits * (HD + 2);
+        float mx = merge_max(wp, ns);
+#pragma unroll
+        for (int d = lane; d < HD; d += 32)
+            merge_store(a, row * HD + d, merge_elem(wp, ns, mx, d));
+    }
+}
+
 /* The walk of a block of at most 16 rows (a decode step's token: its query heads of
  * one KV head), with each tile spread over the four warps: warp w scores positions
  * 16w .. 16w + 15 and accumulates output columns 32w .. 32w + 31.  A row's bits are
@@ -407,35 +444,7 @@ __device__ __forceinline__ void walk_split(const struct cuda_attention &a, const
         __syncthreads(); /* this stage, P and the maxima are used up before the next tile */
     }
     walk_out<4>(a, o, m, l, pos_r, 0, 4 * warp, warp == 0, rows, p_begin, t0, group, kvh, s, max_splits, work);
-    if (n_part == 1)
-        return;
-    /* the query block's splits count in; the last one merges its rows (no attn_combine
-     * launch for a decode step) */
-    __threadfence();
-    __syncthreads();
-    __shared__ int last;
-    if (threadIdx.x == 0) {
-        int t = atomicAdd(ticket, 1);
-        last = t == n_part - 1;
-        if (last)
-            *ticket = 0; /* ready for the next launch */
-    }
-    __syncthreads();
-    if (!last)
-        return;
-    __threadfence();
-    for (int r = warp; r < rows; r += WARPS) {
-        int tok = t0 + r / group, hd = kvh * group + r % group;
-        int ns = b.positions[tok] / CUDA_ATTN_SPLIT + 1;
-        if (ns == 1)
-            continue;
-        size_t row = (size_t)tok * a.n_heads + hd;
-        const float *wp = work + row * max_splits * (HD + 2);
-        float mx = merge_max(wp, ns);
-#pragma unroll
-        for (int d = lane; d < HD; d += 32)
-            merge_store(a, row * HD + d, merge_elem(wp, ns, mx, d));
-    }
+    split_merge(a, b, work, ticket, n_part, rows, t0, group, kvh, max_splits);
 }
 
 /* SMALL: every block of the launch has at most SPLIT_ROWS rows (a decode step), so
@@ -637,6 +646,278 @@ __global__ void __launch_bounds__(ATTN_THREADS, SMALL ? 3 : 1)
     } /* !SMALL */
 }
 
+/* The decode walk: a block of at most DR rows (a decode token's query heads of one KV
+ * head), transposed.  The tile's positions are the mma's rows and the query rows its
+ * eight columns: S^T = K . q^T, then O^T = V^T . P^T, so a block of two to eight rows
+ * fills a quarter to all of each mma instead of an eighth to a half, and each thread
+ * holds a quarter of the scores the split walk's does.  A row's bits are those of the
+ * one-warp walk: each score and each output element is the same k16 products taken
+ * in the same order (k steps ascending, hi then lo), the operands only swapped
+ * between the mma's A and B; the tile's max is exact whatever the grouping; P is the
+ * same expf of the same values; a row's sum is the one-warp walk's order (its quad's
+ * sixteen values in position order, read back from shared memory, then the xor tree);
+ * k16 steps of P . V wholly at or past p_end are skipped as the split walk does.
+ *
+ * Warp w scores positions 16w .. 16w + 15 of a tile and accumulates output elements
+ * 32w .. 32w + 31 of every row.  K and V have one stage each, unpadded, each 16-byte
+ * chunk c of a stage's row j at chunk c ^ (j % 8) (ldmatrix's eight rows then fall in
+ * distinct banks): 36 KB and 80 registers a block, six blocks an SM.  The next tile's
+ * K is copied in while this one's softmax and P . V run, its V while its scores do;
+ * the other blocks of the SM cover the rest.  (Measured on the H200 against two K
+ * stages and one V (four blocks an SM) and two of each (three): at 192 decode rows of
+ * context 576 130 us against 148 and 169, at one row of context 4,096 19.1 us against
+ * 17.8.) */
+constexpr int DR = CUDA_ATTN_DEC_ROWS;  /* rows of a decode block: the mma's n8 */
+constexpr int DSTAGE = KT * HD;         /* bf16 elements of one K or V stage */
+constexpr int DEC_SMEM = 2 * DSTAGE * 2 + (DR * PST + WARPS * DR) * 4;
+static_assert(DR == 8, "the decode walk's query rows are one n8 tile");
+
+/* cp.async of K (sel_off 0) or V (sel_off: V's slice) of positions p0 .. p0 + KT - 1 into
+ * a swizzled stage, zeros past p_end (they weigh 0 and must not be NaN). */
+__device__ __forceinline__ void dec_load(uint16_t *dst, const struct cuda_attention &a, const uint32_t *srow,
+                                         int p_begin, int p0, int p_end, size_t sel_off)
+{
+    constexpr int CH = HD / 8, RSTEP = ATTN_THREADS / CH; /* 16-byte chunks a row; rows a pass */
+    static_assert(RSTEP % 8 == 0, "a thread's rows share j % 8");
+    const int ch = threadIdx.x % CH, j0 = threadIdx.x / CH, sw = (ch ^ (j0 & 7)) * 8;
+#pragma unroll
+    for (int u = 0; u < KT / RSTEP; u++) {
+        int j = j0 + RSTEP * u, p = p0 + j;
+        bool ok = p < p_end;
+        const uint16_t *src = a.kv.slab + (ok ? (size_t)srow[p - p_begin] * HD + sel_off + ch * 8 : 0);
+        cp16(dst + j * HD + sw, src, ok);
+    }
+}
+
+/* A swizzled stage's row j, 16-byte chunk c. */
+__device__ __forceinline__ const uint16_t *dec_at(const uint16_t *st, int j, int c)
+{
+    return st + j * HD + ((c ^ (j & 7)) << 3);
+}
+
+__global__ void __launch_bounds__(ATTN_THREADS, 6)
+    attn_dec_kernel(struct cuda_attention a, struct cuda_attn_batch b, int group, int max_splits, float *work,
+                    int *tickets)
+{
+    extern __shared__ __align__(128) uint16_t smem[];
+    __shared__ uint32_t srow[CUDA_ATTN_SPLIT]; /* the split's K rows in the slab (split_rows) */
+    uint16_t *sk = smem, *sv = smem + DSTAGE;  /* [KT, HD] each, swizzled */
+    float *ps = (float *)(sv + DSTAGE);        /* [DR, PST]: P of the tile */
+    float *pm = ps + DR * PST;                 /* [WARPS, DR]: each warp's row maxima */
+    const int qb = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
+    /* the batch's index arrays (block tables too) before the wait (klaunch); q, K and V after it */
+    const int t0 = b.qblocks[2 * qb], ntok = b.qblocks[2 * qb + 1];
+    const int rows = ntok * group;
+    const int pos_last = b.positions[t0 + ntok - 1];
+    const int p_begin = s * CUDA_ATTN_SPLIT;
+    const int p_end = min(p_begin + CUDA_ATTN_SPLIT, pos_last + 1);
+    split_rows(srow, a, b.tables + b.row_table[b.tok_row[t0]], kvh, p_begin, p_end);
+    int pos_c[2]; /* the positions of this thread's columns, rows 2 c4 + e (-1: no row) */
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+        pos_c[e] = 2 * c4 + e < rows ? b.positions[t0 + (2 * c4 + e) / group] : -1;
+    pdl_wait();
+    pdl_release();
+    if (p_begin > pos_last)
+        return;
+    const int n_tiles = (p_end - p_begin + KT - 1) / KT;
+    const size_t v_off = (size_t)a.kv.n_kv_heads * a.kv.block_size * HD; /* V's slice follows K's */
+    __syncthreads();                                                      /* srow */
+    /* copy groups: K(0), V(0), then K(it + 1) and V(it + 1) within tile it */
+    dec_load(sk, a, srow, p_begin, p_begin, p_end, 0);
+    cp_commit();
+    dec_load(sv, a, srow, p_begin, p_begin, p_end, v_off);
+    cp_commit();
+    /* q^T's B fragments: row g's elements 16 kk + 8 h + 2 c4 + {0, 1}, bf16 hi and lo
+     * halves (the one-warp walk's q halves); rows past the block's are zero */
+    unsigned qh[HD / 16][2], ql[HD / 16][2];
+    {
+        const bool live = g < rows;
+        const int r = live ? g : 0;
+        const float *qr = a.q + ((size_t)(t0 + r / group) * a.n_heads + kvh * group + r % group) * HD + 2 * c4;
+        float2 v[HD / 16][2];
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                v[kk][h] = live ? *(const float2 *)(qr + 16 * kk + 8 * h) : make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float x = v[kk][h].x, y = v[kk][h].y;
+                qh[kk][h] = pack_bf16(x, y);
+                ql[kk][h] = pack_bf16(__fsub_rn(x, bf16_to_f32(f32_to_bf16(x))),
+                                      __fsub_rn(y, bf16_to_f32(f32_to_bf16(y))));
+            }
+    }
+
+    float o[2][4]; /* O^T: element 32 warp + 16 i + g + 8 (e / 2) of row 2 c4 + e % 2 */
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            o[i][e] = 0.0f;
+    float m_c[2] = {-INFINITY, -INFINITY}; /* maxima of rows 2 c4 + e (the scores' layout) */
+    float m_g = -INFINITY, l_g = 0.0f;     /* row g's max and sum (the sums' layout) */
+    for (int it = 0; it < n_tiles; it++) {
+        const int p0 = p_begin + it * KT;
+        const bool more = it + 1 < n_tiles;
+        cp_wait<1>(); /* ... K(it), V(it): K(it) */
+        __syncthreads();
+
+        /* S^T for positions p0 + 16 warp + g (+ 8) of rows 2 c4 + {0, 1}: k16 steps over d
+         * in order, hi then lo */
+        float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (p0 + 16 * warp < p_end) { /* warp-uniform; else every score is masked below */
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                unsigned ka[4];
+                ldsm_x4(ka[0], ka[1], ka[2], ka[3],
+                        dec_at(sk, 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7), 2 * kk + (lane >> 4)));
+                mma16816(sc, ka, qh[kk]);
+                mma16816(sc, ka, ql[kk]);
+            }
+        }
+        /* scale and mask; each warp's row maxima (rows 2 c4 + e over the lanes of one c4) */
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int p = p0 + 16 * warp + g + 8 * h;
+                float v = p <= pos_c[e] ? __fmul_rn(sc[2 * h + e], a.scale) : -INFINITY;
+                sc[2 * h + e] = v;
+                mx = fmaxf(mx, v);
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+            if (g == 0)
+                pm[warp * DR + 2 * c4 + e] = mx;
+        }
+        __syncthreads();
+        /* the tile's maxima; P = exp(S - m) into shared memory */
+        float corr_c[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int r = 2 * c4 + e;
+            float t = pm[r];
+#pragma unroll
+            for (int w = 1; w < WARPS; w++)
+                t = fmaxf(t, pm[w * DR + r]);
+            const float mn = fmaxf(m_c[e], t);
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                ps[r * PST + 16 * warp + g + 8 * h] = mn == -INFINITY ? 0.0f : expf(__fsub_rn(sc[2 * h + e], mn));
+            corr_c[e] = mn == -INFINITY ? 1.0f : expf(__fsub_rn(m_c[e], mn));
+            m_c[e] = mn;
+        }
+        float mg = pm[g];
+#pragma unroll
+        for (int w = 1; w < WARPS; w++)
+            mg = fmaxf(mg, pm[w * DR + g]);
+        mg = fmaxf(m_g, mg);
+        /* the next tile's K now (every warp's scores are done) */
+        if (more)
+            dec_load(sk, a, srow, p_begin, p0 + KT, p_end, 0);
+        cp_commit();
+        cp_wait<1>();    /* ... V(it), K(it + 1): V(it) */
+        __syncthreads(); /* P, and V(it) */
+
+        /* row g's sum: its quad's sixteen values each in position order, then the xor
+         * tree; they are also P^T's B fragments (positions 8 j + 2 c4 + {0, 1}) */
+        float pv[KT / 4];
+#pragma unroll
+        for (int j = 0; j < KT / 8; j++) {
+            const float2 v = *(const float2 *)(ps + g * PST + 8 * j + 2 * c4);
+            pv[2 * j] = v.x;
+            pv[2 * j + 1] = v.y;
+        }
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < KT / 4; j++)
+            sum = __fadd_rn(sum, pv[j]);
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+        const float corr_g = mg == -INFINITY ? 1.0f : expf(__fsub_rn(m_g, mg));
+        l_g = __fadd_rn(__fmul_rn(l_g, corr_g), sum);
+        m_g = mg;
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                o[i][e] = __fmul_rn(o[i][e], corr_c[e & 1]);
+        /* O^T += V^T . P^T: k16 steps over the tile's positions in order, hi then lo */
+#pragma unroll
+        for (int t = 0; t < KT / 16; t++) {
+            if (p0 + 16 * t >= p_end)
+                break; /* block-uniform */
+            const float f[4] = {pv[4 * t], pv[4 * t + 1], pv[4 * t + 2], pv[4 * t + 3]};
+            unsigned ph[2], pl[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float x = f[2 * h], y = f[2 * h + 1];
+                ph[h] = pack_bf16(x, y);
+                pl[h] = pack_bf16(__fsub_rn(x, bf16_to_f32(f32_to_bf16(x))), __fsub_rn(y, bf16_to_f32(f32_to_bf16(y))));
+            }
+            unsigned va[2][4];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int mq = lane >> 3;
+                ldsm_x4_t(va[i][0], va[i][1], va[i][2], va[i][3],
+                          dec_at(sv, 16 * t + (mq >> 1) * 8 + (lane & 7), 4 * warp + 2 * i + (mq & 1)));
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                mma16816(o[i], va[i], ph);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                mma16816(o[i], va[i], pl);
+        }
+        __syncthreads(); /* V's stage and P are used up */
+        if (more)
+            dec_load(sv, a, srow, p_begin, p0 + KT, p_end, v_off);
+        cp_commit();
+    }
+
+    /* rows 2 c4 + e: O / l stored when the row's position lies in split 0, else the
+     * split's partials (m and l by warp 0's lanes of g = 0) */
+    float l_c[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+        l_c[e] = __shfl_sync(0xffffffffu, l_g, (2 * c4 + e) * 4);
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int r = 2 * c4 + e;
+        if (r >= rows || pos_c[e] < p_begin)
+            continue;
+        const int tok = t0 + r / group, hd = kvh * group + r % group;
+        const size_t row = (size_t)tok * a.n_heads + hd;
+        if (pos_c[e] / CUDA_ATTN_SPLIT == 0) {
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    merge_store(a, row * HD + 32 * warp + 16 * i + g + 8 * h, __fdiv_rn(o[i][2 * h + e], l_c[e]));
+        } else {
+            float *wp = work + (row * max_splits + s) * (HD + 2);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    wp[32 * warp + 16 * i + g + 8 * h] = o[i][2 * h + e];
+            if (warp == 0 && g == 0) {
+                wp[HD] = m_c[e];
+                wp[HD + 1] = l_c[e];
+            }
+        }
+    }
+    split_merge(a, b, work, tickets + (size_t)qb * gridDim.y + kvh, pos_last / CUDA_ATTN_SPLIT + 1, rows, t0, group,
+                kvh, max_splits);
+}
+
 /* A (token, head) row with more than one split: its splits merged in order. */
 __global__ void __launch_bounds__(HD) attn_combine(struct cuda_attention a, struct cuda_attn_batch b, int max_splits,
                                                    const float *work)
@@ -675,6 +956,8 @@ enum hr_status attn_prepare(char *err, size_t errlen)
 {
     cudaFuncSetAttribute(attn_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_SMEM);
     cudaFuncSetAttribute(attn_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_SMEM);
+    /* six blocks of 37 KB an SM: all of its memory as shared */
+    cudaFuncSetAttribute(attn_dec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     return launch_status("attention prepare", err, errlen);
 }
 
@@ -723,17 +1006,37 @@ enum hr_status attention(const struct cuda_attention *a, void *stream, char *err
                       a->tickets ? a->n_tickets : 0);
     if (b->n_qblocks > 0x7fffffff || a->kv.n_kv_heads > 65535 || ns > 65535)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda attention: grid too large");
-    dim3 grid(b->n_qblocks, a->kv.n_kv_heads, ns);
+    if (b->n_dec < 0 || b->n_dec > b->n_qblocks || (b->n_dec > 0 && group > DR))
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda attention: %d decode blocks of %d (%d query heads a KV head)",
+                      b->n_dec, b->n_qblocks, group);
     cudaStream_t s = (cudaStream_t)stream;
-    /* blocks of at most SPLIT_ROWS rows take walk_split; a launch of such blocks alone (a
-     * decode step) runs the kernel built for them, whose blocks merge their own splits,
-     * and no combine; else the combine merges every split row.  Either way a row's bits
-     * are the same (merge_elem). */
+    /* the leading n_dec blocks (at most DR rows each) take the decode walk, and merge
+     * their own splits.  Of the others, blocks of at most SPLIT_ROWS rows take
+     * walk_split: a launch of such blocks alone runs the kernel built for them, whose
+     * blocks merge their own splits too, and no combine; else the combine merges every
+     * split row (the decode blocks' again: the same bytes).  Either way a row's bits
+     * are the same (merge_elem).  The two launches are independent but for PDL's order. */
+    if (b->n_dec > 0) {
+        struct cuda_attn_batch bd = *b;
+        bd.n_qblocks = b->n_dec;
+        klaunch(attn_dec_kernel, dim3(b->n_dec, a->kv.n_kv_heads, ns), ATTN_THREADS, DEC_SMEM, s, *a, bd, group, ns,
+                (float *)a->work, a->tickets);
+        if ((st = launch_status("attention (decode)", err, errlen)))
+            return st;
+    }
+    const int n_rest = b->n_qblocks - b->n_dec;
+    if (n_rest == 0)
+        return HR_OK;
+    struct cuda_attn_batch br = *b;
+    br.n_qblocks = n_rest;
+    br.qblocks = b->qblocks + 2 * (size_t)b->n_dec;
+    int *tickets = a->tickets ? a->tickets + (size_t)b->n_dec * a->kv.n_kv_heads : NULL;
+    dim3 grid(n_rest, a->kv.n_kv_heads, ns);
     bool all_small = b->max_qtok > 0 && (long)b->max_qtok * group <= SPLIT_ROWS;
     if (all_small)
-        klaunch(attn_kernel<true>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, *b, group, ns, (float *)a->work, a->tickets);
+        klaunch(attn_kernel<true>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, br, group, ns, (float *)a->work, tickets);
     else
-        klaunch(attn_kernel<false>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, *b, group, ns, (float *)a->work, a->tickets);
+        klaunch(attn_kernel<false>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, br, group, ns, (float *)a->work, tickets);
     if ((st = launch_status("attention", err, errlen)))
         return st;
     if (ns > 1 && !all_small) {

@@ -856,11 +856,24 @@ static enum hr_status cb_begin_step(struct backend *be, const struct batch *b, s
         rt[r] = tb;
         memcpy(tab + tb, row->block_table, (size_t)nb * 4);
         tb += nb;
-        for (int i = 0; i < row->query_len; i += bt) {
-            qb[2 * q] = row->query_offset + i;
-            qb[2 * q + 1] = row->query_len - i < bt ? row->query_len - i : bt;
-            q++;
+    }
+    /* query blocks of at most CUDA_ATTN_DEC_ROWS rows first (the decode walk's), then
+     * the others: which walk a block takes changes no bit */
+    int n_dec = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int r = 0; r < b->n_rows; r++) {
+            const struct batch_row *row = &b->rows[r];
+            for (int i = 0; i < row->query_len; i += bt) {
+                int n = row->query_len - i < bt ? row->query_len - i : bt;
+                if ((n * group <= CUDA_ATTN_DEC_ROWS) != (pass == 0))
+                    continue;
+                qb[2 * q] = row->query_offset + i;
+                qb[2 * q + 1] = n;
+                q++;
+            }
         }
+        if (pass == 0)
+            n_dec = q;
     }
     for (int i = 0; i < b->n_copies; i++) {
         pairs[2 * i] = b->copies[i].src;
@@ -875,7 +888,7 @@ static enum hr_status cb_begin_step(struct backend *be, const struct batch *b, s
         .n_tok = b->n_tok, .positions = (const int32_t *)(d + o_pos), .slots = (const int64_t *)(d + o_slot),
         .tok_row = (const int32_t *)(d + o_row), .row_table = (const int32_t *)(d + o_rt),
         .tables = (const int32_t *)(d + o_tab), .n_qblocks = n_qb, .qblocks = (const int32_t *)(d + o_qb),
-        .max_kv = max_kv, .max_qtok = max_qtok};
+        .max_kv = max_kv, .max_qtok = max_qtok, .n_dec = n_dec};
     c->d_tokens = (const int32_t *)(d + o_tok);
     c->d_logit_tok = (const int32_t *)(d + o_lt);
     c->d_pairs = (const int32_t *)(d + o_pairs);

@@ -96,6 +96,8 @@ struct cuda_attn_batch {
     const int32_t *qblocks;   /* [n_qblocks, 2]: first token, token count */
     int max_kv;               /* the largest position + 1 among the tokens */
     int max_qtok;             /* the most tokens in a query block (0: not known) */
+    int n_dec;                /* the first n_dec query blocks have at most CUDA_ATTN_DEC_ROWS rows (tokens x
+                               * query heads a KV head) each: they take the decode walk (0: none marked) */
 };
 
 /* q/k norm, RoPE and the K/V write of one layer, one block per token:
@@ -176,6 +178,9 @@ struct cuda_sample {
 /* Query rows (tokens x the query heads of one KV head) of one attention block: four
  * m16 tiles of the tensor cores. */
 #define CUDA_ATTN_ROWS 64
+/* Query rows of a decode block (the transposed walk's eight mma columns): a decode
+ * token of up to 8 query heads a KV head, or a few tokens of fewer. */
+#define CUDA_ATTN_DEC_ROWS 8
 
 struct cuda_kernels {
     const char *name; /* "sm90a" or "sm80" */
