@@ -264,8 +264,9 @@ struct hearth_event {
     char message[256];          /* FINISH/DONE with HEARTH_FINISH_ERROR */
 };
 
-/* Takes the next event.  timeout_ms < 0 waits without limit; returns HR_ERR_FULL when
- * the timeout passes with no event, HR_ERR_NOT_FOUND after the DONE event was taken. */
+/* Takes the next event.  timeout_ms < 0 waits without limit, 0 only looks (no wait);
+ * returns HR_ERR_FULL when the timeout passes with no event, HR_ERR_NOT_FOUND after the
+ * DONE event was taken. */
 enum hr_status hearth_request_next_event(struct hearth_request *r, struct hearth_event *ev, int timeout_ms);
 
 /* ------------------------------------------------------------------ text */

@@ -142,6 +142,11 @@ enum hr_status hearth_request_next_event(struct hearth_request *r, struct hearth
         }
         if (timeout_ms < 0) {
             pthread_cond_wait(&r->cv, &r->mu);
+        } else if (timeout_ms == 0) {
+            /* a poll: no timed wait (an expired one still sleeps the timer slack, ~50-90
+             * us, which a bench or server polling every request each step pays each time) */
+            st = HR_ERR_FULL;
+            goto out;
         } else if (pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT && r->count == 0) {
             st = HR_ERR_FULL;
             goto out;
