@@ -214,38 +214,6 @@ static void test_threaded(void)
 /* Prompt logprobs: every prompt token after the first is scored once, in order,
  * before the first generated token, as log_softmax of the logits at the position
  * before it (computed here independently from a plain forward over the prompt). */
-/* next_event's timeouts: 0 only looks, a positive one waits that long, and after
- * DONE is taken nothing blocks. */
-static void test_next_event_poll(void)
-{
-    struct hearth_engine *e = rig_engine(rig_kv_bytes(256), 32, 512, 1);
-    CHECK(e);
-    if (!e)
-        return;
-    char err[HR_ERRLEN];
-    struct job j;
-    rig_make_job(&j, 512);
-    j.p.max_tokens = 2;
-    CHECK_OK(hearth_submit(e, &j.p, &j.r, err, sizeof err), err);
-    struct hearth_event ev;
-    CHECK(hearth_request_next_event(j.r, &ev, 0) == HR_ERR_FULL); /* no step yet: nothing */
-    CHECK(hearth_request_next_event(j.r, &ev, 1) == HR_ERR_FULL);
-    int tokens = 0, done = 0;
-    for (int guard = 0; !done && guard < 1000; guard++) {
-        engine_step(e);
-        while (hearth_request_next_event(j.r, &ev, 0) == HR_OK) {
-            tokens += ev.type == HEARTH_EVENT_TOKEN;
-            done += ev.type == HEARTH_EVENT_DONE;
-        }
-    }
-    CHECK(done == 1 && tokens == 2);
-    CHECK(hearth_request_next_event(j.r, &ev, 0) == HR_ERR_NOT_FOUND);
-    CHECK(hearth_request_next_event(j.r, &ev, -1) == HR_ERR_NOT_FOUND);
-    hearth_request_free(j.r);
-    rig_check_idle(e);
-    hearth_engine_free(e);
-}
-
 static void test_prompt_logprobs(void)
 {
     struct hearth_engine *e = rig_engine(rig_kv_bytes(64), 8, 64, 1); /* 64-token steps: several chunks */
@@ -260,6 +228,11 @@ static void test_prompt_logprobs(void)
     j.p.top_logprobs = 2;
     j.p.max_tokens = 3;
     CHECK_OK(hearth_submit(e, &j.p, &j.r, err, sizeof err), err);
+    struct hearth_event ev0;
+    /* next_event's timeouts: 0 only looks, a positive one waits that long (no step yet:
+     * nothing either way); after DONE is taken nothing blocks (below) */
+    CHECK(hearth_request_next_event(j.r, &ev0, 0) == HR_ERR_FULL);
+    CHECK(hearth_request_next_event(j.r, &ev0, 1) == HR_ERR_FULL);
     static float lp[150];
     static int32_t top[150][2];
     int next = 1, tokens_seen = 0, order_ok = 1, done = 0;
@@ -283,6 +256,8 @@ static void test_prompt_logprobs(void)
             }
         }
     }
+    CHECK(hearth_request_next_event(j.r, &ev0, 0) == HR_ERR_NOT_FOUND);
+    CHECK(hearth_request_next_event(j.r, &ev0, -1) == HR_ERR_NOT_FOUND);
     hearth_request_free(j.r);
     CHECK(done && order_ok && next == 150 && tokens_seen == 3);
 
@@ -499,7 +474,6 @@ int main(void)
     TEST_RUN(test_n_siblings);
     TEST_RUN(test_invalid_params);
     TEST_RUN(test_threaded);
-    TEST_RUN(test_next_event_poll);
     TEST_RUN(test_prompt_logprobs);
     TEST_RUN(test_fault_any_op);
     TEST_RUN(test_max_model_len);
