@@ -612,18 +612,10 @@ static void dbatch_init(struct dbatch *d, const struct hrow *rows, int n_rows, i
     int32_t *qb = hmust(n_qb * 8);
     int64_t *slots = hmust(n_tok * 8);
     int t = 0, tb = 0, q = 0, n_dec = 0;
-    /* query blocks of at most CUDA_ATTN_DEC_ROWS rows first (the decode walk's), as the
-     * backend lays them out */
+    /* the decode walk's query blocks first, as the backend lays them out */
     for (int pass = 0; pass < 2; pass++) {
         for (int r = 0, t0 = 0; r < n_rows; t0 += rows[r].query, r++)
-            for (int i = 0; i < rows[r].query; i += bt) {
-                int n = rows[r].query - i < bt ? rows[r].query - i : bt;
-                if ((n * group <= CUDA_ATTN_DEC_ROWS) != (pass == 0))
-                    continue;
-                qb[2 * q] = t0 + i;
-                qb[2 * q + 1] = n;
-                q++;
-            }
+            q = cuda_attn_row_qblocks(qb, q, t0, rows[r].query, group, pass == 0);
         if (pass == 0)
             n_dec = q;
     }

@@ -168,19 +168,20 @@ __device__ __forceinline__ unsigned pack_bf16(float lo_col, float hi_col)
     return (unsigned)f32_to_bf16(lo_col) | ((unsigned)f32_to_bf16(hi_col) << 16);
 }
 
-/* P's A fragments from the thread's eight values in fragment order: the bf16 hi halves,
- * and the lo halves (each value's rounding error). */
+/* Two consecutive fragment values as bf16 pairs: the hi halves, and the lo halves (each
+ * value's rounding error), so a product keeps about 16 bits of them. */
+__device__ __forceinline__ void hilo_pack(float x, float y, unsigned &hi, unsigned &lo)
+{
+    hi = pack_bf16(x, y);
+    lo = pack_bf16(__fsub_rn(x, bf16_to_f32(f32_to_bf16(x))), __fsub_rn(y, bf16_to_f32(f32_to_bf16(y))));
+}
+
+/* P's A fragments from the thread's eight values in fragment order (hilo_pack). */
 __device__ __forceinline__ void p_frags(const float (&f)[8], unsigned (&ph)[4], unsigned (&pl)[4])
 {
-    float r[8];
 #pragma unroll
-    for (int e = 0; e < 8; e++)
-        r[e] = __fsub_rn(f[e], bf16_to_f32(f32_to_bf16(f[e])));
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        ph[i] = pack_bf16(f[2 * i], f[2 * i + 1]);
-        pl[i] = pack_bf16(r[2 * i], r[2 * i + 1]);
-    }
+    for (int i = 0; i < 4; i++)
+        hilo_pack(f[2 * i], f[2 * i + 1], ph[i], pl[i]);
 }
 
 /* Tile it of a walk: the next tile's copies issued into the other stage, this one's
@@ -745,12 +746,8 @@ __global__ void __launch_bounds__(ATTN_THREADS, 6)
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const float x = v[kk][h].x, y = v[kk][h].y;
-                qh[kk][h] = pack_bf16(x, y);
-                ql[kk][h] = pack_bf16(__fsub_rn(x, bf16_to_f32(f32_to_bf16(x))),
-                                      __fsub_rn(y, bf16_to_f32(f32_to_bf16(y))));
-            }
+            for (int h = 0; h < 2; h++)
+                hilo_pack(v[kk][h].x, v[kk][h].y, qh[kk][h], ql[kk][h]);
     }
 
     float o[2][4]; /* O^T: element 32 warp + 16 i + g + 8 (e / 2) of row 2 c4 + e % 2 */
@@ -854,14 +851,10 @@ __global__ void __launch_bounds__(ATTN_THREADS, 6)
         for (int t = 0; t < KT / 16; t++) {
             if (p0 + 16 * t >= p_end)
                 break; /* block-uniform */
-            const float f[4] = {pv[4 * t], pv[4 * t + 1], pv[4 * t + 2], pv[4 * t + 3]};
             unsigned ph[2], pl[2];
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const float x = f[2 * h], y = f[2 * h + 1];
-                ph[h] = pack_bf16(x, y);
-                pl[h] = pack_bf16(__fsub_rn(x, bf16_to_f32(f32_to_bf16(x))), __fsub_rn(y, bf16_to_f32(f32_to_bf16(y))));
-            }
+            for (int h = 0; h < 2; h++)
+                hilo_pack(pv[4 * t + 2 * h], pv[4 * t + 2 * h + 1], ph[h], pl[h]);
             unsigned va[2][4];
 #pragma unroll
             for (int i = 0; i < 2; i++) {
@@ -1016,10 +1009,8 @@ enum hr_status attention(const struct cuda_attention *a, void *stream, char *err
      * blocks merge their own splits too, and no combine; else the combine merges every
      * split row (the decode blocks' again: the same bytes).  Either way a row's bits
      * are the same (merge_elem).  The two launches are independent but for PDL's order. */
-    if (b->n_dec > 0) {
-        struct cuda_attn_batch bd = *b;
-        bd.n_qblocks = b->n_dec;
-        klaunch(attn_dec_kernel, dim3(b->n_dec, a->kv.n_kv_heads, ns), ATTN_THREADS, DEC_SMEM, s, *a, bd, group, ns,
+    if (b->n_dec > 0) { /* the grid says how many: no kernel reads n_qblocks */
+        klaunch(attn_dec_kernel, dim3(b->n_dec, a->kv.n_kv_heads, ns), ATTN_THREADS, DEC_SMEM, s, *a, *b, group, ns,
                 (float *)a->work, a->tickets);
         if ((st = launch_status("attention (decode)", err, errlen)))
             return st;

@@ -857,24 +857,13 @@ static enum hr_status cb_begin_step(struct backend *be, const struct batch *b, s
         memcpy(tab + tb, row->block_table, (size_t)nb * 4);
         tb += nb;
     }
-    /* query blocks of at most CUDA_ATTN_DEC_ROWS rows first (the decode walk's), then
-     * the others: which walk a block takes changes no bit */
-    int n_dec = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int r = 0; r < b->n_rows; r++) {
-            const struct batch_row *row = &b->rows[r];
-            for (int i = 0; i < row->query_len; i += bt) {
-                int n = row->query_len - i < bt ? row->query_len - i : bt;
-                if ((n * group <= CUDA_ATTN_DEC_ROWS) != (pass == 0))
-                    continue;
-                qb[2 * q] = row->query_offset + i;
-                qb[2 * q + 1] = n;
-                q++;
-            }
-        }
-        if (pass == 0)
-            n_dec = q;
-    }
+    /* the decode walk's query blocks first, then the others: which walk a block takes
+     * changes no bit */
+    for (int r = 0; r < b->n_rows; r++)
+        q = cuda_attn_row_qblocks(qb, q, b->rows[r].query_offset, b->rows[r].query_len, group, true);
+    int n_dec = q;
+    for (int r = 0; r < b->n_rows; r++)
+        q = cuda_attn_row_qblocks(qb, q, b->rows[r].query_offset, b->rows[r].query_len, group, false);
     for (int i = 0; i < b->n_copies; i++) {
         pairs[2 * i] = b->copies[i].src;
         pairs[2 * i + 1] = b->copies[i].dst;

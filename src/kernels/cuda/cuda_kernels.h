@@ -15,6 +15,7 @@
 #ifndef HEARTH_KERNELS_CUDA_CUDA_KERNELS_H
 #define HEARTH_KERNELS_CUDA_CUDA_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -226,6 +227,24 @@ const struct cuda_kernels *cuda_kernels_pick(const char *name, int major, int mi
 static inline int cuda_attn_block_tokens(int group)
 {
     return group >= CUDA_ATTN_ROWS ? 1 : CUDA_ATTN_ROWS / group;
+}
+
+/* Appends the query blocks of a row whose query_len tokens start at token tok0 to qb
+ * ([*, 2]: first token, count) from index q: its decode blocks (at most
+ * CUDA_ATTN_DEC_ROWS rows) when dec, else its others; returns the new count.  A batch
+ * lays every row's decode blocks first (n_dec of them), then every row's others. */
+static inline int cuda_attn_row_qblocks(int32_t *qb, int q, int tok0, int query_len, int group, bool dec)
+{
+    int bt = cuda_attn_block_tokens(group);
+    for (int i = 0; i < query_len; i += bt) {
+        int n = query_len - i < bt ? query_len - i : bt;
+        if ((n * group <= CUDA_ATTN_DEC_ROWS) != dec)
+            continue;
+        qb[2 * q] = tok0 + i;
+        qb[2 * q + 1] = n;
+        q++;
+    }
+    return q;
 }
 
 #ifdef __cplusplus
