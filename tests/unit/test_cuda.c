@@ -279,6 +279,106 @@ static void test_gemm_rows(void)
     }
 }
 
+/* A knob of the GEMM's launch set for a while (env_push), then as it was (env_pop);
+ * the variant is prepared again after each (prepare reads the knobs). */
+struct env_keep {
+    const char *name;
+    char text[32];
+    bool had;
+};
+
+static void env_push(struct env_keep *k, const char *name, const char *val)
+{
+    const char *was = getenv(name);
+    k->name = name;
+    k->had = was != NULL;
+    snprintf(k->text, sizeof k->text, "%s", k->had ? was : ""); /* was is gone after setenv */
+    setenv(name, val, 1);
+}
+
+static void env_pop(const struct env_keep *k)
+{
+    if (k->had)
+        setenv(k->name, k->text, 1);
+    else
+        unsetenv(k->name);
+}
+
+/* The unsplit TMA tile at each width (HEARTH_CUDA_GEMM_WIDTH 96, 128, 256; by default
+ * gemm_width picks one by m) gives the bytes of the 128-wide tile: rows of 1, 37, 130
+ * and 300 at every shape without a K split, compared with the 300-row product at width
+ * 128 row by row.  (The row sweep crosses the default rule's widths as m grows.) */
+static void test_gemm_widths(void)
+{
+    if (strcmp(K->name, "sm90a") != 0) {
+        printf("  %s: one tile width (the TMA tile is Hopper's)\n", K->name);
+        return;
+    }
+    static const int ms[] = {300, 1, 37, 130};
+    static const char *const widths[] = {"128", "96", "256"};
+    const int M = 300;
+    int cases = 0, shapes_n = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const struct shape *s = &shapes[si];
+        if (K->gemm_split(s->n, s->k, s->epi) != 1)
+            continue;
+        shapes_n++;
+        size_t row_bytes = (size_t)s->n * out_elem(s->epi), nk = (size_t)s->n * s->k;
+        uint16_t *w = dmust(nk * 2), *x = dmust((size_t)M * s->k * 2), *wu = NULL;
+        CHECK_OK(cuda_dev_fill_bf16(w, nk, 31 + si, 0.05f, err, sizeof err), err);
+        if (s->epi == CUDA_EPI_SWIGLU_BF16) {
+            wu = dmust(nk * 2);
+            CHECK_OK(cuda_dev_fill_bf16(wu, nk, 131 + si, 0.05f, err, sizeof err), err);
+        }
+        CHECK_OK(cuda_dev_fill_bf16(x, (size_t)M * s->k, 3001 + si, 1.0f, err, sizeof err), err);
+        void *y = dmust((size_t)M * row_bytes);
+        float *y0 = NULL; /* the residual's start */
+        if (s->epi == CUDA_EPI_ADD_F32) {
+            y0 = hmust((size_t)M * row_bytes);
+            fill_f32(y0, (size_t)M * s->n, 1.0);
+        }
+        unsigned char *ref = hmust((size_t)M * row_bytes), *got = hmust((size_t)M * row_bytes);
+        struct gemm_ws ws;
+        gemm_ws_init(&ws, s, M);
+        int bad = 0;
+        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+            struct env_keep kw;
+            env_push(&kw, "HEARTH_CUDA_GEMM_WIDTH", widths[wi]);
+            CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                int m = ms[mi];
+                if (y0)
+                    up(y, y0, (size_t)m * row_bytes);
+                else
+                    CHECK_OK(cuda_dev_memset(y, 0xff, (size_t)m * row_bytes, err, sizeof err), err);
+                run_gemm(s, y, x, m, w, wu, &ws);
+                down(wi == 0 && m == M ? ref : got, y, (size_t)m * row_bytes);
+                if (wi == 0 && m == M)
+                    continue;
+                for (int r = 0; r < m; r++)
+                    if (memcmp(got + (size_t)r * row_bytes, ref + (size_t)r * row_bytes, row_bytes) && !bad++)
+                        fprintf(stderr, "  %s %s: width %s, row %d of m=%d differs from width 128\n", K->name,
+                                s->name, widths[wi], r, m);
+                cases++;
+            }
+            env_pop(&kw);
+        }
+        CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
+        CHECK_MSG(bad == 0, "%s %s: %d rows differ between tile widths", K->name, s->name, bad);
+        free(ref);
+        free(got);
+        free(y0);
+        gemm_ws_free(&ws);
+        cuda_dev_free(y);
+        cuda_dev_free(x);
+        cuda_dev_free(w);
+        cuda_dev_free(wu);
+    }
+    CHECK(shapes_n > 0);
+    printf("  %s tile widths 96 / 128 / 256: %d shapes without a split, %d width x row-count cases, bytes equal\n",
+           K->name, shapes_n, cases);
+}
+
 /* Rows of a 33-row product against float64: f32 outputs within 1e-5 of the sum of
  * |x w| per element (and relative L2 error under 1e-5); bf16 outputs (SwiGLU, store
  * bf16) relative L2 error under 1e-2 (bf16's own rounding is 2^-9). */
@@ -1473,26 +1573,15 @@ int main(int argc, char **argv)
              * (ticketed, in the kernel) on the mma.sync tiles (sm80), combine_kernel
              * instead of the cluster's shared memory on the TMA tile (sm90a): each
              * must give the fold's bytes */
-            static const char *const knobs[2] = {"HEARTH_CUDA_GEMM_EXT_ROWS", "HEARTH_CUDA_GEMM_CLUSTER"};
-            static const char *const vals[2] = {"1", "0"};
-            char keep[2][32];
-            bool had[2];
-            for (int i = 0; i < 2; i++) {
-                const char *was = getenv(knobs[i]);
-                had[i] = was != NULL; /* was is gone after setenv: keep its text */
-                snprintf(keep[i], sizeof keep[i], "%s", had[i] ? was : "");
-                setenv(knobs[i], vals[i], 1);
-            }
+            struct env_keep ke, kc;
+            env_push(&ke, "HEARTH_CUDA_GEMM_EXT_ROWS", "1");
+            env_push(&kc, "HEARTH_CUDA_GEMM_CLUSTER", "0");
             if (K->prepare(info.sm_count, err, sizeof err) == HR_OK)
                 TEST_RUN(test_gemm_rows);
             else
                 CHECK_MSG(0, "%s", err);
-            for (int i = 0; i < 2; i++) {
-                if (had[i])
-                    setenv(knobs[i], keep[i], 1);
-                else
-                    unsetenv(knobs[i]);
-            }
+            env_pop(&kc);
+            env_pop(&ke);
             CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
             continue;
         }
@@ -1504,6 +1593,7 @@ int main(int argc, char **argv)
         TEST_RUN(test_gemm_bad_args);
         TEST_RUN(test_gemm_segments);
         TEST_RUN(test_gemm_swiglu_wide);
+        TEST_RUN(test_gemm_widths);
         TEST_RUN(test_rmsnorm);
         TEST_RUN(test_embed);
         TEST_RUN(test_attn_prep);

@@ -92,6 +92,11 @@ enum { CL_OFF, /* 0: combine_kernel */
        CL_ALL }; /* "all": a cluster wherever the parts are few enough (benchmarks) */
 int g_cluster = CL_AUTO;
 int g_cluster_kt = 16; /* CL_AUTO: the longest part, in k tiles, added in a cluster (HEARTH_CUDA_GEMM_CLUSTER_KT) */
+/* The unsplit TMA tile's width (gemm_width; the sums are the same at every width):
+ * HEARTH_CUDA_GEMM_WIDTH forces 96, 128 or 256 (0: by the rule), and from
+ * HEARTH_CUDA_GEMM_WIDE_ROWS rows on the rule takes 256. */
+int g_width = 0;
+int g_wide_rows = 512;
 #if defined(CUK_HOPPER)
 /* the clusters of 2, 4, 8 blocks (two an SM) that can run at once: [WG - 1][log2 - 1] */
 int g_max_clusters[2][3];
@@ -123,19 +128,19 @@ __device__ __forceinline__ void swiglu_store(const params &p, uint16_t *y, size_
         p.y32[at] = bf16_to_f32(h);
 }
 
-/* The SwiGLU outputs of a staged tile (BM x BN floats, row stride ld: gate columns
- * 0..BN/2-1, up BN/2..), rows from m0 and columns from nt * BN/2 within m and n, by nthr
+/* The SwiGLU outputs of a staged tile (BM x W floats, row stride ld: gate columns
+ * 0..W/2-1, up W/2..), rows from m0 and columns from nt * W/2 within m and n, by nthr
  * threads (this one t). */
-template <int BM>
+template <int BM, int W = BN>
 __device__ __forceinline__ void swiglu_tile_out(const params &p, const float *tile, int ld, int m0, int nt, int Np,
                                                 uint16_t *y, int t, int nthr)
 {
-    for (int e = t; e < BM * (BN / 2); e += nthr) {
-        int lr = e / (BN / 2), lc = e % (BN / 2);
-        int row = m0 + lr, col = nt * (BN / 2) + lc;
+    for (int e = t; e < BM * (W / 2); e += nthr) {
+        int lr = e / (W / 2), lc = e % (W / 2);
+        int row = m0 + lr, col = nt * (W / 2) + lc;
         if (row >= p.m || col >= Np)
             continue;
-        float g = tile[lr * ld + lc], u = tile[lr * ld + BN / 2 + lc];
+        float g = tile[lr * ld + lc], u = tile[lr * ld + W / 2 + lc];
         float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
         swiglu_store(p, y, (size_t)row * Np + col, __fmul_rn(silu, u));
     }
@@ -473,27 +478,76 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
     return d;
 }
 
-/* d = a . b + (acc ? d : 0) */
-__device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db, int acc = 1)
+/* d = a . b + (acc ? d : 0), an m64nNk16 wgmma from shared memory: N / 2 floats a
+ * thread.  Each output element takes the same k16 products in the same order whatever
+ * N is (the widths' bytes are compared by the tests), so a tile's width is a launch
+ * shape, not a sum. */
+#define WG_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define WG_D16(i) WG_D4(i), WG_D4(i + 4), WG_D4(i + 8), WG_D4(i + 12)
+template <int N> __device__ __forceinline__ void wg_mma_n(float *d, uint64_t da, uint64_t db, int acc);
+template <> __device__ __forceinline__ void wg_mma_n<96>(float *d, uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %50, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47"
+                 "}, %48, %49, p, 1, 1, 0, 0;\n"
+                 "}\n"
+                 : WG_D16(0), WG_D16(16), WG_D16(32)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wg_mma_n<128>(float *d, uint64_t da, uint64_t db, int acc)
 {
     asm volatile("{\n"
                  ".reg .pred p;\n"
                  "setp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n"
                  "}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : WG_D16(0), WG_D16(16), WG_D16(32), WG_D16(48)
                  : "l"(da), "l"(db), "r"(acc));
 }
+template <> __device__ __forceinline__ void wg_mma_n<256>(float *d, uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+                 "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+                 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+                 "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+                 "}, %128, %129, p, 1, 1, 0, 0;\n"
+                 "}\n"
+                 : WG_D16(0), WG_D16(16), WG_D16(32), WG_D16(48), WG_D16(64), WG_D16(80), WG_D16(96), WG_D16(112)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+#undef WG_D16
+#undef WG_D4
+__device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db, int acc = 1)
+{
+    wg_mma_n<BN>(d, da, db, acc);
+}
 
-/* f(e, row, col) for each of a thread's 64 accumulators of an m64n128 wgmma tile:
+/* f(e, row, col) for each of a thread's N / 2 accumulators of an m64nN wgmma tile:
  * element e = 4 i + r sits at row row0 + 16 (warp % 4) + lane / 4 + 8 (r / 2) and
  * column col0 + 8 i + 2 (lane % 4) + r % 2. */
-template <class F> __device__ __forceinline__ void wg_each(int row0, int col0, F f)
+template <int N = BN, class F> __device__ __forceinline__ void wg_each(int row0, int col0, F f)
 {
     const int lane = threadIdx.x & 31, wr = (threadIdx.x >> 5) & 3;
 #pragma unroll
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < N / 8; i++)
 #pragma unroll
         for (int r = 0; r < 4; r++)
             f(4 * i + r, row0 + wr * 16 + (lane >> 2) + (r >> 1) * 8, col0 + i * 8 + (lane & 3) * 2 + (r & 1));
@@ -511,22 +565,22 @@ __device__ __forceinline__ void wg_partials(const params &p, const float *d, boo
     });
 }
 
-/* The epilogue of a finished wgmma tile (BM rows from m0; this warpgroup's from lr0):
- * the stores, or SwiGLU through the staging tile (BM x (BN + 1) floats, the pipeline's
- * smem) by the nthr threads (index t) that hold the tile's accumulators, sync() a
- * barrier of just them. */
-template <int EPI, int BM, class S>
+/* The epilogue of a finished wgmma tile (BM x W, rows from m0; this warpgroup's from
+ * lr0): the stores, or SwiGLU through the staging tile (BM x (W + 1) floats, the
+ * pipeline's smem) by the nthr threads (index t) that hold the tile's accumulators,
+ * sync() a barrier of just them. */
+template <int EPI, int BM, int W = BN, class S>
 __device__ __forceinline__ void wg_epilogue(const params &p, const float *d, int lr0, int m0, int nt, int Np, void *Yp,
                                             float *tile, int t, int nthr, S sync)
 {
-    constexpr int EPI_LD = BN + 1;
+    constexpr int EPI_LD = W + 1;
     if constexpr (EPI == CUDA_EPI_SWIGLU_BF16) {
         sync(); /* every warp is done with the pipeline's smem */
-        wg_each(lr0, 0, [&](int e, int lr, int lc) { tile[lr * EPI_LD + lc] = d[e]; });
+        wg_each<W>(lr0, 0, [&](int e, int lr, int lc) { tile[lr * EPI_LD + lc] = d[e]; });
         sync();
-        swiglu_tile_out<BM>(p, tile, EPI_LD, m0, nt, Np, (uint16_t *)Yp, t, nthr);
+        swiglu_tile_out<BM, W>(p, tile, EPI_LD, m0, nt, Np, (uint16_t *)Yp, t, nthr);
     } else {
-        wg_each(m0 + lr0, nt * BN, [&](int e, int row, int col) {
+        wg_each<W>(m0 + lr0, nt * W, [&](int e, int row, int col) {
             if ((e & 1) || row >= p.m || col >= Np)
                 return; /* pairs from their even element; n is even: col + 1 < n too */
             store_pair<EPI>(Yp, (size_t)row * Np + col, d[e], d[e + 1]);
@@ -672,24 +726,29 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
  * parts added in order: one block a part (partial sums to the workspace,
  * combine_kernel adds them) or one block folding them all into a running sum as they
  * end (no workspace), the same bits either way (the tests compare them). */
-template <int WG, bool FOLD> struct tma {
+template <int WG, bool FOLD, int NW = BN> struct tma {
     /* A shape with a K split (FOLD) may need the running sum (64 floats a thread more):
      * the 128-row tile then runs one block an SM with six stages; without a split, two
      * blocks an SM with three (the wide products at batch 1: 192 or more tiles in one
-     * wave, and one block's epilogue under the other's loads). */
-    static constexpr bool TWO = WG == 1 || !FOLD; /* two blocks an SM */
-    static constexpr int BM = 64 * WG, BK = 64, STAGES = WG == 1 ? 4 : FOLD ? 6 : 3;
+     * wave, and one block's epilogue under the other's loads).  NW, the tile's width
+     * (no split only, see gemm_width): 96 fills a wave's two-an-SM slots more evenly at
+     * a few rows; 256 (one block an SM, four stages) halves the x reads and the shared
+     * memory's reads a flop at many rows. */
+    static_assert(NW == BN || (!FOLD && WG == 2), "other widths: the unsplit 128-row tile");
+    static constexpr bool TWO = (WG == 1 || !FOLD) && NW <= BN; /* two blocks an SM */
+    static constexpr int BM = 64 * WG, BK = 64, STAGES = WG == 1 ? 4 : FOLD ? 6 : NW > BN ? 4 : 3;
     /* consumers, then the producer: a warpgroup that gives its registers to the
      * consumers (setmaxnreg), or, two 128-row blocks an SM, one warp (112 registers a
      * thread for all: the compiler's budget for the wgmma is the launch's) */
-    static constexpr bool REGS = WG == 1 || FOLD;
+    static constexpr bool REGS = WG == 1 || FOLD || !TWO;
     static constexpr int NC = 128 * WG, NT = NC + (REGS ? 128 : 32);
     static constexpr int REG_P = 40, REG_C = WG == 1 ? 216 : 232;
     static_assert(!REGS || (NC * REG_C + 128 * REG_P) * (TWO ? 2 : 1) <= 65536, "registers");
-    static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE = A_BYTES + B_BYTES;
-    static constexpr int BOX = 64 * BK * 2; /* a weight copy: 64 rows x 64 bf16 */
+    static constexpr int A_BYTES = BM * BK * 2, B_BYTES = NW * BK * 2, STAGE = A_BYTES + B_BYTES;
+    static constexpr int BOX = NW / 2 * BK * 2; /* a weight copy: NW / 2 rows x 64 bf16 */
+    static_assert(BOX % 1024 == 0, "a weight box keeps the swizzle's 8-row period");
     static constexpr int SMEM = STAGES * STAGE + 1024 + 2 * STAGES * 8; /* + the swizzle's alignment, barriers */
-    static_assert(BM * (BN + 1) * 4 <= STAGES * STAGE, "SwiGLU staging fits");
+    static_assert(BM * (NW + 1) * 4 <= STAGES * STAGE, "SwiGLU staging fits");
 };
 
 struct tparams {
@@ -781,11 +840,11 @@ __device__ __forceinline__ void cluster_sum_out(const params &p, const float *ti
     cluster_sync(); /* no block leaves while another still reads its smem */
 }
 
-template <int WG, int EPI, bool FOLD>
-__global__ void __launch_bounds__(tma<WG, FOLD>::NT, tma<WG, FOLD>::TWO ? 2 : 1)
+template <int WG, int EPI, bool FOLD, int NW = BN>
+__global__ void __launch_bounds__(tma<WG, FOLD, NW>::NT, tma<WG, FOLD, NW>::TWO ? 2 : 1)
     gemm_tma_kernel(const __grid_constant__ tparams tp)
 {
-    using G = tma<WG, FOLD>;
+    using G = tma<WG, FOLD, NW>;
     constexpr int BM = G::BM, BK = G::BK, STAGES = G::STAGES;
     const params &p = tp.p;
     extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -816,11 +875,11 @@ __global__ void __launch_bounds__(tma<WG, FOLD>::NT, tma<WG, FOLD>::TWO ? 2 : 1)
             auto load_b = [&](int st, int kt) {
                 int c0 = (kt0 + kt) * BK;
                 if (swiglu) {
-                    tma_box(sb + st * G::B_BYTES, tb, c0, sgm.nt * (BN / 2), full + st);
-                    tma_box(sb + st * G::B_BYTES + G::BOX, &tp.tup, c0, sgm.nt * (BN / 2), full + st);
+                    tma_box(sb + st * G::B_BYTES, tb, c0, sgm.nt * (NW / 2), full + st);
+                    tma_box(sb + st * G::B_BYTES + G::BOX, &tp.tup, c0, sgm.nt * (NW / 2), full + st);
                 } else {
-                    tma_box(sb + st * G::B_BYTES, tb, c0, sgm.nt * BN, full + st);
-                    tma_box(sb + st * G::B_BYTES + G::BOX, tb, c0, sgm.nt * BN + 64, full + st);
+                    tma_box(sb + st * G::B_BYTES, tb, c0, sgm.nt * NW, full + st);
+                    tma_box(sb + st * G::B_BYTES + G::BOX, tb, c0, sgm.nt * NW + NW / 2, full + st);
                 }
             };
             /* x boxes of the warpgroups with rows below m; the others' smem keeps what it
@@ -851,8 +910,9 @@ __global__ void __launch_bounds__(tma<WG, FOLD>::NT, tma<WG, FOLD>::TWO ? 2 : 1)
             pdl_wait();
             pdl_release();
         }
-        if (!FOLD && p.cluster) /* the cluster's barriers count the producer's threads too */
-            cluster_sum_out<EPI, BM>(p, (const float *)smem, m0, ntg, sgm, -1, 0);
+        if constexpr (!FOLD && NW == BN)
+            if (p.cluster) /* the cluster's barriers count the producer's threads too */
+                cluster_sum_out<EPI, BM>(p, (const float *)smem, m0, ntg, sgm, -1, 0);
         return; /* the consumers' barriers below name just them */
     }
 
@@ -864,7 +924,7 @@ __global__ void __launch_bounds__(tma<WG, FOLD>::NT, tma<WG, FOLD>::TWO ? 2 : 1)
      * (which made ptxas serialise the wgmma); a warpgroup whose rows all lie past m
      * (m <= 64 on the 128-row tile) runs no wgmma: at batch 1 that work was half the
      * tensor cores' time. */
-    float d[64], run[FOLD ? 64 : 1];
+    float d[NW / 2], run[FOLD ? NW / 2 : 1];
     const bool leader = (tid & 127) == 0; /* arrives on empty for its warpgroup */
     const uint32_t sa_addr = smem_u32(sa) + wgi * 64 * 128, sb_addr = smem_u32(sb);
     if (WG == 1 || m0 + wgi * 64 < p.m) {
@@ -876,7 +936,7 @@ __global__ void __launch_bounds__(tma<WG, FOLD>::NT, tma<WG, FOLD>::TWO ? 2 : 1)
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; kk++)
-                    wg_mma(d, wg_desc(a0 + kk * 32), wg_desc(b0 + kk * 32), j | kk);
+                    wg_mma_n<NW>(d, wg_desc(a0 + kk * 32), wg_desc(b0 + kk * 32), j | kk);
                 asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
                 /* one k tile's wgmma in flight: the one before is done with its stage */
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
@@ -888,7 +948,7 @@ __global__ void __launch_bounds__(tma<WG, FOLD>::NT, tma<WG, FOLD>::TWO ? 2 : 1)
                 mb_arrive(empty + ((q + 1) * kt_per - 1) % STAGES);
             if constexpr (FOLD) {
 #pragma unroll
-                for (int i = 0; i < 64; i++) /* run = run + part, in part order */
+                for (int i = 0; i < NW / 2; i++) /* run = run + part, in part order */
                     run[i] = q == 0 ? d[i] : __fadd_rn(run[i], d[i]);
             }
         }
@@ -899,39 +959,41 @@ __global__ void __launch_bounds__(tma<WG, FOLD>::NT, tma<WG, FOLD>::TWO ? 2 : 1)
                 mb_arrive(empty + kt % STAGES);
         }
 #pragma unroll
-        for (int i = 0; i < 64; i++)
+        for (int i = 0; i < NW / 2; i++)
             d[i] = 0.0f; /* never stored: the SwiGLU staging reads its rows */
         if constexpr (FOLD) {
 #pragma unroll
-            for (int i = 0; i < 64; i++)
+            for (int i = 0; i < NW / 2; i++)
                 run[i] = 0.0f;
         }
     }
     float *acc = FOLD ? run : d; /* without a fold a block has one part (nq == 1) */
-    if (!FOLD && p.cluster) { /* a part a block, added in the cluster's shared memory (tma_launch) */
-        asm volatile("bar.sync 1, %0;\n" ::"n"(G::NC) : "memory"); /* every wgmma is done with the ring */
-        float *tile = (float *)smem;
-        const int rows = min(BM, p.m - m0);
-        wg_each(wgi * 64, 0, [&](int e, int lr, int lc) {
-            if (lr < rows)
-                tile[lr * (BN + 1) + lc] = acc[e];
-        });
-        cluster_sum_out<EPI, BM>(p, tile, m0, ntg, sgm, tid, G::NC);
-        return;
+    if constexpr (NW == BN) { /* the other widths have no split (gemm_width) */
+        if (!FOLD && p.cluster) { /* a part a block, added in the cluster's shared memory (tma_launch) */
+            asm volatile("bar.sync 1, %0;\n" ::"n"(G::NC) : "memory"); /* every wgmma is done with the ring */
+            float *tile = (float *)smem;
+            const int rows = min(BM, p.m - m0);
+            wg_each(wgi * 64, 0, [&](int e, int lr, int lc) {
+                if (lr < rows)
+                    tile[lr * (BN + 1) + lc] = acc[e];
+            });
+            cluster_sum_out<EPI, BM>(p, tile, m0, ntg, sgm, tid, G::NC);
+            return;
+        }
+        if (p.par > 1) { /* a part a block: combine_kernel adds the parts */
+            wg_partials(p, acc, m0 + wgi * 64 < p.m, m0 + wgi * 64, ntg, s);
+            return;
+        }
     }
-    if (p.par > 1) { /* a part a block: combine_kernel adds the parts */
-        wg_partials(p, acc, m0 + wgi * 64 < p.m, m0 + wgi * 64, ntg, s);
-        return;
-    }
-    wg_epilogue<EPI, BM>(p, acc, wgi * 64, m0, sgm.nt, sgm.n, sgm.y, (float *)smem, tid, G::NC,
-                         [] { asm volatile("bar.sync 1, %0;\n" ::"n"(G::NC) : "memory"); });
+    wg_epilogue<EPI, BM, NW>(p, acc, wgi * 64, m0, sgm.nt, sgm.n, sgm.y, (float *)smem, tid, G::NC,
+                             [] { asm volatile("bar.sync 1, %0;\n" ::"n"(G::NC) : "memory"); });
 }
 
-template <int WG, bool FOLD> void tma_set_smem()
+template <int WG, bool FOLD, int NW = BN> void tma_set_smem()
 {
     each_epi([](auto E) {
-        cudaFuncSetAttribute(gemm_tma_kernel<WG, decltype(E)::value, FOLD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             tma<WG, FOLD>::SMEM);
+        cudaFuncSetAttribute(gemm_tma_kernel<WG, decltype(E)::value, FOLD, NW>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, tma<WG, FOLD, NW>::SMEM);
     });
 }
 
@@ -979,21 +1041,22 @@ enum hr_status tma_map(CUtensorMap *map, const uint16_t *base, int rows, int k, 
     return HR_OK;
 }
 
-template <int WG, bool FOLD> void tma_launch_epi(const tparams &tp, enum cuda_epi epi, cudaStream_t st)
+template <int WG, bool FOLD, int NW = BN> void tma_launch_epi(const tparams &tp, enum cuda_epi epi, cudaStream_t st)
 {
-    using G = tma<WG, FOLD>;
+    using G = tma<WG, FOLD, NW>;
     const params &p = tp.p;
     dim3 grid(p.n_tiles, (p.m + G::BM - 1) / G::BM, p.par);
     by_epi(epi, [&](auto E) {
-        klaunch_cz(gemm_tma_kernel<WG, decltype(E)::value, FOLD>, grid, G::NT, G::SMEM, st, p.cluster ? p.par : 1, tp);
+        klaunch_cz(gemm_tma_kernel<WG, decltype(E)::value, FOLD, NW>, grid, G::NT, G::SMEM, st,
+                   p.cluster ? p.par : 1, tp);
     });
 }
 
 /* The tensor maps of a launch, then the kernel: the folding build where the shape has a
  * K split (a function of the shape, like the split), but for a cluster of a part a
  * block: the two-blocks-an-SM build (measured the faster there, see in_cluster). */
-template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_gemm *g, cudaStream_t st, char *err,
-                                            size_t errlen)
+template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_gemm *g, int nw, cudaStream_t st,
+                                            char *err, size_t errlen)
 {
     tparams tp;
     memset(&tp, 0, sizeof tp);
@@ -1001,11 +1064,17 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
     tp.a_rows = p.m < 64 ? p.m : 64;
     enum hr_status rc = tma_map(&tp.ta, p.x, p.m, p.k, tp.a_rows, "x", err, errlen);
     for (int i = 0; rc == HR_OK && i < p.n_seg; i++)
-        rc = tma_map(&tp.tb[i], p.seg_w[i], p.seg_n[i], p.k, 64, "w", err, errlen);
+        rc = tma_map(&tp.tb[i], p.seg_w[i], p.seg_n[i], p.k, nw / 2, "w", err, errlen);
     if (rc == HR_OK && g->w_up)
-        rc = tma_map(&tp.tup, g->w_up, g->n, p.k, 64, "w_up", err, errlen);
+        rc = tma_map(&tp.tup, g->w_up, g->n, p.k, nw / 2, "w_up", err, errlen);
     if (rc != HR_OK)
         return rc;
+    if constexpr (WG == 2) {
+        if (nw == 96)
+            return tma_launch_epi<2, false, 96>(tp, g->epi, st), HR_OK;
+        if (nw == 256)
+            return tma_launch_epi<2, false, 256>(tp, g->epi, st), HR_OK;
+    }
     if (p.split > 1 && !p.cluster)
         tma_launch_epi<WG, true>(tp, g->epi, st);
     else
@@ -1029,7 +1098,7 @@ template <int WG> void wg_launch(const params &p, enum cuda_epi epi, cudaStream_
 }
 #endif /* CUK_HOPPER */
 
-int n_tiles_of(int n, enum cuda_epi epi);
+int n_tiles_of(int n, enum cuda_epi epi, int w = BN);
 
 /* Where the n tiles alone fill the SMs (no K split: lm_head, the 8B gate/up): wgmma
  * on Hopper, 64-row tiles two blocks an SM (at m <= 64 faster than the 128-row tile
@@ -1060,9 +1129,9 @@ int tile_bk(int t)
     return 64;
 }
 
-int n_tiles_of(int n, enum cuda_epi epi)
+int n_tiles_of(int n, enum cuda_epi epi, int w)
 {
-    int per = epi == CUDA_EPI_SWIGLU_BF16 ? BN / 2 : BN;
+    int per = epi == CUDA_EPI_SWIGLU_BF16 ? w / 2 : w;
     return (n + per - 1) / per;
 }
 
@@ -1098,6 +1167,12 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
                                                       : -1;
     const char *ckt = getenv("HEARTH_CUDA_GEMM_CLUSTER_KT");
     g_cluster_kt = ckt && *ckt ? atoi(ckt) : 16;
+    const char *gw = getenv("HEARTH_CUDA_GEMM_WIDTH"), *wr = getenv("HEARTH_CUDA_GEMM_WIDE_ROWS");
+    g_width = gw && *gw ? atoi(gw) : 0;
+    g_wide_rows = wr && *wr ? atoi(wr) : 512;
+    if ((g_width != 0 && g_width != 96 && g_width != 128 && g_width != 256) || g_wide_rows < 1)
+        return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_WIDTH=%s / _WIDE_ROWS=%s: 0, 96, 128 or 256 / >= 1",
+                      gw ? gw : "", wr ? wr : "");
     if (g_cluster < 0 || g_cluster_kt < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_CLUSTER=%s / _CLUSTER_KT=%s: 0, 1 or all / >= 1",
                       cl ? cl : "", ckt ? ckt : "");
@@ -1157,6 +1232,8 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
                       CUK_STR(CUK_VARIANT), tma<2, true>::SMEM, optin);
     tma_set_smem<2, true>();
     tma_set_smem<2, false>();
+    tma_set_smem<2, false, 96>();
+    tma_set_smem<2, false, 256>();
     tma_set_smem<1, true>();
     tma_set_smem<1, false>();
     for (int cz = 2, l = 0; cz <= CLUSTER_MAX; cz *= 2, l++) {
@@ -1210,6 +1287,30 @@ int gemm_split(int n, int k, enum cuda_epi epi)
         s *= 2;
     return s;
 }
+
+#if defined(CUK_HOPPER)
+/* The unsplit TMA tile's width at m rows of an (n, epi) product: a launch shape (every
+ * width gives the same bytes), so it may follow m.  From g_wide_rows rows, 256 (one
+ * block an SM: half the x traffic and shared-memory reads a flop); in one row of
+ * tiles, 96 where its tiles fill the two-an-SM slots of a wave clearly more evenly
+ * than 128's (the 8B gate/up at batch 1: 256 tiles in 264 slots against 192, of which
+ * 60 SMs stream two and 72 one); else 128. */
+static int gemm_width(int m, int n, enum cuda_epi epi)
+{
+    if (g_width)
+        return g_width;
+    if (m >= g_wide_rows)
+        return 256;
+    if (m > 128)
+        return BN;
+    const int slots = 2 * g_sm_count;
+    auto even = [&](int w) { /* the share of the waves' slots the tiles take */
+        int t = n_tiles_of(n, epi, w);
+        return (double)t / ((double)((t + slots - 1) / slots) * slots);
+    };
+    return even(96) > even(BN) + 0.05 ? 96 : BN;
+}
+#endif
 
 /* The most rows of m for which a tile's parts go to a block each (the weight stream
  * of a few rows needs the blocks): 64, and more while the folding grid (row tiles x
@@ -1328,10 +1429,19 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     p.split = gemm_split(n, g->k, g->epi);
     p.par = gemm_par(g->m, n, g->k, g->epi);
     const bool tma_tile = t == TILE_TMA || t == TILE_TMA64;
+    [[maybe_unused]] int nw = BN; /* the unsplit TMA tile's width (gemm_width) */
 #if defined(CUK_HOPPER)
     p.cluster = tma_tile && p.par > 1 &&
                 in_cluster(t == TILE_TMA ? 1 : 0, t0 * ((g->m + tile_bm(t) - 1) / tile_bm(t)), p.par,
                            g->k / tile_bk(t) / p.split);
+    if (t == TILE_TMA && p.split == 1) { /* the tiles in the launch's width */
+        nw = gemm_width(g->m, n, g->epi);
+        t0 = 0;
+        for (int i = 0; i < n_seg; i++) {
+            p.seg_t0[i] = t0;
+            t0 += n_tiles_of(p.seg_n[i], g->epi, nw);
+        }
+    }
 #endif
     p.ext = p.par > 1 && !p.cluster && (g->m > g_ext_rows || tma_tile);
     p.n_tiles = t0;
@@ -1356,7 +1466,8 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
         launch<cfg64x64>(p, g->epi, st);
 #if defined(CUK_HOPPER)
     else if (t == TILE_TMA || t == TILE_TMA64) {
-        enum hr_status rc = t == TILE_TMA ? tma_launch<2>(p, g, st, err, errlen) : tma_launch<1>(p, g, st, err, errlen);
+        enum hr_status rc =
+            t == TILE_TMA ? tma_launch<2>(p, g, nw, st, err, errlen) : tma_launch<1>(p, g, BN, st, err, errlen);
         if (rc != HR_OK)
             return rc;
     } else if (t == TILE_WGMMA)
