@@ -1291,24 +1291,21 @@ int gemm_split(int n, int k, enum cuda_epi epi)
 #if defined(CUK_HOPPER)
 /* The unsplit TMA tile's width at m rows of an (n, epi) product: a launch shape (every
  * width gives the same bytes), so it may follow m.  From g_wide_rows rows, 256 (one
- * block an SM: half the x traffic and shared-memory reads a flop); in one row of
- * tiles, 96 where its tiles fill the two-an-SM slots of a wave clearly more evenly
- * than 128's (the 8B gate/up at batch 1: 256 tiles in 264 slots against 192, of which
- * 60 SMs stream two and 72 one); else 128. */
+ * block an SM: half the x traffic and shared-memory reads a flop); in one row of tiles
+ * that fit one wave of two-an-SM slots, 96 where its tiles fill the wave clearly more
+ * evenly than 128's (the 8B gate/up at batch 1: 256 tiles in 264 slots against 192,
+ * of which 60 SMs stream two and 72 one: 64.4 -> 53.3 us on the H200); else 128 (the
+ * lm_heads' many waves measured no better at 96). */
 static int gemm_width(int m, int n, enum cuda_epi epi)
 {
     if (g_width)
         return g_width;
     if (m >= g_wide_rows)
         return 256;
-    if (m > 128)
+    const int slots = 2 * g_sm_count, t128 = n_tiles_of(n, epi, BN), t96 = n_tiles_of(n, epi, 96);
+    if (m > 128 || t128 > slots || t96 > slots)
         return BN;
-    const int slots = 2 * g_sm_count;
-    auto even = [&](int w) { /* the share of the waves' slots the tiles take */
-        int t = n_tiles_of(n, epi, w);
-        return (double)t / ((double)((t + slots - 1) / slots) * slots);
-    };
-    return even(96) > even(BN) + 0.05 ? 96 : BN;
+    return (double)t96 / slots > (double)t128 / slots + 0.05 ? 96 : BN;
 }
 #endif
 
