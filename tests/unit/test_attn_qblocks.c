@@ -27,11 +27,11 @@ static void check_layout(int group, const int *len, int n_rows)
         q = cuda_attn_row_qblocks(got, q, tok0[r], len[r], group, false);
 
     /* the expectation, written out: cut each row, then sort the cuts into two lists */
-    int bt = group >= CUDA_ATTN_ROWS ? 1 : CUDA_ATTN_ROWS / group, nw = 0, no = 0;
+    int bt = cuda_attn_block_tokens(group), nw = 0, no = 0;
     for (int r = 0; r < n_rows; r++)
         for (int start = 0; start < len[r]; start += bt) {
             int n = len[r] - start < bt ? len[r] - start : bt;
-            int32_t *dst = n * group <= 8 ? want + 2 * nw++ : other + 2 * no++;
+            int32_t *dst = n * group <= CUDA_ATTN_DEC_ROWS ? want + 2 * nw++ : other + 2 * no++;
             dst[0] = tok0[r] + start;
             dst[1] = n;
         }

@@ -207,6 +207,56 @@ static void test_gemm_swiglu_wide(void)
            K->name, checked);
 }
 
+/* A GEMM case's operands for up to max_m rows: weights (SwiGLU's up too) and x filled
+ * on the device from the given seeds, y, and for the residual-add shapes y0, the start
+ * every run's y is set to (gemm_ops_reset). */
+struct gemm_ops {
+    uint16_t *w, *wu, *x;
+    void *y;
+    float *y0; /* host, [max_m, n], or NULL */
+    size_t row_bytes;
+};
+
+static void gemm_ops_init(struct gemm_ops *o, const struct shape *s, int max_m, uint64_t w_seed, uint64_t wu_seed,
+                          uint64_t x_seed)
+{
+    size_t nk = (size_t)s->n * s->k;
+    o->row_bytes = (size_t)s->n * out_elem(s->epi);
+    o->w = dmust(nk * 2);
+    o->x = dmust((size_t)max_m * s->k * 2);
+    o->wu = NULL;
+    CHECK_OK(cuda_dev_fill_bf16(o->w, nk, w_seed, 0.05f, err, sizeof err), err);
+    if (s->epi == CUDA_EPI_SWIGLU_BF16) {
+        o->wu = dmust(nk * 2);
+        CHECK_OK(cuda_dev_fill_bf16(o->wu, nk, wu_seed, 0.05f, err, sizeof err), err);
+    }
+    CHECK_OK(cuda_dev_fill_bf16(o->x, (size_t)max_m * s->k, x_seed, 1.0f, err, sizeof err), err);
+    o->y = dmust((size_t)max_m * o->row_bytes);
+    o->y0 = NULL;
+    if (s->epi == CUDA_EPI_ADD_F32) {
+        o->y0 = hmust((size_t)max_m * o->row_bytes);
+        fill_f32(o->y0, (size_t)max_m * s->n, 1.0);
+    }
+}
+
+/* y's first m rows to the residual's start, or to 0xff bytes (a run must write them all) */
+static void gemm_ops_reset(const struct gemm_ops *o, int m)
+{
+    if (o->y0)
+        up(o->y, o->y0, (size_t)m * o->row_bytes);
+    else
+        CHECK_OK(cuda_dev_memset(o->y, 0xff, (size_t)m * o->row_bytes, err, sizeof err), err);
+}
+
+static void gemm_ops_free(struct gemm_ops *o)
+{
+    free(o->y0);
+    cuda_dev_free(o->y);
+    cuda_dev_free(o->x);
+    cuda_dev_free(o->w);
+    cuda_dev_free(o->wu);
+}
+
 /* Every row of y among m rows, m in row_counts, equals the same row of the 4097-row
  * product, and rows 0..256 equal the row computed alone (m = 1); bytes compared.  The
  * residual-add shapes start every run from the same y. */
@@ -214,34 +264,22 @@ static void test_gemm_rows(void)
 {
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const struct shape *s = &shapes[si];
-        size_t oe = out_elem(s->epi), row_bytes = (size_t)s->n * oe;
-        uint16_t *w = dmust((size_t)s->n * s->k * 2), *wu = NULL, *x = dmust((size_t)GEMM_MAX_M * s->k * 2);
-        CHECK_OK(cuda_dev_fill_bf16(w, (size_t)s->n * s->k, 11 + si, 0.05f, err, sizeof err), err);
-        if (s->epi == CUDA_EPI_SWIGLU_BF16) {
-            wu = dmust((size_t)s->n * s->k * 2);
-            CHECK_OK(cuda_dev_fill_bf16(wu, (size_t)s->n * s->k, 101 + si, 0.05f, err, sizeof err), err);
-        }
-        CHECK_OK(cuda_dev_fill_bf16(x, (size_t)GEMM_MAX_M * s->k, 1001 + si, 1.0f, err, sizeof err), err);
+        struct gemm_ops o;
+        gemm_ops_init(&o, s, GEMM_MAX_M, 11 + si, 101 + si, 1001 + si);
+        const size_t row_bytes = o.row_bytes;
+        void *y = o.y;
+        const uint16_t *w = o.w, *wu = o.wu, *x = o.x;
         struct gemm_ws ws;
         gemm_ws_init(&ws, s, GEMM_MAX_M);
-        void *y = dmust((size_t)GEMM_MAX_M * row_bytes);
-        float *y0 = NULL; /* the residual's start */
-        if (s->epi == CUDA_EPI_ADD_F32) {
-            y0 = hmust((size_t)GEMM_MAX_M * row_bytes);
-            fill_f32(y0, (size_t)GEMM_MAX_M * s->n, 1.0);
-        }
         unsigned char *ref = hmust((size_t)GEMM_MAX_M * row_bytes), *got = hmust((size_t)GEMM_MAX_M * row_bytes);
-        if (y0)
-            up(y, y0, (size_t)GEMM_MAX_M * row_bytes);
+        if (o.y0)
+            gemm_ops_reset(&o, GEMM_MAX_M);
         run_gemm(s, y, x, GEMM_MAX_M, w, wu, &ws);
         down(ref, y, (size_t)GEMM_MAX_M * row_bytes);
         int bad_m = 0, bad_alone = 0;
         for (size_t mi = 0; mi < sizeof row_counts / sizeof row_counts[0]; mi++) {
             int m = row_counts[mi];
-            if (y0)
-                up(y, y0, (size_t)m * row_bytes);
-            else
-                CHECK_OK(cuda_dev_memset(y, 0xff, (size_t)m * row_bytes, err, sizeof err), err);
+            gemm_ops_reset(&o, m);
             run_gemm(s, y, x, m, w, wu, &ws);
             down(got, y, (size_t)m * row_bytes);
             for (int r = 0; r < m; r++)
@@ -251,10 +289,7 @@ static void test_gemm_rows(void)
                                 GEMM_MAX_M);
                 }
         }
-        if (y0)
-            up(y, y0, (size_t)GEMM_ALONE * row_bytes);
-        else
-            CHECK_OK(cuda_dev_memset(y, 0xff, (size_t)GEMM_ALONE * row_bytes, err, sizeof err), err);
+        gemm_ops_reset(&o, GEMM_ALONE);
         for (int r = 0; r < GEMM_ALONE; r++)
             run_gemm(s, (char *)y + (size_t)r * row_bytes, x + (size_t)r * s->k, 1, w, wu, &ws);
         down(got, y, (size_t)GEMM_ALONE * row_bytes);
@@ -270,12 +305,8 @@ static void test_gemm_rows(void)
                sizeof row_counts / sizeof row_counts[0], GEMM_ALONE, bad_m || bad_alone ? "NO" : "yes");
         free(ref);
         free(got);
-        free(y0);
-        cuda_dev_free(y);
         gemm_ws_free(&ws);
-        cuda_dev_free(x);
-        cuda_dev_free(w);
-        cuda_dev_free(wu);
+        gemm_ops_free(&o);
     }
 }
 
@@ -323,20 +354,9 @@ static void test_gemm_widths(void)
         if (K->gemm_split(s->n, s->k, s->epi) != 1)
             continue;
         shapes_n++;
-        size_t row_bytes = (size_t)s->n * out_elem(s->epi), nk = (size_t)s->n * s->k;
-        uint16_t *w = dmust(nk * 2), *x = dmust((size_t)M * s->k * 2), *wu = NULL;
-        CHECK_OK(cuda_dev_fill_bf16(w, nk, 31 + si, 0.05f, err, sizeof err), err);
-        if (s->epi == CUDA_EPI_SWIGLU_BF16) {
-            wu = dmust(nk * 2);
-            CHECK_OK(cuda_dev_fill_bf16(wu, nk, 131 + si, 0.05f, err, sizeof err), err);
-        }
-        CHECK_OK(cuda_dev_fill_bf16(x, (size_t)M * s->k, 3001 + si, 1.0f, err, sizeof err), err);
-        void *y = dmust((size_t)M * row_bytes);
-        float *y0 = NULL; /* the residual's start */
-        if (s->epi == CUDA_EPI_ADD_F32) {
-            y0 = hmust((size_t)M * row_bytes);
-            fill_f32(y0, (size_t)M * s->n, 1.0);
-        }
+        struct gemm_ops o;
+        gemm_ops_init(&o, s, M, 31 + si, 131 + si, 3001 + si);
+        const size_t row_bytes = o.row_bytes;
         unsigned char *ref = hmust((size_t)M * row_bytes), *got = hmust((size_t)M * row_bytes);
         struct gemm_ws ws;
         gemm_ws_init(&ws, s, M);
@@ -347,12 +367,9 @@ static void test_gemm_widths(void)
             CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
             for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
                 int m = ms[mi];
-                if (y0)
-                    up(y, y0, (size_t)m * row_bytes);
-                else
-                    CHECK_OK(cuda_dev_memset(y, 0xff, (size_t)m * row_bytes, err, sizeof err), err);
-                run_gemm(s, y, x, m, w, wu, &ws);
-                down(wi == 0 && m == M ? ref : got, y, (size_t)m * row_bytes);
+                gemm_ops_reset(&o, m);
+                run_gemm(s, o.y, o.x, m, o.w, o.wu, &ws);
+                down(wi == 0 && m == M ? ref : got, o.y, (size_t)m * row_bytes);
                 if (wi == 0 && m == M)
                     continue;
                 for (int r = 0; r < m; r++)
@@ -367,12 +384,8 @@ static void test_gemm_widths(void)
         CHECK_MSG(bad == 0, "%s %s: %d rows differ between tile widths", K->name, s->name, bad);
         free(ref);
         free(got);
-        free(y0);
         gemm_ws_free(&ws);
-        cuda_dev_free(y);
-        cuda_dev_free(x);
-        cuda_dev_free(w);
-        cuda_dev_free(wu);
+        gemm_ops_free(&o);
     }
     CHECK(shapes_n > 0);
     printf("  %s tile widths 96 / 128 / 256: %d shapes without a split, %d width x row-count cases, bytes equal\n",

@@ -1069,13 +1069,11 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
         rc = tma_map(&tp.tup, g->w_up, g->n, p.k, nw / 2, "w_up", err, errlen);
     if (rc != HR_OK)
         return rc;
-    if constexpr (WG == 2) {
-        if (nw == 96)
-            return tma_launch_epi<2, false, 96>(tp, g->epi, st), HR_OK;
-        if (nw == 256)
-            return tma_launch_epi<2, false, 256>(tp, g->epi, st), HR_OK;
-    }
-    if (p.split > 1 && !p.cluster)
+    if (WG == 2 && nw == 96)
+        tma_launch_epi<2, false, 96>(tp, g->epi, st);
+    else if (WG == 2 && nw == 256)
+        tma_launch_epi<2, false, 256>(tp, g->epi, st);
+    else if (p.split > 1 && !p.cluster)
         tma_launch_epi<WG, true>(tp, g->epi, st);
     else
         tma_launch_epi<WG, false>(tp, g->epi, st);
@@ -1288,7 +1286,6 @@ int gemm_split(int n, int k, enum cuda_epi epi)
     return s;
 }
 
-#if defined(CUK_HOPPER)
 /* The unsplit TMA tile's width at m rows of an (n, epi) product: a launch shape (every
  * width gives the same bytes), so it may follow m.  From g_wide_rows rows, 256 (one
  * block an SM: half the x loads a flop, 1/6 fewer shared-memory reads; the lm_heads 3-9%
@@ -1308,9 +1305,8 @@ static int gemm_width(int m, int n, enum cuda_epi epi)
     const int slots = 2 * g_sm_count, t128 = n_tiles_of(n, epi, BN), t96 = n_tiles_of(n, epi, 96);
     if (m > 128 || t128 > slots || t96 > slots)
         return BN;
-    return (double)t96 / slots > (double)t128 / slots + 0.05 ? 96 : BN;
+    return 20 * (t96 - t128) > slots ? 96 : BN; /* 96 fills 5% more of the wave */
 }
-#endif
 
 /* The most rows of m for which a tile's parts go to a block each (the weight stream
  * of a few rows needs the blocks): 64, and more while the folding grid (row tiles x
@@ -1416,32 +1412,25 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     p.w_up = g->w_up;
     p.y32 = g->y_f32;
     p.n_seg = n_seg;
+    p.m = g->m;
+    p.k = g->k;
+    p.split = gemm_split(n, g->k, g->epi);
+    p.par = gemm_par(g->m, n, g->k, g->epi);
+    /* the tiles' width: BN but for the unsplit TMA tile (gemm_width) */
+    const int nw = t == TILE_TMA && p.split == 1 ? gemm_width(g->m, n, g->epi) : BN;
     int t0 = 0;
     for (int i = 0; i < n_seg; i++) {
         p.seg_w[i] = i ? g->more_w[i - 1] : g->w;
         p.seg_y[i] = i ? g->more_y[i - 1] : g->y;
         p.seg_n[i] = i ? g->more_n[i - 1] : g->n;
         p.seg_t0[i] = t0;
-        t0 += n_tiles_of(p.seg_n[i], g->epi);
+        t0 += n_tiles_of(p.seg_n[i], g->epi, nw);
     }
-    p.m = g->m;
-    p.k = g->k;
-    p.split = gemm_split(n, g->k, g->epi);
-    p.par = gemm_par(g->m, n, g->k, g->epi);
     const bool tma_tile = t == TILE_TMA || t == TILE_TMA64;
-    [[maybe_unused]] int nw = BN; /* the unsplit TMA tile's width (gemm_width) */
 #if defined(CUK_HOPPER)
     p.cluster = tma_tile && p.par > 1 &&
                 in_cluster(t == TILE_TMA ? 1 : 0, t0 * ((g->m + tile_bm(t) - 1) / tile_bm(t)), p.par,
                            g->k / tile_bk(t) / p.split);
-    if (t == TILE_TMA && p.split == 1) { /* the tiles in the launch's width */
-        nw = gemm_width(g->m, n, g->epi);
-        t0 = 0;
-        for (int i = 0; i < n_seg; i++) {
-            p.seg_t0[i] = t0;
-            t0 += n_tiles_of(p.seg_n[i], g->epi, nw);
-        }
-    }
 #endif
     p.ext = p.par > 1 && !p.cluster && (g->m > g_ext_rows || tma_tile);
     p.n_tiles = t0;
