@@ -28,6 +28,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace CUK_NS {
 
@@ -468,89 +469,9 @@ template <int WG> struct wg {
     static_assert(BM * EPI_LD * 4 <= PIPE, "SwiGLU staging fits");
 };
 
-__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
-{
-    uint64_t d = 0;
-    d |= (uint64_t)((saddr & 0x3FFFF) >> 4);
-    d |= (uint64_t)1 << 16;            /* leading byte offset (unused with this swizzle) */
-    d |= (uint64_t)(1024 >> 4) << 32;  /* stride: 8 rows of 128 bytes */
-    d |= (uint64_t)1 << 62;            /* 128-byte swizzle */
-    return d;
-}
-
-/* d = a . b + (acc ? d : 0), an m64nNk16 wgmma from shared memory: N / 2 floats a
- * thread.  Each output element takes the same k16 products in the same order whatever
- * N is (the widths' bytes are compared by the tests), so a tile's width is a launch
- * shape, not a sum. */
-#define WG_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
-#define WG_D16(i) WG_D4(i), WG_D4(i + 4), WG_D4(i + 8), WG_D4(i + 12)
-template <int N> __device__ __forceinline__ void wg_mma_n(float *d, uint64_t da, uint64_t db, int acc);
-template <> __device__ __forceinline__ void wg_mma_n<96>(float *d, uint64_t da, uint64_t db, int acc)
-{
-    asm volatile("{\n"
-                 ".reg .pred p;\n"
-                 "setp.ne.b32 p, %50, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47"
-                 "}, %48, %49, p, 1, 1, 0, 0;\n"
-                 "}\n"
-                 : WG_D16(0), WG_D16(16), WG_D16(32)
-                 : "l"(da), "l"(db), "r"(acc));
-}
-template <> __device__ __forceinline__ void wg_mma_n<128>(float *d, uint64_t da, uint64_t db, int acc)
-{
-    asm volatile("{\n"
-                 ".reg .pred p;\n"
-                 "setp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-                 "}, %64, %65, p, 1, 1, 0, 0;\n"
-                 "}\n"
-                 : WG_D16(0), WG_D16(16), WG_D16(32), WG_D16(48)
-                 : "l"(da), "l"(db), "r"(acc));
-}
-template <> __device__ __forceinline__ void wg_mma_n<256>(float *d, uint64_t da, uint64_t db, int acc)
-{
-    asm volatile("{\n"
-                 ".reg .pred p;\n"
-                 "setp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
-                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
-                 "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-                 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
-                 "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
-                 "}, %128, %129, p, 1, 1, 0, 0;\n"
-                 "}\n"
-                 : WG_D16(0), WG_D16(16), WG_D16(32), WG_D16(48), WG_D16(64), WG_D16(80), WG_D16(96), WG_D16(112)
-                 : "l"(da), "l"(db), "r"(acc));
-}
-#undef WG_D16
-#undef WG_D4
 __device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db, int acc = 1)
 {
     wg_mma_n<BN>(d, da, db, acc);
-}
-
-/* f(e, row, col) for each of a thread's N / 2 accumulators of an m64nN wgmma tile:
- * element e = 4 i + r sits at row row0 + 16 (warp % 4) + lane / 4 + 8 (r / 2) and
- * column col0 + 8 i + 2 (lane % 4) + r % 2. */
-template <int N = BN, class F> __device__ __forceinline__ void wg_each(int row0, int col0, F f)
-{
-    const int lane = threadIdx.x & 31, wr = (threadIdx.x >> 5) & 3;
-#pragma unroll
-    for (int i = 0; i < N / 8; i++)
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-            f(4 * i + r, row0 + wr * 16 + (lane >> 2) + (r >> 1) * 8, col0 + i * 8 + (lane & 3) * 2 + (r & 1));
 }
 
 /* A part's partial sums of a warpgroup's rows (from row0) below m, into the workspace. */

@@ -20,6 +20,7 @@
  * from n_tok alone); tiles past the list's end exit at once. */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace CUK_NS {
 
@@ -31,6 +32,7 @@ constexpr int MOE_A_STAGE = MOE_BM * MOE_LDS, MOE_B_STAGE = MOE_BN * MOE_LDS;
 constexpr int MOE_PIPE = MOE_STAGES * (MOE_A_STAGE + MOE_B_STAGE) * 2;
 constexpr int MOE_EPI_LD = MOE_BN + 1;
 constexpr int MOE_SMEM = MOE_PIPE > MOE_BM * MOE_EPI_LD * 4 ? MOE_PIPE : MOE_BM * MOE_EPI_LD * 4;
+static_assert(MOE_SMEM <= 227 * 1024, "two mma.sync blocks an SM fit no more");
 constexpr int ROUTER_TOK = 4;      /* tokens of one router block */
 constexpr int SORT_THREADS = 1024; /* a thread an expert when the tiles are listed */
 static_assert(CUDA_MOE_MAX_EXPERTS <= SORT_THREADS && CUDA_MOE_MAX_EXPERTS <= 32 * 32, "sort and route limits");
@@ -435,6 +437,130 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MOE_THREADS, 2) grouped
     }
 }
 
+#if defined(CUK_HOPPER)
+/* sm90a: the same tiles over the same work list with one warpgroup's m64n128k16 wgmma
+ * from shared memory instead of eight warps' mma.sync (which read 2.7 times the shared
+ * memory a flop and held the 30B-A3B's prefill experts near a tenth of the tensor
+ * cores' rate).  cp.async gathers the rows (rows past the tile's zero-filled) into
+ * 128-byte-swizzled stages (chunk c of row r at c ^ (r % 8)), a four-stage ring.
+ * Every output element sees the k16 steps in ascending order whatever rows share its
+ * tile: the group-size invariance of grouped_kernel, and its bytes (a k16 step's
+ * products are summed alike by wgmma and mma.sync; test_moe compares the variants). */
+constexpr int MWG_THREADS = 128, MWG_STAGES = 4;
+constexpr int MWG_A = MOE_BM * MOE_BK * 2, MWG_B = MOE_BN * MOE_BK * 2; /* a stage's bytes */
+constexpr int MWG_SMEM = MWG_STAGES * (MWG_A + MWG_B) + 1024;          /* + the swizzle's alignment */
+static_assert(MOE_BM * MOE_EPI_LD * 4 <= MWG_STAGES * (MWG_A + MWG_B), "SwiGLU staging fits");
+
+template <bool SWIGLU> __global__ void __launch_bounds__(MWG_THREADS, 2) grouped_wg_kernel(gparams p)
+{
+    constexpr int A_PER = MOE_BM * 8 / MWG_THREADS, B_PER = MOE_BN * 8 / MWG_THREADS; /* 16-byte chunks */
+    pdl_wait(); /* the work list is the sort's */
+    pdl_release();
+    if ((int)blockIdx.y >= *p.n_tiles)
+        return;
+    const int e = p.tiles[3 * blockIdx.y], row0 = p.tiles[3 * blockIdx.y + 1], rows = p.tiles[3 * blockIdx.y + 2];
+    extern __shared__ __align__(128) uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint8_t *sa = smem, *sb = smem + MWG_STAGES * MWG_A;
+    const int tid = threadIdx.x, nt = blockIdx.x, kt_n = p.k / MOE_BK;
+    const size_t w_off = (size_t)e * p.n * p.k;
+
+    /* chunk i of a thread: row idx / 8, chunk idx % 8 of it, idx = tid + i * threads */
+    const uint16_t *a_src[A_PER], *b_src[B_PER];
+    bool a_ok[A_PER], b_ok[B_PER];
+#pragma unroll
+    for (int i = 0; i < A_PER; i++) {
+        int idx = tid + i * MWG_THREADS, r = idx >> 3, c = idx & 7;
+        a_ok[i] = r < rows;
+        int src = a_ok[i] ? (p.a_rows ? p.a_rows[row0 + r] : row0 + r) : 0;
+        a_src[i] = p.x + (size_t)src * p.k + c * 8;
+    }
+#pragma unroll
+    for (int i = 0; i < B_PER; i++) {
+        int idx = tid + i * MWG_THREADS, r = idx >> 3, c = idx & 7, n_at;
+        const uint16_t *b = p.w;
+        if (SWIGLU) {
+            n_at = nt * (MOE_BN / 2) + (r & (MOE_BN / 2 - 1));
+            b = r < MOE_BN / 2 ? p.w : p.w_up;
+        } else {
+            n_at = nt * MOE_BN + r;
+        }
+        b_ok[i] = n_at < p.n;
+        b_src[i] = b + w_off + (size_t)(b_ok[i] ? n_at : 0) * p.k + c * 8;
+    }
+    auto swz = [](int idx) { /* the swizzled byte offset of chunk idx in a stage */
+        int r = idx >> 3, c = idx & 7;
+        return r * 128 + ((c ^ (r & 7)) << 4);
+    };
+    auto load = [&](int stage, int kt) {
+        size_t ko = (size_t)kt * MOE_BK;
+#pragma unroll
+        for (int i = 0; i < A_PER; i++)
+            cp16(sa + stage * MWG_A + swz(tid + i * MWG_THREADS), a_src[i] + ko, a_ok[i]);
+#pragma unroll
+        for (int i = 0; i < B_PER; i++)
+            cp16(sb + stage * MWG_B + swz(tid + i * MWG_THREADS), b_src[i] + ko, b_ok[i]);
+    };
+
+    float d[MOE_BN / 2];
+    const uint32_t sa_addr = (uint32_t)__cvta_generic_to_shared(sa), sb_addr = (uint32_t)__cvta_generic_to_shared(sb);
+#pragma unroll
+    for (int st = 0; st < MWG_STAGES - 1; st++) {
+        if (st < kt_n)
+            load(st, st);
+        cp_commit();
+    }
+    for (int kt = 0; kt < kt_n; kt++) {
+        cp_wait<MWG_STAGES - 2>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* cp.async's writes, seen by wgmma */
+        __syncthreads(); /* and the stage the next load overwrites was read by the last wgmma (waited for) */
+        int nk = kt + MWG_STAGES - 1;
+        if (nk < kt_n)
+            load(nk % MWG_STAGES, nk);
+        cp_commit();
+        const int stg = kt % MWG_STAGES;
+        const uint32_t a0 = sa_addr + stg * MWG_A, b0 = sb_addr + stg * MWG_B;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        /* the first k16 step overwrites d (no zeroing branch before the first wgmma) */
+#pragma unroll
+        for (int kk = 0; kk < MOE_BK / 16; kk++)
+            wg_mma_n<MOE_BN>(d, wg_desc(a0 + kk * 32), wg_desc(b0 + kk * 32), kt | kk);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    }
+    cp_wait<0>();
+
+    if constexpr (SWIGLU) {
+        __syncthreads(); /* every thread is done with the pipeline's smem */
+        float *tile = (float *)smem;
+        wg_each<MOE_BN>(0, 0, [&](int i, int lr, int lc) { tile[lr * MOE_EPI_LD + lc] = d[i]; });
+        __syncthreads();
+        uint16_t *y = (uint16_t *)p.y;
+        for (int x = tid; x < MOE_BM * (MOE_BN / 2); x += MWG_THREADS) {
+            int lr = x / (MOE_BN / 2), lc = x % (MOE_BN / 2), col = nt * (MOE_BN / 2) + lc;
+            if (lr >= rows || col >= p.n)
+                continue;
+            float g = tile[lr * MOE_EPI_LD + lc], u = tile[lr * MOE_EPI_LD + MOE_BN / 2 + lc];
+            float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+            y[(size_t)(row0 + lr) * p.n + col] = f32_to_bf16(__fmul_rn(silu, u));
+        }
+    } else {
+        /* accumulators 4 i + 2 h, + 1: row 16 warp + lane / 4 + 8 h, columns 8 i + 2 (lane % 4), + 1 */
+        const int lane = tid & 31, wr = tid >> 5;
+#pragma unroll
+        for (int i = 0; i < MOE_BN / 8; i++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int lr = wr * 16 + (lane >> 2) + h * 8, col = nt * MOE_BN + i * 8 + (lane & 3) * 2;
+                if (lr >= rows || col >= p.n)
+                    continue; /* n is even: col + 1 < n too */
+                *(float2 *)((float *)p.y + (size_t)(row0 + lr) * p.n + col) =
+                    make_float2(d[4 * i + 2 * h], d[4 * i + 2 * h + 1]);
+            }
+    }
+}
+#endif /* CUK_HOPPER */
+
 /* h[t] += sum over ranks r (in order) of w[t, r] * eo[row_of[t, r]], in f32: a thread
  * an element (block (d-tile, t)), eight ranks' loads issued before their sum. */
 __global__ void combine_kernel(float *__restrict__ h, const float *__restrict__ eo, const int32_t *__restrict__ row_of,
@@ -489,8 +615,13 @@ void route(const float *logits, int32_t *top_e, float *top_w, int n, int E, int 
 
 enum hr_status moe_prepare(char *err, size_t errlen)
 {
+#if defined(CUK_HOPPER)
+    cudaFuncSetAttribute(grouped_wg_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, MWG_SMEM);
+    cudaFuncSetAttribute(grouped_wg_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, MWG_SMEM);
+#else
     cudaFuncSetAttribute(grouped_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, MOE_SMEM);
     cudaFuncSetAttribute(grouped_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, MOE_SMEM);
+#endif
     return launch_status("moe prepare", err, errlen);
 }
 
@@ -537,10 +668,16 @@ enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t err
     klaunch(sort_kernel, 1, SORT_THREADS, 0, st, top_e, R, K, E, row_of, tok_of_row, tiles, n_tiles);
     if ((s = launch_status("moe routing", err, errlen)) != HR_OK)
         return s;
+    const dim3 g_up((I + MOE_BN / 2 - 1) / (MOE_BN / 2), o.t_max), g_down((H + MOE_BN - 1) / MOE_BN, o.t_max);
     gparams g = {xb, tok_of_row, a->gate, a->up, act, tiles, n_tiles, I, H};
-    klaunch(grouped_kernel<true>, dim3((I + MOE_BN / 2 - 1) / (MOE_BN / 2), o.t_max), MOE_THREADS, MOE_SMEM, st, g);
-    g = gparams{act, NULL, a->down, NULL, eo, tiles, n_tiles, H, I};
-    klaunch(grouped_kernel<false>, dim3((H + MOE_BN - 1) / MOE_BN, o.t_max), MOE_THREADS, MOE_SMEM, st, g);
+    gparams gd = {act, NULL, a->down, NULL, eo, tiles, n_tiles, H, I};
+#if defined(CUK_HOPPER)
+    klaunch(grouped_wg_kernel<true>, g_up, MWG_THREADS, MWG_SMEM, st, g);
+    klaunch(grouped_wg_kernel<false>, g_down, MWG_THREADS, MWG_SMEM, st, gd);
+#else
+    klaunch(grouped_kernel<true>, g_up, MOE_THREADS, MOE_SMEM, st, g);
+    klaunch(grouped_kernel<false>, g_down, MOE_THREADS, MOE_SMEM, st, gd);
+#endif
     klaunch(combine_kernel, dim3((H + 255) / 256, n), 256, 0, st, a->h, (const float *)eo, (const int32_t *)row_of,
             (const float *)top_w, H, K);
     if ((s = launch_status("moe experts", err, errlen)) != HR_OK)
