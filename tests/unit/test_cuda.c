@@ -1160,18 +1160,6 @@ static void moe_case(int norm)
         for (int k = 0; k < MOE_K; k++)
             with0 += trace[t * MOE_K + k] == 0;
     CHECK_MSG(with0 == MOE_N, "expert 0 chosen by %d of %d tokens", with0, MOE_N);
-    /* the variants' grouped GEMMs (sm90a: one warpgroup's wgmma; sm80: mma.sync) sum
-     * each k16 step's products the same way on a GPU that runs both: the same bytes */
-    static float first[2][(size_t)MOE_N * MOE_H];
-    static const char *first_name[2];
-    if (!first_name[norm]) {
-        memcpy(first[norm], all, nh * 4);
-        first_name[norm] = K->name;
-    } else {
-        CHECK_MSG(memcmp(first[norm], all, nh * 4) == 0, "norm=%d: %s and %s give different bytes", norm,
-                  first_name[norm], K->name);
-        printf("  moe norm=%d: %s = %s, bytes\n", norm, first_name[norm], K->name);
-    }
 
     /* run to run */
     moe_run(&r, h0, x, MOE_N, part, NULL);
