@@ -33,10 +33,9 @@ constexpr int MOE_PIPE = MOE_STAGES * (MOE_A_STAGE + MOE_B_STAGE) * 2;
 constexpr int MOE_EPI_LD = MOE_BN + 1;
 constexpr int MOE_SMEM = MOE_PIPE > MOE_BM * MOE_EPI_LD * 4 ? MOE_PIPE : MOE_BM * MOE_EPI_LD * 4;
 static_assert(MOE_SMEM <= 227 * 1024, "two mma.sync blocks an SM fit no more");
-constexpr int ROUTER_TOK = 4;      /* tokens of one router block */
+constexpr int ROUTER_TOK = 8, ROUTER_EW = 4; /* a router block's tokens; a warp's experts */
 constexpr int SORT_THREADS = 1024; /* a thread an expert when the tiles are listed */
 static_assert(CUDA_MOE_MAX_EXPERTS <= SORT_THREADS && CUDA_MOE_MAX_EXPERTS <= 32 * 32, "sort and route limits");
-constexpr int SORT_CHUNK = 4096;   /* (token, rank) pairs staged in shared memory at a time */
 
 /* Offsets of the block's buffers in the work region, for n tokens. */
 struct layout {
@@ -88,27 +87,41 @@ __device__ __forceinline__ void bf16x8(uint4 v, float *f)
     }
 }
 
-/* logits[t, e] = xn[t] . w[e]: a warp per expert (blockIdx.y * 8 + warp) for the
- * block's ROUTER_TOK tokens; lane l sums the elements l*8 .. l*8+7 of every 256 in
- * ascending order, then the lanes meet in a fixed butterfly (lane 0 keeps it). */
+/* logits[t, e] = xn[t] . w[e]: a warp per ROUTER_EW experts (from (blockIdx.y * 8 +
+ * warp) * ROUTER_EW) and the block's ROUTER_TOK tokens, each 16-byte load of x or w
+ * feeding several dot products (a warp per expert and four tokens read 4.5 bytes a
+ * multiply-add through L1, and its 2,048-token launch took 156 us on the H200); lane l
+ * sums the elements l*8 .. l*8+7 of every 256 in ascending order, then the lanes meet in
+ * a fixed butterfly (lane 0 keeps it): each (token, expert) the same sum whatever the
+ * grouping. */
 __global__ void __launch_bounds__(256) router_kernel(float *logits, const float *xn, const uint16_t *w, int n, int H,
                                                      int E)
 {
-    const int t0 = blockIdx.x * ROUTER_TOK, lane = threadIdx.x & 31, e = blockIdx.y * 8 + (threadIdx.x >> 5);
-    const int nt = n - t0 < ROUTER_TOK ? n - t0 : ROUTER_TOK;
+    const int t0 = blockIdx.x * ROUTER_TOK, lane = threadIdx.x & 31;
+    const int e0 = (blockIdx.y * 8 + (threadIdx.x >> 5)) * ROUTER_EW;
+    const int nt = n - t0 < ROUTER_TOK ? n - t0 : ROUTER_TOK, ne = E - e0 < ROUTER_EW ? E - e0 : ROUTER_EW;
     pdl_wait(); /* klaunch: every block waits before it may leave */
     pdl_release();
-    if (e >= E)
+    if (ne <= 0)
         return;
-    float acc[ROUTER_TOK];
+    float acc[ROUTER_TOK][ROUTER_EW];
 #pragma unroll
     for (int t = 0; t < ROUTER_TOK; t++)
-        acc[t] = 0.0f;
-    const uint16_t *we = w + (size_t)e * H;
-#pragma unroll 4
+#pragma unroll
+        for (int j = 0; j < ROUTER_EW; j++)
+            acc[t][j] = 0.0f;
+#pragma unroll 2 /* two steps' loads in flight: the loop is latency-bound at a few tokens */
     for (int h0 = lane * 8; h0 < H; h0 += 256) {
-        float wf[8];
-        bf16x8(__ldg((const uint4 *)(we + h0)), wf);
+        float wf[ROUTER_EW][8];
+#pragma unroll
+        for (int j = 0; j < ROUTER_EW; j++) {
+            if (j < ne)
+                bf16x8(__ldg((const uint4 *)(w + (size_t)(e0 + j) * H + h0)), wf[j]);
+            else
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    wf[j][i] = 0.0f;
+        }
 #pragma unroll
         for (int t = 0; t < ROUTER_TOK; t++) {
             if (t >= nt)
@@ -117,18 +130,26 @@ __global__ void __launch_bounds__(256) router_kernel(float *logits, const float 
             float4 a = __ldg(xp), b = __ldg(xp + 1);
             float xf[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-            for (int i = 0; i < 8; i++)
-                acc[t] = __fmaf_rn(xf[i], wf[i], acc[t]);
+            for (int j = 0; j < ROUTER_EW; j++)
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    acc[t][j] = __fmaf_rn(xf[i], wf[j][i], acc[t][j]);
         }
     }
 #pragma unroll
     for (int t = 0; t < ROUTER_TOK; t++)
 #pragma unroll
-        for (int off = 16; off; off >>= 1)
-            acc[t] = __fadd_rn(acc[t], __shfl_xor_sync(0xffffffffu, acc[t], off));
+        for (int j = 0; j < ROUTER_EW; j++)
+#pragma unroll
+            for (int off = 16; off; off >>= 1)
+                acc[t][j] = __fadd_rn(acc[t][j], __shfl_xor_sync(0xffffffffu, acc[t][j], off));
     if (lane == 0)
-        for (int t = 0; t < nt; t++)
-            logits[(size_t)(t0 + t) * E + e] = acc[t];
+#pragma unroll
+        for (int t = 0; t < ROUTER_TOK; t++)
+#pragma unroll
+            for (int j = 0; j < ROUTER_EW; j++)
+                if (t < nt && j < ne)
+                    logits[(size_t)(t0 + t) * E + e0 + j] = acc[t][j];
 }
 
 /* Softmax over the token's logits, top-k by probability with ties to the lower
@@ -215,84 +236,98 @@ template <int NPL> __global__ void route_kernel(const float *logits, int32_t *to
 }
 
 /* One block: pair i = t * K + r goes to row seg[top_e[i]] + (its rank among the pairs
- * of that expert, in pair order); then the tiles of every expert, in expert order. */
-__global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const int32_t *top_e, int R, int K, int E,
+ * of that expert, in pair order); then the tiles of every expert, in expert order.
+ * Warp w < hw takes the pairs' w-th contiguous slice and counts each expert's pairs in
+ * it (hist[w][e]): the lanes holding one expert find each other (__match_any_sync) and
+ * the lowest of them adds their number, one writer an entry.  The experts' segments and
+ * every slice's first row in them are then exclusive prefix sums (expert order, then
+ * slice order), and a second walk places each pair at its slice's next row: pair order
+ * within a segment, as one walk over all the pairs would. */
+__global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const int32_t *top_e, int R, int K, int E, int hw,
                                                             int32_t *row_of, int32_t *tok_of_row, int32_t *tiles,
                                                             int32_t *n_tiles)
 {
-    __shared__ int32_t buf[SORT_CHUNK];
-    __shared__ int32_t cnt[CUDA_MOE_MAX_EXPERTS], base[CUDA_MOE_MAX_EXPERTS];
+    extern __shared__ int32_t hist[]; /* [hw, E] */
     __shared__ int32_t wrows[SORT_THREADS / 32], wtiles[SORT_THREADS / 32];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const unsigned below = (1u << lane) - 1;
     pdl_wait();
     pdl_release();
-    for (int e = threadIdx.x; e < E; e += blockDim.x)
-        cnt[e] = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int c0 = 0; c0 < R; c0 += SORT_CHUNK) {
-            int len = R - c0 < SORT_CHUNK ? R - c0 : SORT_CHUNK;
-            __syncthreads(); /* the last chunk's readers are done (and cnt/base are set) */
-            for (int i = threadIdx.x; i < len; i += blockDim.x)
-                buf[i] = top_e[c0 + i];
-            __syncthreads();
-            for (int e = warp; e < E; e += nw) {
-                int at = pass ? base[e] : cnt[e];
-                for (int i0 = 0; i0 < len; i0 += 32) {
-                    int i = i0 + lane;
-                    bool m = i < len && buf[i] == e;
-                    unsigned bal = __ballot_sync(0xffffffffu, m);
-                    if (pass && m) {
-                        int row = at + __popc(bal & below);
-                        row_of[c0 + i] = row;
-                        tok_of_row[row] = (c0 + i) / K;
-                    }
-                    at += __popc(bal);
-                }
-                if (lane == 0) {
-                    if (pass)
-                        base[e] = at;
-                    else
-                        cnt[e] = at;
-                }
+    for (int i = threadIdx.x; i < hw * E; i += blockDim.x)
+        hist[i] = 0;
+    __syncthreads();
+    const int slice = (R + hw - 1) / hw, i0 = warp * slice, i1 = min(R, i0 + slice);
+    auto walk = [&](bool place) {
+        int32_t *h = hist + warp * E;
+        for (int b = i0; b < i1; b += 32) {
+            const int i = b + lane, e = i < i1 ? top_e[i] : -1;
+            const unsigned same = __match_any_sync(0xffffffffu, e);
+            if (place && e >= 0) {
+                int row = h[e] + __popc(same & below);
+                row_of[i] = row;
+                tok_of_row[row] = i / K;
             }
+            __syncwarp(); /* every lane has read h[e] */
+            if (e >= 0 && lane == __ffs(same) - 1)
+                h[e] += __popc(same);
+            __syncwarp(); /* the counts are seen by the next round's lanes */
         }
-        __syncthreads();
-        if (pass == 0) {
-            /* expert e = thread e: its first row and first tile are exclusive prefix
-             * sums of the counts and of the tile counts (a warp's shuffle scan, then
-             * the warps' totals), its tiles written by it */
-            const int e = threadIdx.x, c = e < E ? cnt[e] : 0, ct = (c + MOE_BM - 1) / MOE_BM;
-            int rs = c, ts = ct;
-            for (int o = 1; o < 32; o <<= 1) {
-                int r2 = __shfl_up_sync(0xffffffffu, rs, o), t2 = __shfl_up_sync(0xffffffffu, ts, o);
-                if (lane >= o) {
-                    rs += r2;
-                    ts += t2;
-                }
-            }
-            if (lane == 31) {
-                wrows[warp] = rs;
-                wtiles[warp] = ts;
-            }
-            __syncthreads();
-            int rb = rs - c, tb = ts - ct;
-            for (int w = 0; w < warp; w++) {
-                rb += wrows[w];
-                tb += wtiles[w];
-            }
-            if (e < E) {
-                base[e] = rb;
-                for (int i = 0; i < ct; i++) {
-                    tiles[3 * (tb + i)] = e;
-                    tiles[3 * (tb + i) + 1] = rb + i * MOE_BM;
-                    tiles[3 * (tb + i) + 2] = c - i * MOE_BM < MOE_BM ? c - i * MOE_BM : MOE_BM;
-                }
-                if (e == E - 1)
-                    *n_tiles = tb + ct;
-            }
+    };
+    if (warp < hw)
+        walk(false);
+    __syncthreads();
+    /* expert e = thread e: its count, first row and first tile (exclusive prefix sums of
+     * the counts and tile counts: a warp's shuffle scan, then the warps' totals), its
+     * tiles written by it, and each slice's first row in its segment */
+    const int e = threadIdx.x;
+    int c = 0;
+    if (e < E)
+        for (int w = 0; w < hw; w++)
+            c += hist[w * E + e];
+    const int ct = (c + MOE_BM - 1) / MOE_BM;
+    int rs = c, ts = ct;
+    for (int o = 1; o < 32; o <<= 1) {
+        int r2 = __shfl_up_sync(0xffffffffu, rs, o), t2 = __shfl_up_sync(0xffffffffu, ts, o);
+        if (lane >= o) {
+            rs += r2;
+            ts += t2;
         }
     }
+    if (lane == 31) {
+        wrows[warp] = rs;
+        wtiles[warp] = ts;
+    }
+    __syncthreads();
+    int rb = rs - c, tb = ts - ct;
+    for (int w = 0; w < warp; w++) {
+        rb += wrows[w];
+        tb += wtiles[w];
+    }
+    if (e < E) {
+        for (int i = 0; i < ct; i++) {
+            tiles[3 * (tb + i)] = e;
+            tiles[3 * (tb + i) + 1] = rb + i * MOE_BM;
+            tiles[3 * (tb + i) + 2] = c - i * MOE_BM < MOE_BM ? c - i * MOE_BM : MOE_BM;
+        }
+        if (e == E - 1)
+            *n_tiles = tb + ct;
+        for (int w = 0, run = rb; w < hw; w++) {
+            int n = hist[w * E + e];
+            hist[w * E + e] = run;
+            run += n;
+        }
+    }
+    __syncthreads();
+    if (warp < hw)
+        walk(true);
+}
+
+/* The sort's counting warps: as many as 32 whose counts fit 47 KB of shared memory (at
+ * least 11 at CUDA_MOE_MAX_EXPERTS). */
+int sort_warps(int E)
+{
+    int hw = 12032 / E;
+    return hw < 32 ? hw : 32;
 }
 
 struct gparams {
@@ -444,8 +479,10 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MOE_THREADS, 2) grouped
  * cores' rate).  cp.async gathers the rows (rows past the tile's zero-filled) into
  * 128-byte-swizzled stages (chunk c of row r at c ^ (r % 8)), a four-stage ring.
  * Every output element sees the k16 steps in ascending order whatever rows share its
- * tile: the group-size invariance of grouped_kernel, and its bytes (a k16 step's
- * products are summed alike by wgmma and mma.sync; test_moe compares the variants). */
+ * tile: the group-size invariance of grouped_kernel.  Its sums are wgmma's, not
+ * mma.sync's (the variants' bytes differ on the H200; CUDA_KERNELS_REV 3).  A 128-row
+ * tile (two warpgroups, three stages) measured no faster at prefill and slower at
+ * batch 1 (bench/notes/cuda.md). */
 constexpr int MWG_THREADS = 128, MWG_STAGES = 4;
 constexpr int MWG_A = MOE_BM * MOE_BK * 2, MWG_B = MOE_BN * MOE_BK * 2; /* a stage's bytes */
 constexpr int MWG_SMEM = MWG_STAGES * (MWG_A + MWG_B) + 1024;          /* + the swizzle's alignment */
@@ -662,10 +699,12 @@ enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t err
     enum hr_status s = to_bf16(xb, a->xn, (size_t)n * H, stream, err, errlen);
     if (s != HR_OK)
         return s;
-    klaunch(router_kernel, dim3((n + ROUTER_TOK - 1) / ROUTER_TOK, (E + 7) / 8), 256, 0, st, logits, a->xn, a->router,
-            n, H, E);
+    klaunch(router_kernel, dim3((n + ROUTER_TOK - 1) / ROUTER_TOK, (E + 8 * ROUTER_EW - 1) / (8 * ROUTER_EW)), 256, 0,
+            st, logits, a->xn, a->router, n, H, E);
     route(logits, top_e, top_w, n, E, K, a->norm_topk, st);
-    klaunch(sort_kernel, 1, SORT_THREADS, 0, st, top_e, R, K, E, row_of, tok_of_row, tiles, n_tiles);
+    const int hw = sort_warps(E);
+    klaunch(sort_kernel, 1, SORT_THREADS, (size_t)hw * E * 4, st, top_e, R, K, E, hw, row_of, tok_of_row, tiles,
+            n_tiles);
     if ((s = launch_status("moe routing", err, errlen)) != HR_OK)
         return s;
     const dim3 g_up((I + MOE_BN / 2 - 1) / (MOE_BN / 2), o.t_max), g_down((H + MOE_BN - 1) / MOE_BN, o.t_max);
