@@ -339,6 +339,48 @@ struct gparams {
     int n, k;
 };
 
+/* Chunk c (16 bytes) of row r of a tile's k-tile 0 (64 columns), and whether it is read (a chunk not read is zero-filled): the A tile's row
+ * r is grouped row row0 + r (x's row a_rows[row0 + r] where gathered), past `rows` not
+ * read; the B tile's row r is weight row nt * 128 + r of expert e (SwiGLU: gate rows
+ * nt * 64 + r, then the same up rows), past n not read. */
+__device__ __forceinline__ const uint16_t *a_chunk(const gparams &p, int row0, int rows, int r, int c, bool &ok)
+{
+    ok = r < rows;
+    const int src = ok ? (p.a_rows ? p.a_rows[row0 + r] : row0 + r) : 0;
+    return p.x + (size_t)src * p.k + c * 8;
+}
+template <bool SWIGLU>
+__device__ __forceinline__ const uint16_t *b_chunk(const gparams &p, size_t w_off, int nt, int r, int c, bool &ok)
+{
+    const uint16_t *b = p.w;
+    int n_at;
+    if (SWIGLU) {
+        n_at = nt * (MOE_BN / 2) + (r & (MOE_BN / 2 - 1));
+        b = r < MOE_BN / 2 ? p.w : p.w_up;
+    } else {
+        n_at = nt * MOE_BN + r;
+    }
+    ok = n_at < p.n;
+    return b + w_off + (size_t)(ok ? n_at : 0) * p.k + c * 8;
+}
+
+/* SwiGLU of a finished tile staged in shared memory (rows x 128 floats, row stride
+ * MOE_EPI_LD: gate columns 0..63, up 64..127) into act's rows from row0, columns from
+ * nt * 64, by nthr threads (this one t). */
+__device__ __forceinline__ void swiglu_out(const gparams &p, const float *tile, int row0, int rows, int nt, int t,
+                                           int nthr)
+{
+    uint16_t *y = (uint16_t *)p.y;
+    for (int x = t; x < MOE_BM * (MOE_BN / 2); x += nthr) {
+        int lr = x / (MOE_BN / 2), lc = x % (MOE_BN / 2), col = nt * (MOE_BN / 2) + lc;
+        if (lr >= rows || col >= p.n)
+            continue;
+        float g = tile[lr * MOE_EPI_LD + lc], u = tile[lr * MOE_EPI_LD + MOE_BN / 2 + lc];
+        float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+        y[(size_t)(row0 + lr) * p.n + col] = f32_to_bf16(__fmul_rn(silu, u));
+    }
+}
+
 /* One block: columns tile blockIdx.x of work-list tile blockIdx.y (expert e, rows
  * row0 .. row0 + rows - 1 of the grouped order).  2 x 4 warps of 32 x 32; SwiGLU
  * tiles hold 64 gate columns then the same 64 up columns. */
@@ -363,9 +405,7 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MOE_THREADS, 2) grouped
 #pragma unroll
     for (int i = 0; i < A_PER; i++) {
         int idx = tid + i * MOE_THREADS, r = idx / CPR, ch = idx % CPR;
-        a_ok[i] = r < rows;
-        int src = a_ok[i] ? (p.a_rows ? p.a_rows[row0 + r] : row0 + r) : 0;
-        a_src[i] = p.x + (size_t)src * p.k + ch * 8;
+        a_src[i] = a_chunk(p, row0, rows, r, ch, a_ok[i]);
         a_dst[i] = r * MOE_LDS + ch * 8;
     }
     const uint16_t *b_src[B_PER];
@@ -373,16 +413,8 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MOE_THREADS, 2) grouped
     int b_dst[B_PER];
 #pragma unroll
     for (int i = 0; i < B_PER; i++) {
-        int idx = tid + i * MOE_THREADS, r = idx / CPR, ch = idx % CPR, n_at;
-        const uint16_t *b = p.w;
-        if (SWIGLU) {
-            n_at = nt * (MOE_BN / 2) + (r & (MOE_BN / 2 - 1));
-            b = r < MOE_BN / 2 ? p.w : p.w_up;
-        } else {
-            n_at = nt * MOE_BN + r;
-        }
-        b_ok[i] = n_at < p.n;
-        b_src[i] = b + w_off + (size_t)(b_ok[i] ? n_at : 0) * p.k + ch * 8;
+        int idx = tid + i * MOE_THREADS, r = idx / CPR, ch = idx % CPR;
+        b_src[i] = b_chunk<SWIGLU>(p, w_off, nt, r, ch, b_ok[i]);
         b_dst[i] = r * MOE_LDS + ch * 8;
     }
     auto load = [&](int stage, int kt) {
@@ -446,15 +478,7 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MOE_THREADS, 2) grouped
         frag_each<MI>(wm * WM, wn * 32,
                       [&](int i, int j, int r, int lr, int lc) { tile[lr * MOE_EPI_LD + lc] = acc[i][j][r]; });
         __syncthreads();
-        uint16_t *y = (uint16_t *)p.y;
-        for (int x = tid; x < MOE_BM * (MOE_BN / 2); x += MOE_THREADS) {
-            int lr = x / (MOE_BN / 2), lc = x % (MOE_BN / 2), col = nt * (MOE_BN / 2) + lc;
-            if (lr >= rows || col >= p.n)
-                continue;
-            float g = tile[lr * MOE_EPI_LD + lc], u = tile[lr * MOE_EPI_LD + MOE_BN / 2 + lc];
-            float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-            y[(size_t)(row0 + lr) * p.n + col] = f32_to_bf16(__fmul_rn(silu, u));
-        }
+        swiglu_out(p, tile, row0, rows, nt, tid, MOE_THREADS);
     } else {
 #pragma unroll
         for (int i = 0; i < MI; i++)
@@ -507,23 +531,13 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MWG_THREADS, 2) grouped
     bool a_ok[A_PER], b_ok[B_PER];
 #pragma unroll
     for (int i = 0; i < A_PER; i++) {
-        int idx = tid + i * MWG_THREADS, r = idx >> 3, c = idx & 7;
-        a_ok[i] = r < rows;
-        int src = a_ok[i] ? (p.a_rows ? p.a_rows[row0 + r] : row0 + r) : 0;
-        a_src[i] = p.x + (size_t)src * p.k + c * 8;
+        int idx = tid + i * MWG_THREADS;
+        a_src[i] = a_chunk(p, row0, rows, idx >> 3, idx & 7, a_ok[i]);
     }
 #pragma unroll
     for (int i = 0; i < B_PER; i++) {
-        int idx = tid + i * MWG_THREADS, r = idx >> 3, c = idx & 7, n_at;
-        const uint16_t *b = p.w;
-        if (SWIGLU) {
-            n_at = nt * (MOE_BN / 2) + (r & (MOE_BN / 2 - 1));
-            b = r < MOE_BN / 2 ? p.w : p.w_up;
-        } else {
-            n_at = nt * MOE_BN + r;
-        }
-        b_ok[i] = n_at < p.n;
-        b_src[i] = b + w_off + (size_t)(b_ok[i] ? n_at : 0) * p.k + c * 8;
+        int idx = tid + i * MWG_THREADS;
+        b_src[i] = b_chunk<SWIGLU>(p, w_off, nt, idx >> 3, idx & 7, b_ok[i]);
     }
     auto swz = [](int idx) { /* the swizzled byte offset of chunk idx in a stage */
         int r = idx >> 3, c = idx & 7;
@@ -557,12 +571,7 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MWG_THREADS, 2) grouped
         cp_commit();
         const int stg = kt % MWG_STAGES;
         const uint32_t a0 = sa_addr + stg * MWG_A, b0 = sb_addr + stg * MWG_B;
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-        /* the first k16 step overwrites d (no zeroing branch before the first wgmma) */
-#pragma unroll
-        for (int kk = 0; kk < MOE_BK / 16; kk++)
-            wg_mma_n<MOE_BN>(d, wg_desc(a0 + kk * 32), wg_desc(b0 + kk * 32), kt | kk);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        wg_ktile<MOE_BN>(d, a0, b0, kt); /* the first step overwrites d: no zeroing branch before it */
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     }
     cp_wait<0>();
@@ -572,15 +581,7 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MWG_THREADS, 2) grouped
         float *tile = (float *)smem;
         wg_each<MOE_BN>(0, 0, [&](int i, int lr, int lc) { tile[lr * MOE_EPI_LD + lc] = d[i]; });
         __syncthreads();
-        uint16_t *y = (uint16_t *)p.y;
-        for (int x = tid; x < MOE_BM * (MOE_BN / 2); x += MWG_THREADS) {
-            int lr = x / (MOE_BN / 2), lc = x % (MOE_BN / 2), col = nt * (MOE_BN / 2) + lc;
-            if (lr >= rows || col >= p.n)
-                continue;
-            float g = tile[lr * MOE_EPI_LD + lc], u = tile[lr * MOE_EPI_LD + MOE_BN / 2 + lc];
-            float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-            y[(size_t)(row0 + lr) * p.n + col] = f32_to_bf16(__fmul_rn(silu, u));
-        }
+        swiglu_out(p, tile, row0, rows, nt, tid, MWG_THREADS);
     } else {
         /* accumulators 4 i + 2 h, + 1: row 16 warp + lane / 4 + 8 h, columns 8 i + 2 (lane % 4), + 1 */
         const int lane = tid & 31, wr = tid >> 5;
