@@ -18,6 +18,8 @@
  * rows give the same bits in a group of 1 or of 900, and whatever the other tokens
  * chose.  The grid is sized for the most tiles the step can need (known on the host
  * from n_tok alone); tiles past the list's end exit at once. */
+#include <stdlib.h>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -33,7 +35,8 @@ constexpr int MOE_PIPE = MOE_STAGES * (MOE_A_STAGE + MOE_B_STAGE) * 2;
 constexpr int MOE_EPI_LD = MOE_BN + 1;
 constexpr int MOE_SMEM = MOE_PIPE > MOE_BM * MOE_EPI_LD * 4 ? MOE_PIPE : MOE_BM * MOE_EPI_LD * 4;
 static_assert(MOE_SMEM <= 227 * 1024, "two mma.sync blocks an SM fit no more");
-constexpr int ROUTER_TOK = 8, ROUTER_EW = 4; /* a router block's tokens; a warp's experts */
+constexpr int ROUTER_TOK = 8;  /* a router block's tokens */
+constexpr int ROUTER_FEW = 64; /* at most this many tokens: a warp an expert (more blocks), else four */
 constexpr int SORT_THREADS = 1024; /* a thread an expert when the tiles are listed */
 static_assert(CUDA_MOE_MAX_EXPERTS <= SORT_THREADS && CUDA_MOE_MAX_EXPERTS <= 32 * 32, "sort and route limits");
 
@@ -87,16 +90,19 @@ __device__ __forceinline__ void bf16x8(uint4 v, float *f)
     }
 }
 
-/* logits[t, e] = xn[t] . w[e]: a warp per ROUTER_EW experts (from (blockIdx.y * 8 +
- * warp) * ROUTER_EW) and the block's ROUTER_TOK tokens, each 16-byte load of x or w
- * feeding several dot products (a warp per expert and four tokens read 4.5 bytes a
- * multiply-add through L1, and its 2,048-token launch took 156 us on the H200); lane l
- * sums the elements l*8 .. l*8+7 of every 256 in ascending order, then the lanes meet in
- * a fixed butterfly (lane 0 keeps it): each (token, expert) the same sum whatever the
- * grouping. */
+/* logits[t, e] = xn[t] . w[e]: a warp per EW experts (from (blockIdx.y * 8 + warp) *
+ * EW) and the block's ROUTER_TOK tokens, each 16-byte load of x or w feeding several dot
+ * products (a warp per expert and four tokens read 4.5 bytes a multiply-add through L1,
+ * and its 2,048-token launch took 156 us on the H200; four experts a warp: 90 us, but
+ * a quarter of the blocks at a few tokens, where EW = 1); lane l sums the elements
+ * l*8 .. l*8+7 of every 256 in ascending order, then the lanes meet in a fixed butterfly
+ * (lane 0 keeps it): each (token, expert) the same sum whatever the grouping, so EW is
+ * a launch shape (test_moe compares 1, 7 and 64 tokens with 900). */
+template <int EW>
 __global__ void __launch_bounds__(256) router_kernel(float *logits, const float *xn, const uint16_t *w, int n, int H,
                                                      int E)
 {
+    constexpr int ROUTER_EW = EW;
     const int t0 = blockIdx.x * ROUTER_TOK, lane = threadIdx.x & 31;
     const int e0 = (blockIdx.y * 8 + (threadIdx.x >> 5)) * ROUTER_EW;
     const int nt = n - t0 < ROUTER_TOK ? n - t0 : ROUTER_TOK, ne = E - e0 < ROUTER_EW ? E - e0 : ROUTER_EW;
@@ -507,12 +513,16 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MOE_THREADS, 2) grouped
  * mma.sync's (the variants' bytes differ on the H200; CUDA_KERNELS_REV 3).  A 128-row
  * tile (two warpgroups, three stages) measured no faster at prefill and slower at
  * batch 1 (bench/notes/cuda.md). */
-constexpr int MWG_THREADS = 128, MWG_STAGES = 4;
+/* ST stages: 4 (two blocks an SM) by default; HEARTH_CUDA_MOE_STAGES=7 (one block an SM,
+ * twice the weight bytes in flight a block) for benchmarks: the same sums either way */
+constexpr int MWG_THREADS = 128;
 constexpr int MWG_A = MOE_BM * MOE_BK * 2, MWG_B = MOE_BN * MOE_BK * 2; /* a stage's bytes */
-constexpr int MWG_SMEM = MWG_STAGES * (MWG_A + MWG_B) + 1024;          /* + the swizzle's alignment */
-static_assert(MOE_BM * MOE_EPI_LD * 4 <= MWG_STAGES * (MWG_A + MWG_B), "SwiGLU staging fits");
+constexpr int mwg_smem(int st) { return st * (MWG_A + MWG_B) + 1024; } /* + the swizzle's alignment */
+static_assert(MOE_BM * MOE_EPI_LD * 4 <= 3 * (MWG_A + MWG_B), "SwiGLU staging fits");
+int g_moe_stages = 4;
 
-template <bool SWIGLU> __global__ void __launch_bounds__(MWG_THREADS, 2) grouped_wg_kernel(gparams p)
+template <bool SWIGLU, int MWG_STAGES>
+__global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_wg_kernel(gparams p)
 {
     constexpr int A_PER = MOE_BM * 8 / MWG_THREADS, B_PER = MOE_BN * 8 / MWG_THREADS; /* 16-byte chunks */
     pdl_wait(); /* the work list is the sort's */
@@ -654,8 +664,12 @@ void route(const float *logits, int32_t *top_e, float *top_w, int n, int E, int 
 enum hr_status moe_prepare(char *err, size_t errlen)
 {
 #if defined(CUK_HOPPER)
-    cudaFuncSetAttribute(grouped_wg_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, MWG_SMEM);
-    cudaFuncSetAttribute(grouped_wg_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, MWG_SMEM);
+    const char *v = getenv("HEARTH_CUDA_MOE_STAGES");
+    g_moe_stages = v && atoi(v) == 7 ? 7 : 4;
+    cudaFuncSetAttribute(grouped_wg_kernel<true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(4));
+    cudaFuncSetAttribute(grouped_wg_kernel<false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(4));
+    cudaFuncSetAttribute(grouped_wg_kernel<true, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(7));
+    cudaFuncSetAttribute(grouped_wg_kernel<false, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(7));
 #else
     cudaFuncSetAttribute(grouped_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, MOE_SMEM);
     cudaFuncSetAttribute(grouped_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, MOE_SMEM);
@@ -700,8 +714,11 @@ enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t err
     enum hr_status s = to_bf16(xb, a->xn, (size_t)n * H, stream, err, errlen);
     if (s != HR_OK)
         return s;
-    klaunch(router_kernel, dim3((n + ROUTER_TOK - 1) / ROUTER_TOK, (E + 8 * ROUTER_EW - 1) / (8 * ROUTER_EW)), 256, 0,
-            st, logits, a->xn, a->router, n, H, E);
+    const dim3 rg((n + ROUTER_TOK - 1) / ROUTER_TOK, (E + 8 * 4 - 1) / (8 * 4));
+    if (n <= ROUTER_FEW)
+        klaunch(router_kernel<1>, dim3(rg.x, (E + 7) / 8), 256, 0, st, logits, a->xn, a->router, n, H, E);
+    else
+        klaunch(router_kernel<4>, rg, 256, 0, st, logits, a->xn, a->router, n, H, E);
     route(logits, top_e, top_w, n, E, K, a->norm_topk, st);
     const int hw = sort_warps(E);
     klaunch(sort_kernel, 1, SORT_THREADS, (size_t)hw * E * 4, st, top_e, R, K, E, hw, row_of, tok_of_row, tiles,
@@ -712,8 +729,13 @@ enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t err
     gparams g = {xb, tok_of_row, a->gate, a->up, act, tiles, n_tiles, I, H};
     gparams gd = {act, NULL, a->down, NULL, eo, tiles, n_tiles, H, I};
 #if defined(CUK_HOPPER)
-    klaunch(grouped_wg_kernel<true>, g_up, MWG_THREADS, MWG_SMEM, st, g);
-    klaunch(grouped_wg_kernel<false>, g_down, MWG_THREADS, MWG_SMEM, st, gd);
+    if (g_moe_stages == 7) {
+        klaunch(grouped_wg_kernel<true, 7>, g_up, MWG_THREADS, mwg_smem(7), st, g);
+        klaunch(grouped_wg_kernel<false, 7>, g_down, MWG_THREADS, mwg_smem(7), st, gd);
+    } else {
+        klaunch(grouped_wg_kernel<true, 4>, g_up, MWG_THREADS, mwg_smem(4), st, g);
+        klaunch(grouped_wg_kernel<false, 4>, g_down, MWG_THREADS, mwg_smem(4), st, gd);
+    }
 #else
     klaunch(grouped_kernel<true>, g_up, MOE_THREADS, MOE_SMEM, st, g);
     klaunch(grouped_kernel<false>, g_down, MOE_THREADS, MOE_SMEM, st, gd);
