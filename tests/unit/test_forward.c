@@ -3,6 +3,7 @@
  * MoE checkpoints and under every kernel variant this CPU supports. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -297,12 +298,33 @@ static void check_fixture(const char *fixture, enum kv_dtype dt)
  * rows 0-3 block 1 too; layout 1: rows 0-3 share blocks 0-1, rows 4-6 their own
  * block 0.  Row 7 shares nothing.  The shared positions are computed once (by row 0,
  * and row 4 in layout 1); the others start after them. */
+#if defined(__SANITIZE_ADDRESS__)
+#define FORWARD_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FORWARD_SANITIZED 1
+#endif
+#endif
+
+/* Thread counts of the shared-prefix sweep: 1, 2 and 3; under the sanitizers (make asan)
+ * 1 and 3, which take every path the memory checks watch (the sweep was ~40 of the
+ * test's 83 s there; make test, and TEST_LONG=1, run all three). */
+static int shared_thread_step(void)
+{
+#if defined(FORWARD_SANITIZED)
+    return getenv("TEST_LONG") ? 1 : 2;
+#else
+    return 1;
+#endif
+}
+
 static void check_shared(const char *fixture, enum kv_dtype dt)
 {
     const char *vars[4];
     int nv = backend_cpu_variants(vars, 4);
+    const int th_step = shared_thread_step();
     for (int v = 0; v < nv; v++) {
-        for (int th = 1; th <= 3; th++) {
+        for (int th = 1; th <= 3; th += th_step) {
             struct rig r;
             if (!rig_init(&r, fixture, vars[v], th, dt)) {
                 CHECK_MSG(0, "cannot set up %s/%s", fixture, vars[v]);
