@@ -28,6 +28,16 @@ extern int test_n_passed, test_n_failed, test_n_skipped;
     if (test_failed_checks) { test_n_failed++; printf("FAIL %s\n", #fn); } \
     else { test_n_passed++; printf("ok   %s\n", #fn); } fflush(stdout); } while (0)
 
+/* TEST_SANITIZED: defined when built with AddressSanitizer (make asan; gcc says so with
+ * __SANITIZE_ADDRESS__, clang with __has_feature). */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_SANITIZED 1
+#endif
+#endif
+
 /* A test that cannot run here (no GPU): counted and shown as skipped, with why. */
 #define TEST_SKIP(name, ...) do { test_n_skipped++; printf("SKIP %s: ", name); printf(__VA_ARGS__); \
     putchar('\n'); fflush(stdout); } while (0)

@@ -292,32 +292,24 @@ static void check_fixture(const char *fixture, enum kv_dtype dt)
     }
 }
 
-/* Decode rows that share the blocks of a common prefix, as the prefix cache and n > 1
- * give: attention takes the shared tiles for all of them at once, and each row's
- * logits must still be those of the row alone.  Layout 0: rows 0-6 share block 0,
- * rows 0-3 block 1 too; layout 1: rows 0-3 share blocks 0-1, rows 4-6 their own
- * block 0.  Row 7 shares nothing.  The shared positions are computed once (by row 0,
- * and row 4 in layout 1); the others start after them. */
-#if defined(__SANITIZE_ADDRESS__)
-#define FORWARD_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FORWARD_SANITIZED 1
-#endif
-#endif
-
 /* Thread counts of the shared-prefix sweep: 1, 2 and 3; under the sanitizers (make asan)
  * 1 and 3, which take every path the memory checks watch (the sweep was ~40 of the
  * test's 83 s there; make test, and TEST_LONG=1, run all three). */
 static int shared_thread_step(void)
 {
-#if defined(FORWARD_SANITIZED)
+#if defined(TEST_SANITIZED)
     return getenv("TEST_LONG") ? 1 : 2;
 #else
     return 1;
 #endif
 }
 
+/* Decode rows that share the blocks of a common prefix, as the prefix cache and n > 1
+ * give: attention takes the shared tiles for all of them at once, and each row's
+ * logits must still be those of the row alone.  Layout 0: rows 0-6 share block 0,
+ * rows 0-3 block 1 too; layout 1: rows 0-3 share blocks 0-1, rows 4-6 their own
+ * block 0.  Row 7 shares nothing.  The shared positions are computed once (by row 0,
+ * and row 4 in layout 1); the others start after them. */
 static void check_shared(const char *fixture, enum kv_dtype dt)
 {
     const char *vars[4];

@@ -19,15 +19,7 @@
 #include "engine_rig.h"
 #include "test.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define STEP_ALLOC_SKIP 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define STEP_ALLOC_SKIP 1
-#endif
-#endif
-
-#ifndef STEP_ALLOC_SKIP
+#ifndef TEST_SANITIZED
 static atomic_int counting;
 static atomic_long n_allocs;
 
@@ -180,7 +172,7 @@ static void test_step_allocates_nothing_with_host_tier(void) { step_allocates_no
 
 int main(void)
 {
-#ifdef STEP_ALLOC_SKIP
+#ifdef TEST_SANITIZED
     printf("skip: the sanitizer's allocator replaces malloc (checked by make test)\n");
 #else
     TEST_RUN(test_step_allocates_nothing);

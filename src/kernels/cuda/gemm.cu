@@ -469,11 +469,6 @@ template <int WG> struct wg {
     static_assert(BM * EPI_LD * 4 <= PIPE, "SwiGLU staging fits");
 };
 
-__device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db, int acc = 1)
-{
-    wg_mma_n<BN>(d, da, db, acc);
-}
-
 /* A part's partial sums of a warpgroup's rows (from row0) below m, into the workspace. */
 __device__ __forceinline__ void wg_partials(const params &p, const float *d, bool active, int row0, int ntg, int s)
 {
@@ -602,7 +597,7 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++)
-            wg_mma(d, wg_desc(a0 + kk * 32), wg_desc(b0 + kk * 32));
+            wg_mma_n<BN>(d, wg_desc(a0 + kk * 32), wg_desc(b0 + kk * 32), 1);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     }

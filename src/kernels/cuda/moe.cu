@@ -102,25 +102,24 @@ template <int EW>
 __global__ void __launch_bounds__(256) router_kernel(float *logits, const float *xn, const uint16_t *w, int n, int H,
                                                      int E)
 {
-    constexpr int ROUTER_EW = EW;
     const int t0 = blockIdx.x * ROUTER_TOK, lane = threadIdx.x & 31;
-    const int e0 = (blockIdx.y * 8 + (threadIdx.x >> 5)) * ROUTER_EW;
-    const int nt = n - t0 < ROUTER_TOK ? n - t0 : ROUTER_TOK, ne = E - e0 < ROUTER_EW ? E - e0 : ROUTER_EW;
+    const int e0 = (blockIdx.y * 8 + (threadIdx.x >> 5)) * EW;
+    const int nt = n - t0 < ROUTER_TOK ? n - t0 : ROUTER_TOK, ne = E - e0 < EW ? E - e0 : EW;
     pdl_wait(); /* klaunch: every block waits before it may leave */
     pdl_release();
     if (ne <= 0)
         return;
-    float acc[ROUTER_TOK][ROUTER_EW];
+    float acc[ROUTER_TOK][EW];
 #pragma unroll
     for (int t = 0; t < ROUTER_TOK; t++)
 #pragma unroll
-        for (int j = 0; j < ROUTER_EW; j++)
+        for (int j = 0; j < EW; j++)
             acc[t][j] = 0.0f;
 #pragma unroll 2 /* two steps' loads in flight: the loop is latency-bound at a few tokens */
     for (int h0 = lane * 8; h0 < H; h0 += 256) {
-        float wf[ROUTER_EW][8];
+        float wf[EW][8];
 #pragma unroll
-        for (int j = 0; j < ROUTER_EW; j++) {
+        for (int j = 0; j < EW; j++) {
             if (j < ne)
                 bf16x8(__ldg((const uint4 *)(w + (size_t)(e0 + j) * H + h0)), wf[j]);
             else
@@ -136,7 +135,7 @@ __global__ void __launch_bounds__(256) router_kernel(float *logits, const float 
             float4 a = __ldg(xp), b = __ldg(xp + 1);
             float xf[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-            for (int j = 0; j < ROUTER_EW; j++)
+            for (int j = 0; j < EW; j++)
 #pragma unroll
                 for (int i = 0; i < 8; i++)
                     acc[t][j] = __fmaf_rn(xf[i], wf[j][i], acc[t][j]);
@@ -145,7 +144,7 @@ __global__ void __launch_bounds__(256) router_kernel(float *logits, const float 
 #pragma unroll
     for (int t = 0; t < ROUTER_TOK; t++)
 #pragma unroll
-        for (int j = 0; j < ROUTER_EW; j++)
+        for (int j = 0; j < EW; j++)
 #pragma unroll
             for (int off = 16; off; off >>= 1)
                 acc[t][j] = __fadd_rn(acc[t][j], __shfl_xor_sync(0xffffffffu, acc[t][j], off));
@@ -153,7 +152,7 @@ __global__ void __launch_bounds__(256) router_kernel(float *logits, const float 
 #pragma unroll
         for (int t = 0; t < ROUTER_TOK; t++)
 #pragma unroll
-            for (int j = 0; j < ROUTER_EW; j++)
+            for (int j = 0; j < EW; j++)
                 if (t < nt && j < ne)
                     logits[(size_t)(t0 + t) * E + e0 + j] = acc[t][j];
 }
@@ -328,11 +327,14 @@ __global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const int32_t *top_e
         walk(true);
 }
 
-/* The sort's counting warps: as many as 32 whose counts fit 47 KB of shared memory (at
+/* The sort's counting warps: as many as 32 whose counts (E ints each) fit
+ * SORT_HIST_BYTES of shared memory, under the 48 KB a block gets without opting in (at
  * least 11 at CUDA_MOE_MAX_EXPERTS). */
+constexpr int SORT_HIST_BYTES = 47 * 1024;
+static_assert(SORT_HIST_BYTES / (4 * CUDA_MOE_MAX_EXPERTS) >= 1, "a counting warp at the most experts");
 int sort_warps(int E)
 {
-    int hw = 12032 / E;
+    int hw = SORT_HIST_BYTES / (4 * E);
     return hw < 32 ? hw : 32;
 }
 
@@ -518,13 +520,13 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MOE_THREADS, 2) grouped
 constexpr int MWG_THREADS = 128;
 constexpr int MWG_A = MOE_BM * MOE_BK * 2, MWG_B = MOE_BN * MOE_BK * 2; /* a stage's bytes */
 constexpr int mwg_smem(int st) { return st * (MWG_A + MWG_B) + 1024; } /* + the swizzle's alignment */
-static_assert(MOE_BM * MOE_EPI_LD * 4 <= 3 * (MWG_A + MWG_B), "SwiGLU staging fits");
 int g_moe_stages = 4;
 
 template <bool SWIGLU, int MWG_STAGES>
 __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_wg_kernel(gparams p)
 {
     constexpr int A_PER = MOE_BM * 8 / MWG_THREADS, B_PER = MOE_BN * 8 / MWG_THREADS; /* 16-byte chunks */
+    static_assert(MOE_BM * MOE_EPI_LD * 4 <= MWG_STAGES * (MWG_A + MWG_B), "SwiGLU staging fits");
     pdl_wait(); /* the work list is the sort's */
     pdl_release();
     if ((int)blockIdx.y >= *p.n_tiles)
@@ -665,7 +667,9 @@ enum hr_status moe_prepare(char *err, size_t errlen)
 {
 #if defined(CUK_HOPPER)
     const char *v = getenv("HEARTH_CUDA_MOE_STAGES");
-    g_moe_stages = v && atoi(v) == 7 ? 7 : 4;
+    g_moe_stages = v && *v ? atoi(v) : 4;
+    if (g_moe_stages != 4 && g_moe_stages != 7)
+        return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_MOE_STAGES=%s: 4 or 7", v);
     cudaFuncSetAttribute(grouped_wg_kernel<true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(4));
     cudaFuncSetAttribute(grouped_wg_kernel<false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(4));
     cudaFuncSetAttribute(grouped_wg_kernel<true, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(7));
@@ -714,11 +718,10 @@ enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t err
     enum hr_status s = to_bf16(xb, a->xn, (size_t)n * H, stream, err, errlen);
     if (s != HR_OK)
         return s;
-    const dim3 rg((n + ROUTER_TOK - 1) / ROUTER_TOK, (E + 8 * 4 - 1) / (8 * 4));
-    if (n <= ROUTER_FEW)
-        klaunch(router_kernel<1>, dim3(rg.x, (E + 7) / 8), 256, 0, st, logits, a->xn, a->router, n, H, E);
-    else
-        klaunch(router_kernel<4>, rg, 256, 0, st, logits, a->xn, a->router, n, H, E);
+    const int ew = n <= ROUTER_FEW ? 1 : 4; /* a warp's experts: a launch shape */
+    klaunch(ew == 1 ? router_kernel<1> : router_kernel<4>,
+            dim3((n + ROUTER_TOK - 1) / ROUTER_TOK, (E + 8 * ew - 1) / (8 * ew)), 256, 0, st, logits, a->xn,
+            a->router, n, H, E);
     route(logits, top_e, top_w, n, E, K, a->norm_topk, st);
     const int hw = sort_warps(E);
     klaunch(sort_kernel, 1, SORT_THREADS, (size_t)hw * E * 4, st, top_e, R, K, E, hw, row_of, tok_of_row, tiles,
