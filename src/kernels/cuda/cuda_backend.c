@@ -428,6 +428,10 @@ static enum hr_status cb_reserve(struct backend *be, const struct model_config *
     if (cfg->n_experts > CUDA_MOE_MAX_EXPERTS)
         return hr_err(err, errlen, HR_ERR_UNSUPPORTED, "the CUDA MoE block takes up to %d experts (this model has %d)",
                       CUDA_MOE_MAX_EXPERTS, cfg->n_experts);
+    if (cfg->n_experts > 0 && cfg->hidden_size > CUDA_MOE_MAX_HIDDEN)
+        return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
+                      "the CUDA MoE block takes a hidden size up to %d (this model has %d); use --device cpu",
+                      CUDA_MOE_MAX_HIDDEN, cfg->hidden_size);
     if (cfg->n_experts > 0 && (cfg->moe_intermediate_size % 64 || cfg->hidden_size % 64))
         return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
                       "the CUDA MoE block needs hidden and moe_intermediate sizes that are multiples of 64 (%d, %d); "

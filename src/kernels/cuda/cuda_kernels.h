@@ -153,6 +153,7 @@ struct cuda_moe {
     int32_t *trace;            /* host [n_tok, top_k]: the experts chosen (a synchronous copy), or NULL */
 };
 #define CUDA_MOE_MAX_EXPERTS 1024
+#define CUDA_MOE_MAX_HIDDEN 6144 /* the router keeps 8 tokens' f32 rows in shared memory */
 
 /* The kernels' arithmetic revision, in the backend's name (so in the prefix cache's
  * namespace): raise it whenever a kernel's sums change, so that KV kept by an older

@@ -1,7 +1,8 @@
 /* The MoE block of one layer on the device, with no host round trip inside it:
  *
  *   router   logits[t, e] = xn[t] . router[e] in f32 (bf16 weights widened), one warp
- *            per (token, expert) with a fixed lane split and a fixed butterfly
+ *            per (token, expert) with a fixed lane split and a fixed butterfly; it
+ *            also writes bf16(xn), the grouped GEMM's rows
  *   route    softmax, top-k (ties to the lower expert), optional renormalisation: a
  *            warp per token
  *   sort     a counting sort of the (token, rank) pairs into per-expert segments
@@ -36,6 +37,7 @@ constexpr int MOE_EPI_LD = MOE_BN + 1;
 constexpr int MOE_SMEM = MOE_PIPE > MOE_BM * MOE_EPI_LD * 4 ? MOE_PIPE : MOE_BM * MOE_EPI_LD * 4;
 static_assert(MOE_SMEM <= 227 * 1024, "two mma.sync blocks an SM fit no more");
 constexpr int ROUTER_TOK = 8;  /* a router block's tokens */
+constexpr int ROUTER_HMAX = CUDA_MOE_MAX_HIDDEN; /* the router's x rows in shared memory: 192 KB at most */
 constexpr int ROUTER_FEW = 64; /* at most this many tokens: a warp an expert (more blocks), else four */
 constexpr int SORT_THREADS = 1024; /* a thread an expert when the tiles are listed */
 static_assert(CUDA_MOE_MAX_EXPERTS <= SORT_THREADS && CUDA_MOE_MAX_EXPERTS <= 32 * 32, "sort and route limits");
@@ -91,22 +93,57 @@ __device__ __forceinline__ void bf16x8(uint4 v, float *f)
 }
 
 /* logits[t, e] = xn[t] . w[e]: a warp per EW experts (from (blockIdx.y * 8 + warp) *
- * EW) and the block's ROUTER_TOK tokens, each 16-byte load of x or w feeding several dot
- * products (a warp per expert and four tokens read 4.5 bytes a multiply-add through L1,
- * and its 2,048-token launch took 156 us on the H200; four experts a warp: 90 us, but
- * a quarter of the blocks at a few tokens, where EW = 1); lane l sums the elements
- * l*8 .. l*8+7 of every 256 in ascending order, then the lanes meet in a fixed butterfly
- * (lane 0 keeps it): each (token, expert) the same sum whatever the grouping, so EW is
- * a launch shape (test_moe compares 1, 7 and 64 tokens with 900). */
+ * EW) and the block's ROUTER_TOK tokens.  The block first copies its tokens' xn rows
+ * into shared memory (every load in flight at once), and each warp loads its first
+ * RU steps of weights before the wait for the kernel before (weights are no step's
+ * output), so a few tokens cost about two round trips (a warp that loaded x and w
+ * step by step took 6.3 us at one token, 25.5 at 64).  Each weight feeds every token,
+ * each x value EW experts (four at many tokens: 156 -> 90 us at 2,048 against one).
+ * Lane l sums the elements l*8 .. l*8+7 of every 256 in ascending order, then the
+ * lanes meet in a fixed butterfly (lane 0 keeps it): each (token, expert) the same sum
+ * whatever the grouping, so EW is a launch shape (test_moe compares 1, 7 and 64 tokens
+ * with 900).  The blocks at blockIdx.y = 0 also write xb = bf16(xn) from their copies
+ * (a launch less: to_bf16 took 2.2 us a layer at batch 1). */
 template <int EW>
-__global__ void __launch_bounds__(256) router_kernel(float *logits, const float *xn, const uint16_t *w, int n, int H,
-                                                     int E)
+__global__ void __launch_bounds__(256) router_kernel(float *logits, uint16_t *xb, const float *xn, const uint16_t *w,
+                                                     int n, int H, int E)
 {
+    constexpr int RU = EW == 1 ? 8 : 2; /* weight steps (of 256 elements) loaded together */
+    extern __shared__ float4 xs4[];      /* [ROUTER_TOK, H / 4] */
     const int t0 = blockIdx.x * ROUTER_TOK, lane = threadIdx.x & 31;
     const int e0 = (blockIdx.y * 8 + (threadIdx.x >> 5)) * EW;
     const int nt = n - t0 < ROUTER_TOK ? n - t0 : ROUTER_TOK, ne = E - e0 < EW ? E - e0 : EW;
+    const int H4 = H / 4;
+    /* rows of experts past E read expert E - 1 (their sums are dropped) */
+    const uint16_t *wr[EW];
+#pragma unroll
+    for (int j = 0; j < EW; j++)
+        wr[j] = w + (size_t)(ne > 0 ? e0 + (j < ne ? j : ne - 1) : 0) * H;
+    uint4 wv[RU][EW];
+    auto wload = [&](int c0) {
+#pragma unroll
+        for (int u = 0; u < RU; u++) {
+            const int h0 = c0 + u * 256 + lane * 8;
+#pragma unroll
+            for (int j = 0; j < EW; j++)
+                wv[u][j] = h0 < H ? __ldg((const uint4 *)(wr[j] + h0)) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    wload(0);
     pdl_wait(); /* klaunch: every block waits before it may leave */
     pdl_release();
+    const float4 *src = (const float4 *)(xn + (size_t)t0 * H);
+    for (int i = threadIdx.x; i < nt * H4; i += 256) {
+        const float4 v = __ldg(src + i);
+        xs4[i] = v;
+        if (blockIdx.y == 0) {
+            uint2 b;
+            b.x = f32_to_bf16(v.x) | (uint32_t)f32_to_bf16(v.y) << 16;
+            b.y = f32_to_bf16(v.z) | (uint32_t)f32_to_bf16(v.w) << 16;
+            ((uint2 *)(xb + (size_t)t0 * H))[i] = b;
+        }
+    }
+    __syncthreads();
     if (ne <= 0)
         return;
     float acc[ROUTER_TOK][EW];
@@ -115,30 +152,32 @@ __global__ void __launch_bounds__(256) router_kernel(float *logits, const float 
 #pragma unroll
         for (int j = 0; j < EW; j++)
             acc[t][j] = 0.0f;
-#pragma unroll 2 /* two steps' loads in flight: the loop is latency-bound at a few tokens */
-    for (int h0 = lane * 8; h0 < H; h0 += 256) {
-        float wf[EW][8];
+    for (int c0 = 0; c0 < H; c0 += RU * 256) {
+        float wf[RU][EW][8];
 #pragma unroll
-        for (int j = 0; j < EW; j++) {
-            if (j < ne)
-                bf16x8(__ldg((const uint4 *)(w + (size_t)(e0 + j) * H + h0)), wf[j]);
-            else
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-                    wf[j][i] = 0.0f;
-        }
-#pragma unroll
-        for (int t = 0; t < ROUTER_TOK; t++) {
-            if (t >= nt)
-                break;
-            const float4 *xp = (const float4 *)(xn + (size_t)(t0 + t) * H + h0);
-            float4 a = __ldg(xp), b = __ldg(xp + 1);
-            float xf[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        for (int u = 0; u < RU; u++)
 #pragma unroll
             for (int j = 0; j < EW; j++)
+                bf16x8(wv[u][j], wf[u][j]);
+        if (c0 + RU * 256 < H)
+            wload(c0 + RU * 256); /* the next steps' weights under this step's arithmetic */
 #pragma unroll
-                for (int i = 0; i < 8; i++)
-                    acc[t][j] = __fmaf_rn(xf[i], wf[j][i], acc[t][j]);
+        for (int u = 0; u < RU; u++) {
+            const int h0 = c0 + u * 256 + lane * 8;
+            if (h0 >= H)
+                break;
+#pragma unroll
+            for (int t = 0; t < ROUTER_TOK; t++) {
+                if (t >= nt)
+                    break;
+                const float4 a = xs4[t * H4 + h0 / 4], b = xs4[t * H4 + h0 / 4 + 1];
+                const float xf[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+                for (int j = 0; j < EW; j++)
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        acc[t][j] = __fmaf_rn(xf[i], wf[u][j][i], acc[t][j]);
+            }
         }
     }
 #pragma unroll
@@ -157,6 +196,12 @@ __global__ void __launch_bounds__(256) router_kernel(float *logits, const float 
                     logits[(size_t)(t0 + t) * E + e0 + j] = acc[t][j];
 }
 
+/* Softmax over the token's logits, top-k by probability with ties to the lower
+ * expert, then the optional renormalisation: a warp per token, lane l holding experts
+ * l, l + 32, ... (NPL of them) in registers, so the k rounds never go back to memory.
+ * The max is exact in any order; the sum is lane-strided partials in ascending order
+ * then a fixed butterfly; each top-k round is an exact argmax (larger, or equal and
+ * lower). */
 /* Softmax over the token's logits, top-k by probability with ties to the lower
  * expert, then the optional renormalisation: a warp per token, lane l holding experts
  * l, l + 32, ... (NPL of them) in registers, so the k rounds never go back to memory.
@@ -665,6 +710,8 @@ void route(const float *logits, int32_t *top_e, float *top_w, int n, int E, int 
 
 enum hr_status moe_prepare(char *err, size_t errlen)
 {
+    cudaFuncSetAttribute(router_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, ROUTER_TOK * ROUTER_HMAX * 4);
+    cudaFuncSetAttribute(router_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, ROUTER_TOK * ROUTER_HMAX * 4);
 #if defined(CUK_HOPPER)
     const char *v = getenv("HEARTH_CUDA_MOE_STAGES");
     g_moe_stages = v && *v ? atoi(v) : 4;
@@ -690,12 +737,13 @@ size_t moe_workspace(int n_tok, int hidden, int inter, int n_experts, int top_k)
 
 enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t errlen)
 {
-    if (a->n_tok < 0 || a->hidden < 64 || a->hidden % 64 || a->inter < 64 || a->inter % 64 || a->n_experts < 1 ||
-        a->n_experts > CUDA_MOE_MAX_EXPERTS || a->top_k < 1 || a->top_k > a->n_experts)
+    if (a->n_tok < 0 || a->hidden < 64 || a->hidden % 64 || a->hidden > ROUTER_HMAX || a->inter < 64 ||
+        a->inter % 64 || a->n_experts < 1 || a->n_experts > CUDA_MOE_MAX_EXPERTS || a->top_k < 1 ||
+        a->top_k > a->n_experts)
         return hr_err(err, errlen, HR_ERR_INVALID,
                       "cuda moe: bad shape hidden=%d inter=%d experts=%d top_k=%d (hidden and inter multiples of 64, "
-                      "1..%d experts)",
-                      a->hidden, a->inter, a->n_experts, a->top_k, CUDA_MOE_MAX_EXPERTS);
+                      "hidden at most %d, 1..%d experts)",
+                      a->hidden, a->inter, a->n_experts, a->top_k, ROUTER_HMAX, CUDA_MOE_MAX_EXPERTS);
     if (!a->h || !a->xn || !a->router || !a->gate || !a->up || !a->down)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda moe: missing operand");
     if (a->n_tok == 0)
@@ -715,13 +763,11 @@ enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t err
     int32_t *n_tiles = (int32_t *)(w + o.n_tiles);
     cudaStream_t st = (cudaStream_t)stream;
 
-    enum hr_status s = to_bf16(xb, a->xn, (size_t)n * H, stream, err, errlen);
-    if (s != HR_OK)
-        return s;
+    enum hr_status s;
     const int ew = n <= ROUTER_FEW ? 1 : 4; /* a warp's experts: a launch shape */
     klaunch(ew == 1 ? router_kernel<1> : router_kernel<4>,
-            dim3((n + ROUTER_TOK - 1) / ROUTER_TOK, (E + 8 * ew - 1) / (8 * ew)), 256, 0, st, logits, a->xn,
-            a->router, n, H, E);
+            dim3((n + ROUTER_TOK - 1) / ROUTER_TOK, (E + 8 * ew - 1) / (8 * ew)), 256,
+            (size_t)(n < ROUTER_TOK ? n : ROUTER_TOK) * H * 4, st, logits, xb, a->xn, a->router, n, H, E);
     route(logits, top_e, top_w, n, E, K, a->norm_topk, st);
     const int hw = sort_warps(E);
     klaunch(sort_kernel, 1, SORT_THREADS, (size_t)hw * E * 4, st, top_e, R, K, E, hw, row_of, tok_of_row, tiles,
