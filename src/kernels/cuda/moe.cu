@@ -21,6 +21,8 @@
  * from n_tok alone); tiles past the list's end exit at once. */
 #include <stdlib.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -40,6 +42,9 @@ constexpr int ROUTER_TOK = 8;  /* a router block's tokens */
 constexpr int ROUTER_HMAX = CUDA_MOE_MAX_HIDDEN; /* the router's x rows in shared memory: 192 KB at most */
 constexpr int ROUTER_FEW = 64; /* at most this many tokens: a warp an expert (more blocks), else four */
 constexpr int SORT_THREADS = 1024; /* a thread an expert when the tiles are listed */
+constexpr int ROUTE_FUSE = 8;      /* at most this many tokens: sort_kernel routes them too (at 64, a
+                                    * warp's two tokens took the fused kernel to 19.7 us against
+                                    * route's 5.2 + the sort's 5.7; at 1 and 4, 8.0 against 9.3) */
 static_assert(CUDA_MOE_MAX_EXPERTS <= SORT_THREADS && CUDA_MOE_MAX_EXPERTS <= 32 * 32, "sort and route limits");
 
 /* Offsets of the block's buffers in the work region, for n tokens. */
@@ -202,20 +207,17 @@ __global__ void __launch_bounds__(256) router_kernel(float *logits, uint16_t *xb
  * The max is exact in any order; the sum is lane-strided partials in ascending order
  * then a fixed butterfly; each top-k round is an exact argmax (larger, or equal and
  * lower). */
-/* Softmax over the token's logits, top-k by probability with ties to the lower
- * expert, then the optional renormalisation: a warp per token, lane l holding experts
- * l, l + 32, ... (NPL of them) in registers, so the k rounds never go back to memory.
- * The max is exact in any order; the sum is lane-strided partials in ascending order
- * then a fixed butterfly; each top-k round is an exact argmax (larger, or equal and
- * lower). */
-template <int NPL> __global__ void route_kernel(const float *logits, int32_t *top_e, float *top_w, int n, int E, int K,
-                                                int norm)
+/* The routing's operands, for sort_kernel's fused routing. */
+struct route_args {
+    const float *logits; /* [n, E] */
+    float *top_w;        /* [n, K] */
+    int norm;
+};
+
+template <int NPL>
+__device__ __forceinline__ void route_token(const float *logits, int32_t *top_e, float *top_w, int t, int E, int K,
+                                            int norm, int lane)
 {
-    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    pdl_wait();
-    pdl_release();
-    if (t >= n)
-        return;
     const float *lg = logits + (size_t)t * E;
     float p[NPL];
 #pragma unroll
@@ -284,6 +286,15 @@ template <int NPL> __global__ void route_kernel(const float *logits, int32_t *to
             tw[r] = __fdiv_rn(r < 32 ? wk : tw[r], s);
     }
 }
+template <int NPL> __global__ void route_kernel(const float *logits, int32_t *top_e, float *top_w, int n, int E, int K,
+                                                int norm)
+{
+    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    pdl_wait();
+    pdl_release();
+    if (t < n)
+        route_token<NPL>(logits, top_e, top_w, t, E, K, norm, lane);
+}
 
 /* One block: pair i = t * K + r goes to row seg[top_e[i]] + (its rank among the pairs
  * of that expert, in pair order); then the tiles of every expert, in expert order.
@@ -293,7 +304,8 @@ template <int NPL> __global__ void route_kernel(const float *logits, int32_t *to
  * every slice's first row in them are then exclusive prefix sums (expert order, then
  * slice order), and a second walk places each pair at its slice's next row: pair order
  * within a segment, as one walk over all the pairs would. */
-__global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const int32_t *top_e, int R, int K, int E, int hw,
+template <int NPL>
+__global__ void __launch_bounds__(SORT_THREADS) sort_kernel(route_args ra, int32_t *top_e, int R, int K, int E, int hw,
                                                             int32_t *row_of, int32_t *tok_of_row, int32_t *tiles,
                                                             int32_t *n_tiles)
 {
@@ -303,14 +315,17 @@ __global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const int32_t *top_e
     const unsigned below = (1u << lane) - 1;
     pdl_wait();
     pdl_release();
+    if constexpr (NPL > 0) /* the routing of a few tokens, a warp a token (route_kernel's) */
+        for (int t = warp; t < R / K; t += SORT_THREADS / 32)
+            route_token<NPL>(ra.logits, top_e, ra.top_w, t, E, K, ra.norm, lane);
     for (int i = threadIdx.x; i < hw * E; i += blockDim.x)
         hist[i] = 0;
-    __syncthreads();
+    __syncthreads(); /* and the routing's top_e stores are seen by the block */
     const int slice = (R + hw - 1) / hw, i0 = warp * slice, i1 = min(R, i0 + slice);
     auto walk = [&](bool place) {
         int32_t *h = hist + warp * E;
         for (int b = i0; b < i1; b += 32) {
-            const int i = b + lane, e = i < i1 ? top_e[i] : -1;
+            const int i = b + lane, e = i < i1 ? __ldcg(top_e + i) : -1; /* maybe this launch's stores */
             const unsigned same = __match_any_sync(0xffffffffu, e);
             if (place && e >= 0) {
                 int row = h[e] + __popc(same & below);
@@ -560,12 +575,19 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MOE_THREADS, 2) grouped
  * mma.sync's (the variants' bytes differ on the H200; CUDA_KERNELS_REV 3).  A 128-row
  * tile (two warpgroups, three stages) measured no faster at prefill and slower at
  * batch 1 (bench/notes/cuda.md). */
-/* ST stages: 4 (two blocks an SM) by default; HEARTH_CUDA_MOE_STAGES=7 (one block an SM,
- * twice the weight bytes in flight a block) for benchmarks: the same sums either way */
+/* ST stages: 7 (one block an SM, 1.75 times the weight bytes in flight a block) where
+ * a grouped launch's blocks fit one wave at one an SM however the tokens route (n K
+ * tiles of at most one row, times the column tiles: batch 1), so the bytes in flight
+ * set the pace; else 4 (two blocks an SM; the second block's arithmetic overlaps the
+ * first's loads).  Measured on the H200 (bench/notes/cuda.md): 30B-A3B batch 1 275.1
+ * -> 285.2 tok/s at 7; at 64 tokens 7 stages made decode steps 18.5 -> 19.0 ms.  A
+ * launch shape: the same sums either way (test_moe compares 1 token with 7, 64 and
+ * 900).  HEARTH_CUDA_MOE_STAGES=4 or 7 forces one, for benchmarks. */
 constexpr int MWG_THREADS = 128;
 constexpr int MWG_A = MOE_BM * MOE_BK * 2, MWG_B = MOE_BN * MOE_BK * 2; /* a stage's bytes */
 constexpr int mwg_smem(int st) { return st * (MWG_A + MWG_B) + 1024; } /* + the swizzle's alignment */
-int g_moe_stages = 4;
+int g_moe_stages = 0; /* 0: by the launch's blocks (above) */
+int g_moe_sms = 132;
 
 template <bool SWIGLU, int MWG_STAGES>
 __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_wg_kernel(gparams p)
@@ -689,21 +711,44 @@ __global__ void combine_kernel(float *__restrict__ h, const float *__restrict__ 
 }
 
 /* route_kernel with the fewest registers a lane that hold E experts */
-void route(const float *logits, int32_t *top_e, float *top_w, int n, int E, int K, int norm, cudaStream_t st)
+/* f(std::integral_constant<int, NPL>) for the experts a lane holds in the routing */
+template <class F> void by_npl(int E, F f)
 {
-    const int blocks = (n + 3) / 4, npl = (E + 31) / 32;
+    const int npl = (E + 31) / 32;
     if (npl <= 1)
-        klaunch(route_kernel<1>, blocks, 128, 0, st, logits, top_e, top_w, n, E, K, norm);
+        f(std::integral_constant<int, 1>());
     else if (npl <= 2)
-        klaunch(route_kernel<2>, blocks, 128, 0, st, logits, top_e, top_w, n, E, K, norm);
+        f(std::integral_constant<int, 2>());
     else if (npl <= 4)
-        klaunch(route_kernel<4>, blocks, 128, 0, st, logits, top_e, top_w, n, E, K, norm);
+        f(std::integral_constant<int, 4>());
     else if (npl <= 8)
-        klaunch(route_kernel<8>, blocks, 128, 0, st, logits, top_e, top_w, n, E, K, norm);
+        f(std::integral_constant<int, 8>());
     else if (npl <= 16)
-        klaunch(route_kernel<16>, blocks, 128, 0, st, logits, top_e, top_w, n, E, K, norm);
+        f(std::integral_constant<int, 16>());
     else
-        klaunch(route_kernel<32>, blocks, 128, 0, st, logits, top_e, top_w, n, E, K, norm);
+        f(std::integral_constant<int, 32>());
+}
+
+/* top_e, top_w from the logits, then the sort: at up to ROUTE_FUSE tokens the sort's
+ * block routes them first (a launch less; a warp a token either way, the same bits) */
+void route_sort(const route_args &ra, int32_t *top_e, int n, int E, int K, int32_t *row_of, int32_t *tok_of_row,
+                int32_t *tiles, int32_t *n_tiles, cudaStream_t st)
+{
+    const int hw = sort_warps(E), R = n * K;
+    const size_t hs = (size_t)hw * E * 4;
+    if (n <= ROUTE_FUSE && E <= 128) { /* (more experts a lane spill at the sort's 64 registers) */
+        by_npl(E, [&](auto N) {
+            if constexpr (decltype(N)::value <= 4)
+                klaunch(sort_kernel<decltype(N)::value>, 1, SORT_THREADS, hs, st, ra, top_e, R, K, E, hw, row_of,
+                        tok_of_row, tiles, n_tiles);
+        });
+        return;
+    }
+    by_npl(E, [&](auto N) {
+        klaunch(route_kernel<decltype(N)::value>, (n + 3) / 4, 128, 0, st, ra.logits, top_e, ra.top_w, n, E, K,
+                ra.norm);
+    });
+    klaunch(sort_kernel<0>, 1, SORT_THREADS, hs, st, ra, top_e, R, K, E, hw, row_of, tok_of_row, tiles, n_tiles);
 }
 
 } // namespace
@@ -714,9 +759,13 @@ enum hr_status moe_prepare(char *err, size_t errlen)
     cudaFuncSetAttribute(router_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, ROUTER_TOK * ROUTER_HMAX * 4);
 #if defined(CUK_HOPPER)
     const char *v = getenv("HEARTH_CUDA_MOE_STAGES");
-    g_moe_stages = v && *v ? atoi(v) : 4;
-    if (g_moe_stages != 4 && g_moe_stages != 7)
+    g_moe_stages = v && *v ? atoi(v) : 0;
+    if (g_moe_stages != 0 && g_moe_stages != 4 && g_moe_stages != 7)
         return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_MOE_STAGES=%s: 4 or 7", v);
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
+        g_moe_sms = sms;
     cudaFuncSetAttribute(grouped_wg_kernel<true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(4));
     cudaFuncSetAttribute(grouped_wg_kernel<false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(4));
     cudaFuncSetAttribute(grouped_wg_kernel<true, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(7));
@@ -768,17 +817,15 @@ enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t err
     klaunch(ew == 1 ? router_kernel<1> : router_kernel<4>,
             dim3((n + ROUTER_TOK - 1) / ROUTER_TOK, (E + 8 * ew - 1) / (8 * ew)), 256,
             (size_t)(n < ROUTER_TOK ? n : ROUTER_TOK) * H * 4, st, logits, xb, a->xn, a->router, n, H, E);
-    route(logits, top_e, top_w, n, E, K, a->norm_topk, st);
-    const int hw = sort_warps(E);
-    klaunch(sort_kernel, 1, SORT_THREADS, (size_t)hw * E * 4, st, top_e, R, K, E, hw, row_of, tok_of_row, tiles,
-            n_tiles);
+    route_sort({logits, top_w, a->norm_topk}, top_e, n, E, K, row_of, tok_of_row, tiles, n_tiles, st);
     if ((s = launch_status("moe routing", err, errlen)) != HR_OK)
         return s;
     const dim3 g_up((I + MOE_BN / 2 - 1) / (MOE_BN / 2), o.t_max), g_down((H + MOE_BN - 1) / MOE_BN, o.t_max);
     gparams g = {xb, tok_of_row, a->gate, a->up, act, tiles, n_tiles, I, H};
     gparams gd = {act, NULL, a->down, NULL, eo, tiles, n_tiles, H, I};
 #if defined(CUK_HOPPER)
-    if (g_moe_stages == 7) {
+    const long most_blocks = (long)R * (g_up.x > g_down.x ? g_up.x : g_down.x); /* a tile a pair at most */
+    if (g_moe_stages == 7 || (g_moe_stages == 0 && most_blocks <= g_moe_sms)) {
         klaunch(grouped_wg_kernel<true, 7>, g_up, MWG_THREADS, mwg_smem(7), st, g);
         klaunch(grouped_wg_kernel<false, 7>, g_down, MWG_THREADS, mwg_smem(7), st, gd);
     } else {
