@@ -202,6 +202,14 @@ check "f32 KV is refused with a reason" "grep -q 'bf16' $tmp/e1"
 "$bin" generate --device cuda --model "$data/fixtures/qwen3moe-tiny-bf16" --prompt-ids 1 --max-tokens 1 \
   >/dev/null 2>"$tmp/e2"
 check "head_dim 32 (the tiny MoE fixture) is refused with a reason" "grep -q 'head_dim' $tmp/e2"
+# the MoE router keeps eight tokens' rows in shared memory: a hidden size past 6,144 is
+# refused at start-up, with the reason (a config of random weights on the device)
+"$bin" mkmodel --shape qwen3-moe-small --config-only --out "$tmp/wide" >/dev/null 2>&1 &&
+  sed -i 's/"hidden_size": 1024/"hidden_size": 8192/' "$tmp/wide/config.json"
+"$bin" generate --device cuda --model "$tmp/wide" --load-format dummy --prompt-ids 1 --max-tokens 1 >/dev/null \
+  2>"$tmp/e3"
+check "an MoE hidden size of 8,192 is refused with a reason" \
+  "grep -q 'hidden_size.*8192' $tmp/wide/config.json && grep -q 'hidden size up to 6144' $tmp/e3"
 # MoE on the GPU: a qwen3-moe-small checkpoint (32 experts, top-4, a dense layer among
 # the sparse ones, head_dim 128): warm = cold = disabled under both variants, the seed's
 # case (a warm suffix of 8 on a context of 64), run to run, parity with transformers.
