@@ -4,7 +4,7 @@
  *            per (token, expert) with a fixed lane split and a fixed butterfly; it
  *            also writes bf16(xn), the grouped GEMM's rows
  *   route    softmax, top-k (ties to the lower expert), optional renormalisation: a
- *            warp per token
+ *            warp per token (inside the sort's block at a few tokens)
  *   sort     a counting sort of the (token, rank) pairs into per-expert segments
  *            (ballots, no atomics) and the work list of 64-row tiles, in one block
  *   gate/up  a grouped GEMM over the work list, rows gathered from bf16(xn), SwiGLU
@@ -201,12 +201,6 @@ __global__ void __launch_bounds__(256) router_kernel(float *logits, uint16_t *xb
                     logits[(size_t)(t0 + t) * E + e0 + j] = acc[t][j];
 }
 
-/* Softmax over the token's logits, top-k by probability with ties to the lower
- * expert, then the optional renormalisation: a warp per token, lane l holding experts
- * l, l + 32, ... (NPL of them) in registers, so the k rounds never go back to memory.
- * The max is exact in any order; the sum is lane-strided partials in ascending order
- * then a fixed butterfly; each top-k round is an exact argmax (larger, or equal and
- * lower). */
 /* The routing's operands, for sort_kernel's fused routing. */
 struct route_args {
     const float *logits; /* [n, E] */
@@ -214,6 +208,12 @@ struct route_args {
     int norm;
 };
 
+/* Softmax over the token's logits, top-k by probability with ties to the lower
+ * expert, then the optional renormalisation: a warp per token, lane l holding experts
+ * l, l + 32, ... (NPL of them) in registers, so the k rounds never go back to memory.
+ * The max is exact in any order; the sum is lane-strided partials in ascending order
+ * then a fixed butterfly; each top-k round is an exact argmax (larger, or equal and
+ * lower). */
 template <int NPL>
 __device__ __forceinline__ void route_token(const float *logits, int32_t *top_e, float *top_w, int t, int E, int K,
                                             int norm, int lane)
@@ -710,8 +710,8 @@ __global__ void combine_kernel(float *__restrict__ h, const float *__restrict__ 
     h[t * H + d] = __fadd_rn(h0, y);
 }
 
-/* route_kernel with the fewest registers a lane that hold E experts */
-/* f(std::integral_constant<int, NPL>) for the experts a lane holds in the routing */
+/* f(std::integral_constant<int, NPL>): the fewest registers a lane that hold E experts
+ * in the routing */
 template <class F> void by_npl(int E, F f)
 {
     const int npl = (E + 31) / 32;
