@@ -42,9 +42,10 @@ constexpr int ROUTER_TOK = 8;  /* a router block's tokens */
 constexpr int ROUTER_HMAX = CUDA_MOE_MAX_HIDDEN; /* the router's x rows in shared memory: 192 KB at most */
 constexpr int ROUTER_FEW = 64; /* at most this many tokens: a warp an expert (more blocks), else four */
 constexpr int SORT_THREADS = 1024; /* a thread an expert when the tiles are listed */
-constexpr int ROUTE_FUSE = 8;      /* at most this many tokens: sort_kernel routes them too (at 64, a
-                                    * warp's two tokens took the fused kernel to 19.7 us against
-                                    * route's 5.2 + the sort's 5.7; at 1 and 4, 8.0 against 9.3) */
+constexpr int ROUTE_FUSE = 8;      /* at most this many tokens: sort_kernel routes them too (at 64
+                                    * the fused kernel took 19.7 us against route's 5.2 + the sort's
+                                    * 5.7: the routing then runs on one SM, not 16; at 1 and 4, 8.0
+                                    * against 9.3) */
 static_assert(CUDA_MOE_MAX_EXPERTS <= SORT_THREADS && CUDA_MOE_MAX_EXPERTS <= 32 * 32, "sort and route limits");
 
 /* Offsets of the block's buffers in the work region, for n tokens. */
