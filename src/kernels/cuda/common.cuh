@@ -115,7 +115,7 @@ enum hr_status attn_prep(const struct cuda_attn_prep *a, void *stream, char *err
 size_t attn_workspace(int n_tok, int n_heads, int head_dim, int max_kv);
 enum hr_status attention(const struct cuda_attention *a, void *stream, char *err, size_t errlen);
 enum hr_status to_bf16(uint16_t *dst, const float *src, size_t n, void *stream, char *err, size_t errlen);
-enum hr_status moe_prepare(char *err, size_t errlen);
+enum hr_status moe_prepare(int sm_count, char *err, size_t errlen);
 size_t moe_workspace(int n_tok, int hidden, int inter, int n_experts, int top_k);
 enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t errlen);
 enum hr_status sample(const struct cuda_sample *a, void *stream, char *err, size_t errlen);

@@ -508,6 +508,7 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
 {
     using G = wg<WG>;
     constexpr int BM = G::BM, NT = G::NT, BK = G::BK, STAGES = G::STAGES, EPI_LD = G::EPI_LD;
+    static_assert(BK == WG_BK, "a stage is one wg_ktile");
     extern __shared__ __align__(128) uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     uint8_t *sa = smem, *sb = smem + STAGES * G::A_BYTES;
@@ -594,11 +595,7 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
             continue;
         int stg = kt % STAGES;
         uint32_t a0 = sa_addr + stg * G::A_BYTES + wgi * 64 * 128, b0 = sb_addr + stg * G::B_BYTES;
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++)
-            wg_mma_n<BN>(d, wg_desc(a0 + kk * 32), wg_desc(b0 + kk * 32), 1);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        wg_ktile<BN>(d, a0, b0, 1);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     }
     cp_wait<0>();
@@ -762,6 +759,7 @@ __global__ void __launch_bounds__(tma<WG, FOLD, NW>::NT, tma<WG, FOLD, NW>::TWO 
 {
     using G = tma<WG, FOLD, NW>;
     constexpr int BM = G::BM, BK = G::BK, STAGES = G::STAGES;
+    static_assert(BK == WG_BK, "a stage is one wg_ktile");
     const params &p = tp.p;
     extern __shared__ __align__(128) uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
@@ -849,11 +847,7 @@ __global__ void __launch_bounds__(tma<WG, FOLD, NW>::NT, tma<WG, FOLD, NW>::TWO 
                 const int kt = q * kt_per + j, st = kt % STAGES;
                 mb_wait(full + st, (kt / STAGES) & 1);
                 uint32_t a0 = sa_addr + st * G::A_BYTES, b0 = sb_addr + st * G::B_BYTES;
-                asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-                for (int kk = 0; kk < BK / 16; kk++)
-                    wg_mma_n<NW>(d, wg_desc(a0 + kk * 32), wg_desc(b0 + kk * 32), j | kk);
-                asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+                wg_ktile<NW>(d, a0, b0, j); /* a part's first k tile overwrites d */
                 /* one k tile's wgmma in flight: the one before is done with its stage */
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
                 if (leader && j > 0)

@@ -595,6 +595,7 @@ __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_
 {
     constexpr int A_PER = MOE_BM * 8 / MWG_THREADS, B_PER = MOE_BN * 8 / MWG_THREADS; /* 16-byte chunks */
     static_assert(MOE_BM * MOE_EPI_LD * 4 <= MWG_STAGES * (MWG_A + MWG_B), "SwiGLU staging fits");
+    static_assert(MOE_BK == WG_BK, "a stage is one wg_ktile");
     pdl_wait(); /* the work list is the sort's */
     pdl_release();
     if ((int)blockIdx.y >= *p.n_tiles)
@@ -677,6 +678,19 @@ __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_
             }
     }
 }
+
+/* The gate/up (SwiGLU) and down kernels of ST stages: their shared memory, their launch. */
+template <int ST> void grouped_wg_smem()
+{
+    cudaFuncSetAttribute(grouped_wg_kernel<true, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(ST));
+    cudaFuncSetAttribute(grouped_wg_kernel<false, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(ST));
+}
+template <int ST>
+void grouped_wg_launch(const gparams &up, dim3 g_up, const gparams &down, dim3 g_down, cudaStream_t st)
+{
+    klaunch(grouped_wg_kernel<true, ST>, g_up, MWG_THREADS, mwg_smem(ST), st, up);
+    klaunch(grouped_wg_kernel<false, ST>, g_down, MWG_THREADS, mwg_smem(ST), st, down);
+}
 #endif /* CUK_HOPPER */
 
 /* h[t] += sum over ranks r (in order) of w[t, r] * eo[row_of[t, r]], in f32: a thread
@@ -754,7 +768,7 @@ void route_sort(const route_args &ra, int32_t *top_e, int n, int E, int K, int32
 
 } // namespace
 
-enum hr_status moe_prepare(char *err, size_t errlen)
+enum hr_status moe_prepare(int sm_count, char *err, size_t errlen)
 {
     cudaFuncSetAttribute(router_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, ROUTER_TOK * ROUTER_HMAX * 4);
     cudaFuncSetAttribute(router_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, ROUTER_TOK * ROUTER_HMAX * 4);
@@ -763,15 +777,11 @@ enum hr_status moe_prepare(char *err, size_t errlen)
     g_moe_stages = v && *v ? atoi(v) : 0;
     if (g_moe_stages != 0 && g_moe_stages != 4 && g_moe_stages != 7)
         return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_MOE_STAGES=%s: 4 or 7", v);
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0)
-        g_moe_sms = sms;
-    cudaFuncSetAttribute(grouped_wg_kernel<true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(4));
-    cudaFuncSetAttribute(grouped_wg_kernel<false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(4));
-    cudaFuncSetAttribute(grouped_wg_kernel<true, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(7));
-    cudaFuncSetAttribute(grouped_wg_kernel<false, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(7));
+    g_moe_sms = sm_count > 0 ? sm_count : 132;
+    grouped_wg_smem<4>();
+    grouped_wg_smem<7>();
 #else
+    (void)sm_count; /* mma.sync's grouped GEMM has one build */
     cudaFuncSetAttribute(grouped_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, MOE_SMEM);
     cudaFuncSetAttribute(grouped_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, MOE_SMEM);
 #endif
@@ -826,13 +836,10 @@ enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t err
     gparams gd = {act, NULL, a->down, NULL, eo, tiles, n_tiles, H, I};
 #if defined(CUK_HOPPER)
     const long most_blocks = (long)R * (g_up.x > g_down.x ? g_up.x : g_down.x); /* a tile a pair at most */
-    if (g_moe_stages == 7 || (g_moe_stages == 0 && most_blocks <= g_moe_sms)) {
-        klaunch(grouped_wg_kernel<true, 7>, g_up, MWG_THREADS, mwg_smem(7), st, g);
-        klaunch(grouped_wg_kernel<false, 7>, g_down, MWG_THREADS, mwg_smem(7), st, gd);
-    } else {
-        klaunch(grouped_wg_kernel<true, 4>, g_up, MWG_THREADS, mwg_smem(4), st, g);
-        klaunch(grouped_wg_kernel<false, 4>, g_down, MWG_THREADS, mwg_smem(4), st, gd);
-    }
+    if (g_moe_stages == 7 || (g_moe_stages == 0 && most_blocks <= g_moe_sms))
+        grouped_wg_launch<7>(g, g_up, gd, g_down, st);
+    else
+        grouped_wg_launch<4>(g, g_up, gd, g_down, st);
 #else
     klaunch(grouped_kernel<true>, g_up, MOE_THREADS, MOE_SMEM, st, g);
     klaunch(grouped_kernel<false>, g_down, MOE_THREADS, MOE_SMEM, st, gd);

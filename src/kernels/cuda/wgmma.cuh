@@ -81,11 +81,12 @@ template <> __device__ __forceinline__ void wg_mma_n<256>(float *d, uint64_t da,
 /* One 64-wide k tile (four k16 steps of m64nNk16, from operands at shared addresses a0
  * and b0, rows of 128 bytes) issued and committed as one group, in ascending k16 order:
  * d += a . b, but where acc0 is 0 the first step overwrites d (a part's first tile). */
+constexpr int WG_BK = 64; /* wg_ktile's k tile: the callers' BK */
 template <int N> __device__ __forceinline__ void wg_ktile(float *d, uint32_t a0, uint32_t b0, int acc0)
 {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++)
+    for (int kk = 0; kk < WG_BK / 16; kk++)
         wg_mma_n<N>(d, wg_desc(a0 + kk * 32), wg_desc(b0 + kk * 32), acc0 | kk);
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
