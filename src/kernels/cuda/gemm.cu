@@ -98,6 +98,9 @@ int g_cluster_kt = 16; /* CL_AUTO: the longest part, in k tiles, added in a clus
  * HEARTH_CUDA_GEMM_WIDE_ROWS rows on the rule takes 256. */
 int g_width = 0;
 int g_wide_rows = 512;
+/* The one-warpgroup build for a few rows (few_rows; HEARTH_CUDA_GEMM_FEW=0 turns it off):
+ * a launch shape, the same sums either way. */
+bool g_few = true;
 #if defined(CUK_HOPPER)
 /* the clusters of 2, 4, 8 blocks (two an SM) that can run at once: [WG - 1][log2 - 1] */
 int g_max_clusters[2][3];
@@ -117,6 +120,7 @@ struct params {
     int par;      /* blocks a tile's K is shared by: split (a part each) or 1 (one block folds them all) */
     int ext;      /* 1: a part a block writes its partials only; combine_kernel adds them (no tickets) */
     int cluster;  /* 1: a part a block, a cluster of par blocks a tile adds them in its shared memory */
+    int few;      /* 1: the 128-row TMA tile's launch runs the one-warpgroup build (few_rows) */
 };
 
 /* SwiGLU's element: bf16 into y, and where asked its exact widening into y32 (the
@@ -645,11 +649,11 @@ template <int WG, bool FOLD, int NW = BN> struct tma {
      * blocks an SM with three (the wide products at batch 1: 192 or more tiles in one
      * wave, and one block's epilogue under the other's loads).  NW, the tile's width
      * (no split only, see gemm_width): 96 fills a wave's two-an-SM slots more evenly at
-     * a few rows; 256 (one block an SM, four stages) halves the x loads a flop and
+     * a few rows (at m <= 64 by one warpgroup with five stages: few_rows); 256 (one block an SM, four stages) halves the x loads a flop and
      * reads 1/6 fewer shared-memory bytes a flop at many rows. */
-    static_assert(NW == BN || (!FOLD && WG == 2), "other widths: the unsplit 128-row tile");
+    static_assert(NW == BN || (!FOLD && (WG == 2 || NW == 96)), "other widths: the unsplit tile (96: few rows)");
     static constexpr bool TWO = (WG == 1 || !FOLD) && NW <= BN; /* two blocks an SM */
-    static constexpr int BM = 64 * WG, BK = 64, STAGES = WG == 1 ? 4 : FOLD ? 6 : NW > BN ? 4 : 3;
+    static constexpr int BM = 64 * WG, BK = 64, STAGES = WG == 1 ? (NW < BN ? 5 : 4) : FOLD ? 6 : NW > BN ? 4 : 3;
     /* consumers, then the producer: a warpgroup that gives its registers to the
      * consumers (setmaxnreg), or, two 128-row blocks an SM, one warp (112 registers a
      * thread for all: the compiler's budget for the wgmma is the launch's) */
@@ -979,7 +983,11 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
         rc = tma_map(&tp.tup, g->w_up, g->n, p.k, nw / 2, "w_up", err, errlen);
     if (rc != HR_OK)
         return rc;
-    if (WG == 2 && nw == 96)
+    if (WG == 2 && p.few)
+        tma_launch_epi<1, false>(tp, g->epi, st);
+    else if (WG == 2 && nw == 96 && p.m <= 64 && g_few) /* the same one-warpgroup reasoning, unsplit */
+        tma_launch_epi<1, false, 96>(tp, g->epi, st);
+    else if (WG == 2 && nw == 96)
         tma_launch_epi<2, false, 96>(tp, g->epi, st);
     else if (WG == 2 && nw == 256)
         tma_launch_epi<2, false, 256>(tp, g->epi, st);
@@ -1075,6 +1083,8 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
                                                       : -1;
     const char *ckt = getenv("HEARTH_CUDA_GEMM_CLUSTER_KT");
     g_cluster_kt = ckt && *ckt ? atoi(ckt) : 16;
+    const char *fw = getenv("HEARTH_CUDA_GEMM_FEW");
+    g_few = !(fw && strcmp(fw, "0") == 0);
     const char *gw = getenv("HEARTH_CUDA_GEMM_WIDTH"), *wr = getenv("HEARTH_CUDA_GEMM_WIDE_ROWS");
     g_width = gw && *gw ? atoi(gw) : 0;
     g_wide_rows = wr && *wr ? atoi(wr) : 512;
@@ -1144,6 +1154,7 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     tma_set_smem<2, false, 256>();
     tma_set_smem<1, true>();
     tma_set_smem<1, false>();
+    tma_set_smem<1, false, 96>();
     for (int cz = 2, l = 0; cz <= CLUSTER_MAX; cz *= 2, l++) {
         g_max_clusters[1][l] = tma_max_clusters<2>(cz);
         g_max_clusters[0][l] = tma_max_clusters<1>(cz);
@@ -1268,6 +1279,26 @@ static bool in_cluster(int wgi, int clusters, int cz, int kt)
     int l = cz == 2 ? 0 : cz == 4 ? 1 : 2;
     return g_cluster == CL_ALL || (kt <= g_cluster_kt && clusters <= g_max_clusters[wgi][l]);
 }
+
+/* Whether a launch of the 128-row TMA tile at m <= 64 with a part a block runs the
+ * one-warpgroup build in clusters: its second warpgroup would have no rows, and the
+ * shared memory that frees holds four stages in flight instead of three, still two
+ * blocks an SM; parts of up to FEW_KT k tiles then add faster in the cluster than by
+ * combine_kernel.  (The unsplit 96-wide tile at m <= 64 takes the one-warpgroup build
+ * too, with five stages: tma_launch.)  The same wgmma on the same rows, k steps and
+ * parts: the same bytes.  Measured on the H200, batch-1 greedy, md5s equal, one run
+ * (bench/notes/cuda.md): 0.6B 909.8 -> 936.9 tok/s, 8B 199.5 -> 212.3, 30B-A3B 294.4 ->
+ * 307.2; the 30B-A3B's q/k/v 13.4 -> 10.9 us.  The 8B's down (48-tile parts) is slower
+ * in clusters; six or eight stages, one block an SM, were no faster where their
+ * clusters fit at once. */
+constexpr int FEW_KT = 32;
+static bool few_rows(int m, int clusters, int cz, int kt)
+{
+    if (!g_few || m > 64 || g_cluster == CL_OFF || cz > CLUSTER_MAX)
+        return false;
+    int l = cz == 2 ? 0 : cz == 4 ? 1 : 2;
+    return g_cluster == CL_ALL || (kt <= FEW_KT && clusters <= g_max_clusters[0][l]);
+}
 #endif
 
 /* rows of m that can run a part a block: the workspace's height */
@@ -1338,9 +1369,11 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     }
     const bool tma_tile = t == TILE_TMA || t == TILE_TMA64;
 #if defined(CUK_HOPPER)
-    p.cluster = tma_tile && p.par > 1 &&
-                in_cluster(t == TILE_TMA ? 1 : 0, t0 * ((g->m + tile_bm(t) - 1) / tile_bm(t)), p.par,
-                           g->k / tile_bk(t) / p.split);
+    {
+        const int clusters = t0 * ((g->m + tile_bm(t) - 1) / tile_bm(t)), kt = g->k / tile_bk(t) / p.split;
+        p.few = t == TILE_TMA && p.par > 1 && few_rows(g->m, clusters, p.par, kt);
+        p.cluster = tma_tile && p.par > 1 && (p.few || in_cluster(t == TILE_TMA ? 1 : 0, clusters, p.par, kt));
+    }
 #endif
     p.ext = p.par > 1 && !p.cluster && (g->m > g_ext_rows || tma_tile);
     p.n_tiles = t0;
