@@ -314,14 +314,14 @@ __global__ void __launch_bounds__(SORT_THREADS) sort_kernel(route_args ra, int32
     __shared__ int32_t wrows[SORT_THREADS / 32], wtiles[SORT_THREADS / 32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const unsigned below = (1u << lane) - 1;
+    for (int i = threadIdx.x; i < hw * E; i += blockDim.x)
+        hist[i] = 0;
     pdl_wait();
     pdl_release();
     if constexpr (NPL > 0) /* the routing of a few tokens, a warp a token (route_kernel's) */
-        for (int t = warp; t < R / K; t += SORT_THREADS / 32)
+        for (int t = warp; t < R / K; t += blockDim.x >> 5)
             route_token<NPL>(ra.logits, top_e, ra.top_w, t, E, K, ra.norm, lane);
-    for (int i = threadIdx.x; i < hw * E; i += blockDim.x)
-        hist[i] = 0;
-    __syncthreads(); /* and the routing's top_e stores are seen by the block */
+    __syncthreads(); /* the counts' zeros and the routing's top_e stores are seen by the block */
     const int slice = (R + hw - 1) / hw, i0 = warp * slice, i1 = min(R, i0 + slice);
     auto walk = [&](bool place) {
         int32_t *h = hist + warp * E;
@@ -390,13 +390,25 @@ __global__ void __launch_bounds__(SORT_THREADS) sort_kernel(route_args ra, int32
 
 /* The sort's counting warps: as many as 32 whose counts (E ints each) fit
  * SORT_HIST_BYTES of shared memory, under the 48 KB a block gets without opting in (at
- * least 11 at CUDA_MOE_MAX_EXPERTS). */
+ * least 11 at CUDA_MOE_MAX_EXPERTS), and no more than the R pairs fill at 32 a warp:
+ * each expert's thread sums and rewrites hw counts (at batch 1 one warp, not 32).  Its
+ * threads: the counting warps, a thread an expert, a warp a token it routes, no more
+ * (1,024 threads for one token's eight pairs took 7.9 us).  A launch shape: the rows are
+ * pair order within each segment however the pairs are sliced (test_moe's bytes). */
 constexpr int SORT_HIST_BYTES = 47 * 1024;
 static_assert(SORT_HIST_BYTES / (4 * CUDA_MOE_MAX_EXPERTS) >= 1, "a counting warp at the most experts");
-int sort_warps(int E)
+int sort_warps(int E, int R)
 {
-    int hw = SORT_HIST_BYTES / (4 * E);
-    return hw < 32 ? hw : 32;
+    int hw = SORT_HIST_BYTES / (4 * E), need = (R + 31) / 32;
+    hw = hw < 32 ? hw : 32;
+    return need < 1 ? 1 : need < hw ? need : hw;
+}
+int sort_threads(int E, int hw, int routed)
+{
+    int t = 32 * hw, te = (E + 31) / 32 * 32;
+    t = te > t ? te : t;
+    t = 32 * routed > t ? 32 * routed : t;
+    return t < SORT_THREADS ? t : SORT_THREADS;
 }
 
 struct gparams {
@@ -749,13 +761,13 @@ template <class F> void by_npl(int E, F f)
 void route_sort(const route_args &ra, int32_t *top_e, int n, int E, int K, int32_t *row_of, int32_t *tok_of_row,
                 int32_t *tiles, int32_t *n_tiles, cudaStream_t st)
 {
-    const int hw = sort_warps(E), R = n * K;
+    const int R = n * K, hw = sort_warps(E, R);
     const size_t hs = (size_t)hw * E * 4;
     if (n <= ROUTE_FUSE && E <= 128) { /* (more experts a lane spill at the sort's 64 registers) */
         by_npl(E, [&](auto N) {
             if constexpr (decltype(N)::value <= 4)
-                klaunch(sort_kernel<decltype(N)::value>, 1, SORT_THREADS, hs, st, ra, top_e, R, K, E, hw, row_of,
-                        tok_of_row, tiles, n_tiles);
+                klaunch(sort_kernel<decltype(N)::value>, 1, sort_threads(E, hw, n), hs, st, ra, top_e, R, K, E, hw,
+                        row_of, tok_of_row, tiles, n_tiles);
         });
         return;
     }
@@ -763,7 +775,8 @@ void route_sort(const route_args &ra, int32_t *top_e, int n, int E, int K, int32
         klaunch(route_kernel<decltype(N)::value>, (n + 3) / 4, 128, 0, st, ra.logits, top_e, ra.top_w, n, E, K,
                 ra.norm);
     });
-    klaunch(sort_kernel<0>, 1, SORT_THREADS, hs, st, ra, top_e, R, K, E, hw, row_of, tok_of_row, tiles, n_tiles);
+    klaunch(sort_kernel<0>, 1, sort_threads(E, hw, 0), hs, st, ra, top_e, R, K, E, hw, row_of, tok_of_row, tiles,
+            n_tiles);
 }
 
 } // namespace
