@@ -120,7 +120,7 @@ struct params {
     int par;      /* blocks a tile's K is shared by: split (a part each) or 1 (one block folds them all) */
     int ext;      /* 1: a part a block writes its partials only; combine_kernel adds them (no tickets) */
     int cluster;  /* 1: a part a block, a cluster of par blocks a tile adds them in its shared memory */
-    int few;      /* 1: the 128-row TMA tile's launch runs the one-warpgroup build (few_rows) */
+    int few;      /* 1: the 128-row TMA tile's launch runs the one-warpgroup build (few_rows; host only) */
 };
 
 /* SwiGLU's element: bf16 into y, and where asked its exact widening into y32 (the
@@ -649,8 +649,9 @@ template <int WG, bool FOLD, int NW = BN> struct tma {
      * blocks an SM with three (the wide products at batch 1: 192 or more tiles in one
      * wave, and one block's epilogue under the other's loads).  NW, the tile's width
      * (no split only, see gemm_width): 96 fills a wave's two-an-SM slots more evenly at
-     * a few rows (at m <= 64 by one warpgroup with five stages: few_rows); 256 (one block an SM, four stages) halves the x loads a flop and
-     * reads 1/6 fewer shared-memory bytes a flop at many rows. */
+     * a few rows (at m <= 64 by one warpgroup with five stages: few_rows); 256 (one
+     * block an SM, four stages) halves the x loads a flop and reads 1/6 fewer
+     * shared-memory bytes a flop at many rows. */
     static_assert(NW == BN || (!FOLD && (WG == 2 || NW == 96)), "other widths: the unsplit tile (96: few rows)");
     static constexpr bool TWO = (WG == 1 || !FOLD) && NW <= BN; /* two blocks an SM */
     static constexpr int BM = 64 * WG, BK = 64, STAGES = WG == 1 ? (NW < BN ? 5 : 4) : FOLD ? 6 : NW > BN ? 4 : 3;
@@ -983,10 +984,10 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
         rc = tma_map(&tp.tup, g->w_up, g->n, p.k, nw / 2, "w_up", err, errlen);
     if (rc != HR_OK)
         return rc;
-    if (WG == 2 && p.few)
-        tma_launch_epi<1, false>(tp, g->epi, st);
-    else if (WG == 2 && nw == 96 && p.m <= 64 && g_few) /* the same one-warpgroup reasoning, unsplit */
+    if (WG == 2 && p.few && nw == 96)
         tma_launch_epi<1, false, 96>(tp, g->epi, st);
+    else if (WG == 2 && p.few)
+        tma_launch_epi<1, false>(tp, g->epi, st);
     else if (WG == 2 && nw == 96)
         tma_launch_epi<2, false, 96>(tp, g->epi, st);
     else if (WG == 2 && nw == 256)
@@ -1272,32 +1273,28 @@ static int gemm_par(int m, int n, int k, enum cuda_epi epi)
  * them costs more than combine_kernel's launch) and a part is short; a long part wants
  * the folding build's six stages in flight (8B down, 48 k tiles a part: 43.0 us in
  * clusters, 34.6 with combine_kernel). */
-static bool in_cluster(int wgi, int clusters, int cz, int kt)
+static bool in_cluster(int wgi, int clusters, int cz, int kt, int kt_max)
 {
     if (g_cluster == CL_OFF || cz > CLUSTER_MAX)
         return false;
     int l = cz == 2 ? 0 : cz == 4 ? 1 : 2;
-    return g_cluster == CL_ALL || (kt <= g_cluster_kt && clusters <= g_max_clusters[wgi][l]);
+    return g_cluster == CL_ALL || (kt <= kt_max && clusters <= g_max_clusters[wgi][l]);
 }
 
-/* Whether a launch of the 128-row TMA tile at m <= 64 with a part a block runs the
- * one-warpgroup build in clusters: its second warpgroup would have no rows, and the
- * shared memory that frees holds four stages in flight instead of three, still two
- * blocks an SM; parts of up to FEW_KT k tiles then add faster in the cluster than by
- * combine_kernel.  (The unsplit 96-wide tile at m <= 64 takes the one-warpgroup build
- * too, with five stages: tma_launch.)  The same wgmma on the same rows, k steps and
- * parts: the same bytes.  Measured on the H200, batch-1 greedy, md5s equal, one run
- * (bench/notes/cuda.md): 0.6B 909.8 -> 936.9 tok/s, 8B 199.5 -> 212.3, 30B-A3B 294.4 ->
- * 307.2; the 30B-A3B's q/k/v 13.4 -> 10.9 us.  The 8B's down (48-tile parts) is slower
- * in clusters; six or eight stages, one block an SM, were no faster where their
+/* Whether a launch of the 128-row TMA tile at m rows runs the one-warpgroup build: at m
+ * <= 64 its second warpgroup would have no rows, and the shared memory that frees holds
+ * more stages in flight, still two blocks an SM: four where a K split's parts are added
+ * in clusters (then for parts of up to FEW_KT k tiles, faster there than by
+ * combine_kernel), five for the unsplit 96-wide tile.  The same wgmma on the same rows,
+ * k steps and parts: the same bytes.  Measured on the H200, batch-1 greedy, md5s equal,
+ * one run (bench/notes/cuda.md): 0.6B 909.8 -> 936.9 tok/s, 8B 199.5 -> 212.3, 30B-A3B
+ * 294.4 -> 307.2; the 30B-A3B's q/k/v 13.4 -> 10.9 us.  The 8B's down (48-tile parts) is
+ * slower in clusters; six or eight stages, one block an SM, were no faster where their
  * clusters fit at once. */
 constexpr int FEW_KT = 32;
-static bool few_rows(int m, int clusters, int cz, int kt)
+static bool few_rows(int m)
 {
-    if (!g_few || m > 64 || g_cluster == CL_OFF || cz > CLUSTER_MAX)
-        return false;
-    int l = cz == 2 ? 0 : cz == 4 ? 1 : 2;
-    return g_cluster == CL_ALL || (kt <= FEW_KT && clusters <= g_max_clusters[0][l]);
+    return g_few && m <= 64;
 }
 #endif
 
@@ -1371,8 +1368,11 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
 #if defined(CUK_HOPPER)
     {
         const int clusters = t0 * ((g->m + tile_bm(t) - 1) / tile_bm(t)), kt = g->k / tile_bk(t) / p.split;
-        p.few = t == TILE_TMA && p.par > 1 && few_rows(g->m, clusters, p.par, kt);
-        p.cluster = tma_tile && p.par > 1 && (p.few || in_cluster(t == TILE_TMA ? 1 : 0, clusters, p.par, kt));
+        const bool few = t == TILE_TMA && few_rows(g->m);
+        const bool few_cl = few && p.par > 1 && in_cluster(0, clusters, p.par, kt, FEW_KT);
+        p.cluster = tma_tile && p.par > 1 &&
+                    (few_cl || in_cluster(t == TILE_TMA ? 1 : 0, clusters, p.par, kt, g_cluster_kt));
+        p.few = p.par > 1 ? few_cl : (few && nw == 96);
     }
 #endif
     p.ext = p.par > 1 && !p.cluster && (g->m > g_ext_rows || tma_tile);
