@@ -106,6 +106,14 @@ struct backend_ops {
                                  size_t errlen);
     /* Waits for the step's ops; the first failure since the last sync (then cleared). */
     enum hr_status (*sync)(struct backend *be, char *err, size_t errlen);
+    /* NULL where sync is all there is.  Starts the ops queued so far (a device: the
+     * step's graph) without waiting for them, so that the ops that follow (the logits,
+     * the sampling) queue behind them on the device instead of after a round trip to
+     * the host.  A failure known on the host (an op's arguments, a launch) is reported
+     * here, as sync would; one the device raises later (a fault: sticky, every later
+     * call fails too) by the next sync, sample, to_host, to_host_rows or begin_step,
+     * each of which waits for the submitted ops first. */
+    enum hr_status (*submit)(struct backend *be, char *err, size_t errlen);
     /* Makes bytes of backend memory at src readable on the host: *host = src on the
      * CPU; a device copies into its staging area.  The caller may read and write *host
      * (a sampler masks logits in place) until the next call. */
@@ -160,7 +168,8 @@ struct backend_ops {
      * step's logits were computed; row rows[i].logit_row) as kernels/dsample.h defines;
      * mods [n_mods] and biases [n_biases] (host memory) are indexed by the rows and
      * mods.  out[n] (host) gets each row's token and the logprobs it asked for: nothing
-     * else comes back.  Synchronous.  Each row's result is a function of its logits row,
+     * else comes back.  Synchronous: it waits for every op before it (submit), and
+     * reports their failure as its own.  Each row's result is a function of its logits row,
      * parameters and mods alone: never of the other rows, n, or the launch. */
     enum hr_status (*sample)(struct backend *be, const float *logits, int vocab, const struct dsample_row *rows,
                              int n, const struct dsample_mod *mods, int n_mods, const float *biases, int n_biases,

@@ -78,7 +78,9 @@ enum hr_status qwen3_bind(struct qwen3 *q, const struct model *m, char *err, siz
  * non-NULL (backend memory [b->n_logits, vocab]) also computes the logits rows that the
  * batch asks for. With logits NULL it stops before the final norm, and qwen3_logits
  * gives the logits rows piece by piece.  The batch must be built (batch_build) for kv's
- * block size and pool.  An error of any op fails the forward. */
+ * block size and pool.  An error of any op fails the forward.  With logits NULL and
+ * logits rows asked, a backend with submit is only started (not waited for): a fault
+ * the device raises later fails the logits call that follows. */
 enum hr_status qwen3_forward(struct qwen3 *q, const struct batch *b, struct kv_store *kv, float *logits, char *err,
                              size_t errlen);
 
@@ -100,7 +102,9 @@ int qwen3_scratch_logit_rows(const struct qwen3 *q);
 enum hr_status qwen3_logits_host(struct qwen3 *q, const struct batch *b, int first, int n, float **host,
                                  char *err, size_t errlen);
 /* The same rows left in backend memory: *logits [n, vocab], valid until the next call or
- * forward (a device samples them there, or brings some of them over). */
+ * forward (a device samples them there, or brings some of them over).  Where the backend
+ * can submit, they are queued, not waited for: the sample or to_host_rows that reads
+ * them waits and reports a failure. */
 enum hr_status qwen3_logits_dev(struct qwen3 *q, const struct batch *b, int first, int n, float **logits,
                                 char *err, size_t errlen);
 

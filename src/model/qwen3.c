@@ -324,7 +324,11 @@ enum hr_status qwen3_forward(struct qwen3 *q, const struct batch *b, struct kv_s
             qwen3_mlp(be, bu.h, bu.xn, n, &L->gate, &L->up, &L->down, bu.gate, 1);
         }
     }
-    st = be->ops->sync(be, err, errlen);
+    /* The engine's step (logits rows, computed by the calls that follow) is only
+     * started here where the backend can: the logits' launches then queue behind it
+     * (a failure known on the host is reported now all the same). */
+    bool submit = !logits && b->n_logits > 0 && !q->route_trace && be->ops->submit;
+    st = submit ? be->ops->submit(be, err, errlen) : be->ops->sync(be, err, errlen);
     if (st != HR_OK)
         return st;
 
@@ -338,9 +342,10 @@ enum hr_status qwen3_forward(struct qwen3 *q, const struct batch *b, struct kv_s
 }
 
 /* Final norm and lm_head of logits rows [first, first + n) through lx [n, hidden],
- * then the wait for them. */
+ * then the wait for them (wait), or only their start (a backend with submit: the
+ * caller's next call that reads them waits). */
 static enum hr_status qwen3_logits_via(struct qwen3 *q, const struct batch *b, int first, int n, float *lx,
-                                       float *logits, char *err, size_t errlen)
+                                       float *logits, bool wait, char *err, size_t errlen)
 {
     const struct model_config *c = &q->m->cfg;
     const struct weights *w = q->w;
@@ -355,13 +360,15 @@ static enum hr_status qwen3_logits_via(struct qwen3 *q, const struct batch *b, i
     be->ops->gather_logit_rows(be, lx, q->last_h, first, n, H);
     be->ops->rmsnorm(be, lx, lx, w->final_norm, n, H, (float)c->rms_norm_eps);
     be->ops->matmul(be, logits, lx, n, &w->lm_head);
+    if (!wait && be->ops->submit)
+        return be->ops->submit(be, err, errlen);
     return be->ops->sync(be, err, errlen);
 }
 
 enum hr_status qwen3_logits(struct qwen3 *q, const struct batch *b, int first, int n, float *logits, char *err,
                             size_t errlen)
 {
-    return qwen3_logits_via(q, b, first, n, q->last_lx, logits, err, errlen);
+    return qwen3_logits_via(q, b, first, n, q->last_lx, logits, true, err, errlen);
 }
 
 /* ------------------------------------------------------------------ logits in the scratch */
@@ -420,7 +427,7 @@ enum hr_status qwen3_logits_dev(struct qwen3 *q, const struct batch *b, int firs
     float *lx = qwen3_take(a, (size_t)n * c->hidden_size * sizeof(float));
     float *logits = qwen3_take(a, (size_t)n * c->vocab_size * sizeof(float));
     *logits_out = logits;
-    return qwen3_logits_via(q, b, first, n, lx, logits, err, errlen);
+    return qwen3_logits_via(q, b, first, n, lx, logits, false, err, errlen);
 }
 
 enum hr_status qwen3_logits_host(struct qwen3 *q, const struct batch *b, int first, int n, float **host,

@@ -96,6 +96,8 @@ struct cuda_backend {
     /* the step's first error */
     enum hr_status st;
     char msg[HR_ERRLEN];
+    bool pending;              /* submitted and not yet waited for (cb_submit) */
+    bool wait_always;          /* HEARTH_CUDA_SUBMIT=0: submit waits as sync does (comparisons) */
     /* every kernel runs on this stream (it orders with cudaMemcpy's default stream) */
     void *stream;
     /* CUDA graphs of decode steps, per (rows bucket, KV cap) */
@@ -792,6 +794,48 @@ static struct cuda_kv cb_kv(const struct kv_store *kv)
 }
 
 /* Places n elements of `size` bytes at *off of the area (8-byte aligned). */
+/* The step's first failure (then cleared) where there was one, else st. */
+static enum hr_status cb_step_status(struct cuda_backend *c, enum hr_status st, char *err, size_t errlen)
+{
+    c->pending = false;
+    if (c->st != HR_OK) {
+        st = c->st;
+        hr_err(err, errlen, st, "%s", c->msg);
+        c->st = HR_OK;
+    }
+    return st;
+}
+
+static enum hr_status cb_sync(struct backend *be, char *err, size_t errlen)
+{
+    struct cuda_backend *c = cb_of(be);
+    cb_graph_finish(c);
+    enum hr_status st = cuda_dev_sync(err, errlen);
+    cb_prof_mark(c, -1);
+    return cb_step_status(c, st, err, errlen);
+}
+
+/* Launches the step's graph (a replay or the capture just made) and returns: the ops
+ * that follow queue behind it.  Every failure the host sees (an op's arguments, a
+ * launch) is in c->st by now and is reported here, after a wait; what is left is a
+ * fault the device raises as it runs, which CUDA makes sticky (every later call fails
+ * with it).  The profile times every op, so it waits as sync does. */
+static enum hr_status cb_submit(struct backend *be, char *err, size_t errlen)
+{
+    struct cuda_backend *c = cb_of(be);
+    cb_graph_finish(c);
+    if (c->profile || c->wait_always || c->st != HR_OK)
+        return cb_sync(be, err, errlen);
+    c->pending = true;
+    return HR_OK;
+}
+
+/* Waits for submitted work before a call that reads its results or starts anew. */
+static enum hr_status cb_wait_pending(struct backend *be, char *err, size_t errlen)
+{
+    return cb_of(be)->pending ? cb_sync(be, err, errlen) : HR_OK;
+}
+
 static size_t cb_take(size_t *off, size_t n, size_t size)
 {
     size_t at = (*off + 7) & ~(size_t)7;
@@ -804,6 +848,11 @@ static enum hr_status cb_begin_step(struct backend *be, const struct batch *b, s
 {
     struct cuda_backend *c = cb_of(be);
     struct cuda_step_area *a = &c->area;
+    /* a step submitted and never waited for (its logits not read): its failure is this
+     * call's, and its upload must be done before the area is written again */
+    enum hr_status pst = cb_wait_pending(be, err, errlen);
+    if (pst != HR_OK)
+        return pst;
     int armed = c->graph_next;
     c->graph_next = 0;
     c->mode = CB_EAGER;
@@ -872,7 +921,9 @@ static enum hr_status cb_begin_step(struct backend *be, const struct batch *b, s
         pairs[2 * i] = b->copies[i].src;
         pairs[2 * i + 1] = b->copies[i].dst;
     }
-    enum hr_status st = cuda_dev_copy(a->dev, a->host, off, err, errlen);
+    /* queued: the host goes on to the ops while it runs (the area is written again
+     * only after the step's wait) */
+    enum hr_status st = cuda_dev_copy_async(a->dev, a->host, off, c->stream, err, errlen);
     if (st != HR_OK)
         return st;
     uint8_t *d = a->dev;
@@ -892,20 +943,6 @@ static enum hr_status cb_begin_step(struct backend *be, const struct batch *b, s
     }
     if (st == HR_OK)
         cb_graph_start(c, b, armed);
-    return st;
-}
-
-static enum hr_status cb_sync(struct backend *be, char *err, size_t errlen)
-{
-    struct cuda_backend *c = cb_of(be);
-    cb_graph_finish(c);
-    enum hr_status st = cuda_dev_sync(err, errlen);
-    cb_prof_mark(c, -1);
-    if (c->st != HR_OK) {
-        st = c->st;
-        hr_err(err, errlen, st, "%s", c->msg);
-        c->st = HR_OK;
-    }
     return st;
 }
 
@@ -930,6 +967,9 @@ static enum hr_status cb_to_host(struct backend *be, const void *src, size_t byt
 {
     struct cuda_backend *c = cb_of(be);
     *host = NULL;
+    enum hr_status pst = cb_wait_pending(be, err, errlen);
+    if (pst != HR_OK)
+        return pst;
     cb_prof_mark(c, 11);
     enum hr_status hst = cb_host_room(c, bytes, err, errlen);
     if (hst != HR_OK)
@@ -971,9 +1011,13 @@ static enum hr_status cb_sample(struct backend *be, const float *logits, int voc
                                 struct dsample_out *out, char *err, size_t errlen)
 {
     struct cuda_backend *c = cb_of(be);
-    if (!c->s_dev || vocab != c->s_vocab || n < 0)
+    if (!c->s_dev || vocab != c->s_vocab || n < 0) {
+        enum hr_status pst = cb_wait_pending(be, err, errlen);
+        if (pst != HR_OK)
+            return pst;
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda sample: not sized for %d rows of %d (reserve: %d)", n,
                       vocab, c->s_vocab);
+    }
     char *h = c->s_host, *d = c->s_dev;
     struct dsample_row *hr = (struct dsample_row *)(h + cb_sample_off(c, 0));
     struct dsample_mod *hm = (struct dsample_mod *)(h + cb_sample_off(c, 1));
@@ -986,8 +1030,10 @@ static enum hr_status cb_sample(struct backend *be, const float *logits, int voc
             const struct dsample_row *r = &rows[i0 + k];
             int rb = 0;
             enum hr_status st = cb_sample_check(r, vocab, mods, n_mods, n_biases, &rb, err, errlen);
-            if (st != HR_OK)
-                return st;
+            if (st != HR_OK) {
+                enum hr_status pst = cb_wait_pending(be, err, errlen);
+                return pst != HR_OK ? pst : cb_sample_check(r, vocab, mods, n_mods, n_biases, &rb, err, errlen);
+            }
             if (k > 0 && (nm + r->n_mods > c->s_mods_cap || nb + rb > c->s_bias_cap))
                 break;
             hr[k] = *r;
@@ -1008,22 +1054,30 @@ static enum hr_status cb_sample(struct backend *be, const float *logits, int voc
             .biases = (const float *)(d + cb_sample_off(c, 2)), .n_biases = nb,
             .work = c->s_work, .out = (struct dsample_out *)(d + cb_sample_off(c, 3)),
         };
-        enum hr_status st = cuda_dev_copy(d, h, cb_sample_off(c, 0) + (size_t)k * sizeof *hr, err, errlen);
+        /* All queued behind the step's work (submitted, not waited for): the rows up,
+         * the kernels, the results down; then the one wait, which also reports the
+         * step's failure.  The page-locked rows are written again only after it. */
+        enum hr_status st =
+            cuda_dev_copy_async(d, h, cb_sample_off(c, 0) + (size_t)k * sizeof *hr, c->stream, err, errlen);
         if (st == HR_OK && nm)
-            st = cuda_dev_copy(d + cb_sample_off(c, 1), hm, (size_t)nm * sizeof *hm, err, errlen);
+            st = cuda_dev_copy_async(d + cb_sample_off(c, 1), hm, (size_t)nm * sizeof *hm, c->stream, err, errlen);
         if (st == HR_OK && nb)
-            st = cuda_dev_copy(d + cb_sample_off(c, 2), hb, (size_t)nb * sizeof *hb, err, errlen);
+            st = cuda_dev_copy_async(d + cb_sample_off(c, 2), hb, (size_t)nb * sizeof *hb, c->stream, err, errlen);
         if (st == HR_OK)
             st = c->K->sample(&a, c->stream, err, errlen);
-        /* the copy waits for the kernel (the stream orders with the default stream) */
         if (st == HR_OK)
-            st = cuda_dev_copy((void *)ho, a.out, (size_t)k * sizeof *ho, err, errlen);
+            st = cuda_dev_copy_async((void *)ho, a.out, (size_t)k * sizeof *ho, c->stream, err, errlen);
+        char werr[HR_ERRLEN];
+        enum hr_status wst = cuda_dev_stream_sync(c->stream, werr, sizeof werr);
+        if (st == HR_OK && wst != HR_OK)
+            st = hr_err(err, errlen, wst, "%s", werr);
+        st = cb_step_status(c, st, err, errlen);
         if (st != HR_OK)
             return st;
         memcpy(out + i0, ho, (size_t)k * sizeof *ho);
         i0 += k;
     }
-    return HR_OK;
+    return cb_wait_pending(be, err, errlen); /* no rows: the step's wait all the same */
 }
 
 static enum hr_status cb_to_host_rows(struct backend *be, const float *src, int dim, const int32_t *rows, int n,
@@ -1031,6 +1085,9 @@ static enum hr_status cb_to_host_rows(struct backend *be, const float *src, int 
 {
     struct cuda_backend *c = cb_of(be);
     *host = NULL;
+    enum hr_status pst = cb_wait_pending(be, err, errlen);
+    if (pst != HR_OK)
+        return pst;
     size_t row = (size_t)dim * sizeof(float), bytes = (size_t)n * row;
     if (n < 0 || dim < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda to_host_rows: %d rows of %d", n, dim);
@@ -1330,6 +1387,7 @@ static const struct backend_ops cuda_ops = {
     .kv_copies_wait = cb_kv_copies_wait,
     .begin_step = cb_begin_step,
     .sync = cb_sync,
+    .submit = cb_submit,
     .to_host = cb_to_host,
     .embed = cb_embed,
     .matmul = cb_matmul,
@@ -1373,8 +1431,9 @@ enum hr_status backend_cuda_init(struct backend *be, const struct backend_opts *
         free(c);
         return st;
     }
-    const char *prof = getenv("HEARTH_CUDA_PROFILE");
+    const char *prof = getenv("HEARTH_CUDA_PROFILE"), *sub = getenv("HEARTH_CUDA_SUBMIT");
     c->profile = prof && strcmp(prof, "1") == 0;
+    c->wait_always = sub && strcmp(sub, "0") == 0;
     c->prof_op = -1;
     c->graphs_on = !o->enforce_eager && !c->profile; /* a graph's ops cannot be timed one by one */
     be->ops = &cuda_ops;

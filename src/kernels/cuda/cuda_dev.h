@@ -35,11 +35,18 @@ enum hr_status cuda_dev_alloc(void **p, size_t bytes, char *err, size_t errlen);
 void cuda_dev_free(void *p);
 /* Copies between host and device (or device and device): direction from the pointers. */
 enum hr_status cuda_dev_copy(void *dst, const void *src, size_t bytes, char *err, size_t errlen);
+/* The same, queued on stream (host memory page-locked): the host does not wait; the
+ * copy runs after the stream's work queued before it.  The host memory must stay as
+ * it is until a wait covers the copy. */
+enum hr_status cuda_dev_copy_async(void *dst, const void *src, size_t bytes, void *stream, char *err,
+                                   size_t errlen);
 enum hr_status cuda_dev_memset(void *p, int byte, size_t bytes, char *err, size_t errlen);
 /* Bytes of device memory free now and in all. */
 enum hr_status cuda_dev_mem_info(size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen);
 /* Waits for all work on the device; reports an error raised by any earlier kernel. */
 enum hr_status cuda_dev_sync(char *err, size_t errlen);
+/* Waits for the work queued on stream; reports an error raised by any earlier kernel. */
+enum hr_status cuda_dev_stream_sync(void *stream, char *err, size_t errlen);
 
 /* A stream that orders with the legacy default stream (cudaMemcpy waits for its work
  * and its work waits for earlier copies), and capturing its work into a CUDA graph:

@@ -67,6 +67,21 @@ extern "C" enum hr_status cuda_dev_copy(void *dst, const void *src, size_t bytes
     return e == cudaSuccess ? HR_OK : dev_fail(e, "copy", err, errlen);
 }
 
+extern "C" enum hr_status cuda_dev_copy_async(void *dst, const void *src, size_t bytes, void *stream, char *err,
+                                              size_t errlen)
+{
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream);
+    return e == cudaSuccess ? HR_OK : dev_fail(e, "copy", err, errlen);
+}
+
+extern "C" enum hr_status cuda_dev_stream_sync(void *stream, char *err, size_t errlen)
+{
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+    if (e == cudaSuccess)
+        e = cudaGetLastError();
+    return e == cudaSuccess ? HR_OK : dev_fail(e, "sync", err, errlen);
+}
+
 extern "C" enum hr_status cuda_dev_memset(void *p, int byte, size_t bytes, char *err, size_t errlen)
 {
     cudaError_t e = cudaMemset(p, byte, bytes);
