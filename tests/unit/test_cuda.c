@@ -1514,6 +1514,120 @@ static void test_sample(void)
     sample_vocab(7, 40, 0);
 }
 
+/* Greedy rows that need only the maximum (the rows the argmax slices read): maxima tied
+ * across the slices' edges, -0 against +0, NaN and +-inf, all -inf, all NaN, a vocab
+ * the float4 loads do not divide and one too small to slice.  Each row's bytes must be
+ * the host reference's, its token the CPU sampler's, alone or with the others. */
+static void greedy_rows_make(float *x, int V, int k, int *expect)
+{
+    for (int i = 0; i < V; i++)
+        x[i] = (float)((urand() - 0.5) * 16.0);
+    int chunk = ((V + 63) / 64 + 3) & ~3; /* the default slicing's edges */
+    switch (k) {
+    case 0: *expect = -1; break;
+    case 1: /* the maximum at the last id of a slice, the first of the next and later */
+        for (int j = 1; j * chunk < V && j < 64; j += 5) {
+            x[j * chunk] = 20.0f;
+            x[j * chunk - 1] = 20.0f;
+        }
+        x[V - 1] = 20.0f;
+        *expect = V > chunk ? chunk - 1 : V - 1;
+        break;
+    case 2: /* all below zero but -0 at a high id and +0 at a lower one: one maximum */
+        for (int i = 0; i < V; i++)
+            x[i] = -1.0f - (float)urand();
+        x[V - 2] = -0.0f;
+        x[V / 3] = 0.0f;
+        *expect = V / 3 < V - 2 ? V / 3 : V - 2;
+        break;
+    case 3: /* NaN everywhere but one value: NaN is -inf */
+        for (int i = 0; i < V; i++)
+            x[i] = NAN;
+        x[V / 2] = -5.0f;
+        *expect = V / 2;
+        break;
+    case 4: /* +inf twice and FLT_MAX once: all one value (+inf is the largest float) */
+        x[V - 1] = INFINITY;
+        x[V / 2] = INFINITY;
+        x[V / 2 + 1] = 3.40282347e+38f;
+        x[V / 4] = -INFINITY;
+        *expect = V / 2;
+        break;
+    case 5:
+        for (int i = 0; i < V; i++)
+            x[i] = -INFINITY;
+        *expect = 0;
+        break;
+    default:
+        for (int i = 0; i < V; i++)
+            x[i] = NAN;
+        *expect = 0;
+        break;
+    }
+}
+
+static void greedy_vocab(int V)
+{
+    enum { KINDS = 7, ROWS = 2 * KINDS };
+    float *h = hmust((size_t)ROWS * V * sizeof *h);
+    int expect[ROWS];
+    for (int i = 0; i < ROWS; i++) {
+        greedy_rows_make(h + (size_t)i * V, V, i % KINDS, &expect[i]);
+        struct scase *c = &scases[i];
+        memset(c, 0, sizeof *c);
+        sampler_params_default(&c->p);
+        c->p.temperature = 0.0f;
+        if (i >= KINDS) { /* logprobs of the raw logits: still only the maximum is needed */
+            c->p.logprobs = true;
+            c->p.n_logprobs = 5;
+            c->p.logprobs_mode = SAMPLER_LOGPROBS_RAW;
+        }
+        c->seq = (uint64_t)i;
+        c->step = 3;
+    }
+    float *d = dmust((size_t)ROWS * V * sizeof *d);
+    up(d, h, (size_t)ROWS * V * sizeof *h);
+    struct dev_sample ds;
+    struct sampler_scratch ss;
+    CHECK_OK(dev_sample_init(&ds, V, 8, err, sizeof err), err);
+    CHECK_OK(sampler_scratch_init(&ss, V, err, sizeof err), err);
+    for (int i = 0; i < ROWS; i++)
+        sadd(&ds, i, i);
+    struct dsample_out out[ROWS], alone;
+    slaunch(d, V, &ds, out);
+    int bad = 0;
+    for (int i = 0; i < ROWS; i++) {
+        const float *row = h + (size_t)i * V;
+        struct dsample_out want;
+        double margin;
+        struct sampler_result cpu;
+        dsample_ref(&scases[i].p, row, V, NULL, 0, 0, scases[i].seq, scases[i].step, &ss, &want, &margin);
+        sampler_sample(&scases[i].p, row, V, NULL, 0, 0, scases[i].seq, scases[i].step, &ss, &cpu);
+        dev_sample_reset(&ds);
+        sadd(&ds, i, i);
+        slaunch(d, V, &ds, &alone);
+        bool ok = !memcmp(&want, &out[i], sizeof want) && !memcmp(&alone, &out[i], sizeof alone) &&
+                  cpu.token == out[i].token && (expect[i] < 0 || out[i].token == expect[i]);
+        if (!ok && ++bad <= 5)
+            fprintf(stderr, "  V=%d greedy row %d (kind %d): device %d alone %d, reference %d, CPU %d, expected %d\n",
+                    V, i, i % KINDS, out[i].token, alone.token, want.token, cpu.token, expect[i]);
+    }
+    CHECK_MSG(bad == 0, "V=%d: %d greedy rows differ", V, bad);
+    printf("  V=%d: %d greedy rows as the reference and the CPU, alone and together\n", V, ROWS - bad);
+    free(h);
+    cuda_dev_free(d);
+    dev_sample_free(&ds);
+    sampler_scratch_free(&ss);
+}
+
+static void test_sample_greedy(void)
+{
+    greedy_vocab(151936);
+    greedy_vocab(151937);
+    greedy_vocab(1000);
+    greedy_vocab(7);
+}
+
 /* Philox on the device: 2^16 equal logits make the draw floor(u 2^16), the top 16 of the
  * 53 random bits, which must be the host's. */
 static void test_sample_philox(void)
@@ -1615,6 +1729,7 @@ int main(int argc, char **argv)
         TEST_RUN(test_moe);
         TEST_RUN(test_sample_philox);
         TEST_RUN(test_sample);
+        TEST_RUN(test_sample_greedy);
         if (!quick)
             TEST_RUN(test_gemm_rows);
         else

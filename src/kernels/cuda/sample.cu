@@ -18,10 +18,17 @@
  * temperature alone this one pass is the whole draw).  Top-k up to LCAP skips the
  * radix passes: a count histogram finds the k-th's bin, and the candidates down to it
  * are collected and ranked (topk_list).  Each pass over a row keeps several loads in
- * flight a thread (row_pass): one block reads all of it. */
+ * flight a thread (row_pass): one block reads all of it.
+ *
+ * A greedy row that needs only the maximum (no bias, penalty or penalised logprobs) is
+ * read by many blocks first (amax_kernel, a slice each, their maxima in the row's work
+ * area), so that one SM no longer reads 600 KB a token; the row's block then takes the
+ * greatest of the slices' maxima.  The argmax has one answer in any order: the same
+ * token as one block's pass. */
 #include "kernels/cuda/common.cuh"
 
 #include <limits.h>
+#include <stdlib.h>
 
 namespace CUK_NS {
 
@@ -33,6 +40,11 @@ constexpr unsigned FULL = 0xffffffffu;
 typedef unsigned long long u64;
 
 constexpr int LCAP = 1024; /* the top-k list's room (topk_list) */
+constexpr int AT = 256;    /* threads of an argmax slice (amax_kernel) */
+
+/* Slices of a greedy row read by amax_kernel: HEARTH_CUDA_SAMPLE_SLICES (0: the row's
+ * block reads the row itself, as every other row). */
+int g_slices = 64;
 constexpr int BCAP = 256;  /* select_at's one-bin list */
 
 struct smem {
@@ -177,25 +189,28 @@ __device__ void block_amax(float &bv, int &bi, smem &s)
     __syncthreads();
 }
 
-/* This thread's (maximum, first id) of the cleaned logits L, and where `store` the
- * cleaned copy x, in one pass: four floats a load and four loads in flight where the
- * row allows (one block reads a whole row: the greedy step's cost is this pass). */
-__device__ void clean_copy(const float *__restrict__ L, float *__restrict__ x, int V, bool store, float &bv, int &bi)
+/* This thread's (maximum, first id) of the cleaned logits L[lo, hi), and where `store`
+ * the cleaned copy x, in one pass of NT threads: four floats a load and four loads in
+ * flight where the row allows (one block reading a whole row: the greedy step's cost
+ * was this pass, hence the argmax slices). */
+template <int NT>
+__device__ void clean_range(const float *__restrict__ L, float *__restrict__ x, int lo, int hi, bool store,
+                            float &bv, int &bi)
 {
-    int i0 = 0;
-    if (V % 4 == 0 && ((uintptr_t)L & 15) == 0 && ((uintptr_t)x & 15) == 0) {
+    int i0 = lo;
+    if (lo % 4 == 0 && hi % 4 == 0 && ((uintptr_t)L & 15) == 0 && (!store || ((uintptr_t)x & 15) == 0)) {
         const float4 *L4 = (const float4 *)L;
         float4 *x4 = (float4 *)x;
-        const int n4 = V / 4;
-        for (int c0 = threadIdx.x; c0 < n4; c0 += 4 * ST) {
+        const int n4 = hi / 4;
+        for (int c0 = lo / 4 + threadIdx.x; c0 < n4; c0 += 4 * NT) {
             float4 q[4];
 #pragma unroll
             for (int u = 0; u < 4; u++)
-                if (c0 + u * ST < n4)
-                    q[u] = __ldg(L4 + c0 + u * ST);
+                if (c0 + u * NT < n4)
+                    q[u] = __ldg(L4 + c0 + u * NT);
 #pragma unroll
             for (int u = 0; u < 4; u++) {
-                int c = c0 + u * ST;
+                int c = c0 + u * NT;
                 if (c >= n4)
                     break;
                 float4 v = make_float4(dsample_clean(q[u].x), dsample_clean(q[u].y), dsample_clean(q[u].z),
@@ -208,9 +223,9 @@ __device__ void clean_copy(const float *__restrict__ L, float *__restrict__ x, i
                 amax_take(bv, bi, v.w, 4 * c + 3);
             }
         }
-        i0 = V;
+        i0 = hi;
     }
-    for (int i = i0 + threadIdx.x; i < V; i += ST) {
+    for (int i = i0 + threadIdx.x; i < hi; i += NT) {
         float v = dsample_clean(L[i]);
         if (store)
             x[i] = v;
@@ -660,7 +675,51 @@ __device__ bool topk_list(const view &w, int V, int top_k, float top_p, u64 bits
     return true;
 }
 
-__global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a)
+/* Whether row r's result needs its cleaned logits only for their maximum: a greedy
+ * row without bias or penalties, whose logprobs (if any) are of the raw logits. */
+__device__ __forceinline__ bool greedy_plain(const struct dsample_row &r)
+{
+    const bool with_lp = r.logprobs || r.n_logprobs > 0;
+    return r.temperature < DSAMPLE_GREEDY_EPS && r.n_mods == 0 && !(with_lp && r.penalized);
+}
+
+/* Block (row, slice): the (maximum, first id) of the cleaned logits [slice * chunk,
+ * + chunk) of a greedy_plain row, into the row's work area: values at [0, n_slices),
+ * ids at [n_slices, 2 n_slices) (the work row is otherwise unused by such a row). */
+__global__ void __launch_bounds__(AT) amax_kernel(struct cuda_sample a, int chunk)
+{
+    __shared__ float sv[AT / 32];
+    __shared__ int si[AT / 32];
+    const struct dsample_row r = a.rows[blockIdx.x];
+    if (!greedy_plain(r))
+        return;
+    const int V = a.vocab;
+    const float *L = a.logits + (size_t)r.logit_row * V;
+    const int lo = blockIdx.y * chunk, hi = min(V, lo + chunk);
+    float bv = 0.0f;
+    int bi = INT_MAX;
+    clean_range<AT>(L, nullptr, lo, hi, false, bv, bi); /* lo is a multiple of 4 */
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(FULL, bv, o);
+        int i = __shfl_xor_sync(FULL, bi, o);
+        amax_take(bv, bi, v, i);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        sv[threadIdx.x >> 5] = bv;
+        si[threadIdx.x >> 5] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < AT / 32; w++)
+            amax_take(bv, bi, sv[w], si[w]);
+        float *part = a.work + (size_t)blockIdx.x * V;
+        part[blockIdx.y] = bv;
+        ((int *)part)[gridDim.y + blockIdx.y] = bi;
+    }
+}
+
+/* n_slices > 0: amax_kernel ran before, in slices of that many (greedy_plain rows). */
+__global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int n_slices)
 {
     __shared__ smem s;
     const struct dsample_row r = a.rows[blockIdx.x];
@@ -678,8 +737,13 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a)
     /* the copy is read by a draw, by the modifiers, and by logprobs after them; a
      * greedy row with none of those needs only the maximum (600 KB a row unwritten) */
     const bool greedy = r.temperature < DSAMPLE_GREEDY_EPS, with_lp = r.logprobs || r.n_logprobs > 0;
-    const bool store = !greedy || r.n_mods > 0 || (with_lp && r.penalized);
-    clean_copy(L, x, V, store, xmax, token);
+    const bool store = !greedy_plain(r);
+    if (!store && n_slices > 0) { /* the slices' maxima (greedy_plain) */
+        for (int j = threadIdx.x; j < n_slices; j += ST)
+            amax_take(xmax, token, x[j], ((const int *)x)[n_slices + j]);
+    } else {
+        clean_range<ST>(L, x, 0, V, store, xmax, token);
+    }
     if (r.n_mods > 0) {
         __syncthreads();
         for (int j = threadIdx.x; j < r.n_mods; j += ST) {
@@ -831,8 +895,29 @@ enum hr_status sample(const struct cuda_sample *a, void *stream, char *err, size
         (!a->mods && a->n_mods > 0) || (!a->biases && a->n_biases > 0))
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda sample: bad arguments (rows=%d vocab=%d)", a->n_rows,
                       a->vocab);
-    sample_kernel<<<a->n_rows, ST, 0, (cudaStream_t)stream>>>(*a);
+    int n_slices = 0;
+    if (g_slices > 0 && a->vocab >= 8) {
+        /* slices of whole float4s; at most vocab / 4 of them, so that their 2 n_slices
+         * words fit the row's work area */
+        int chunk = ((a->vocab + g_slices - 1) / g_slices + 3) & ~3;
+        n_slices = (a->vocab + chunk - 1) / chunk;
+        amax_kernel<<<dim3((unsigned)a->n_rows, (unsigned)n_slices), AT, 0, (cudaStream_t)stream>>>(*a, chunk);
+        enum hr_status st = launch_status("sample argmax", err, errlen);
+        if (st != HR_OK)
+            return st;
+    }
+    sample_kernel<<<a->n_rows, ST, 0, (cudaStream_t)stream>>>(*a, n_slices);
     return launch_status("sample", err, errlen);
+}
+
+void sample_prepare(void)
+{
+    const char *v = getenv("HEARTH_CUDA_SAMPLE_SLICES");
+    g_slices = 64;
+    if (v) {
+        long n = strtol(v, NULL, 10);
+        g_slices = n < 0 ? 0 : n > 1024 ? 1024 : (int)n;
+    }
 }
 
 } // namespace CUK_NS

@@ -16,6 +16,7 @@ static enum hr_status prepare(int sm_count, char *err, size_t errlen)
     const char *pdl = getenv("HEARTH_CUDA_PDL");
     g_pdl = !(pdl && strcmp(pdl, "0") == 0);
 #endif
+    sample_prepare();
     enum hr_status st = gemm_prepare(sm_count, err, errlen);
     if (st == HR_OK)
         st = attn_prepare(err, errlen);
