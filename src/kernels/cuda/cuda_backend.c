@@ -44,7 +44,7 @@ static const int cb_graph_caps[CB_GRAPH_CAPS - 1] = {4096, 16384}; /* then the m
 enum cb_mode {
     CB_EAGER,   /* ops launch kernels */
     CB_CAPTURE, /* ops launch into the stream's capture; sync instantiates and replays it */
-    CB_REPLAY,  /* ops only note their arguments; sync replays the graph captured for them */
+    CB_REPLAY,  /* the graph captured for them runs from begin_step; ops only note their arguments */
 };
 
 /* The ops as cb_op numbers them (the profile's rows). */
@@ -98,6 +98,7 @@ struct cuda_backend {
     char msg[HR_ERRLEN];
     bool pending;              /* submitted and not yet waited for (cb_submit) */
     bool wait_always;          /* HEARTH_CUDA_SUBMIT=0: submit waits as sync does (comparisons) */
+    bool replay_late;          /* HEARTH_CUDA_REPLAY_EARLY=0: a replay launches at the step's end */
     /* every kernel runs on this stream (it orders with cudaMemcpy's default stream) */
     void *stream;
     /* CUDA graphs of decode steps, per (rows bucket, KV cap) */
@@ -236,7 +237,24 @@ static void cb_graph_start(struct cuda_backend *c, const struct batch *b, int ar
     c->cur = &c->graphs[cb_bucket(armed)][cap];
     c->hash = 0x243f6a8885a308d3ull;
     c->n_eager--;
+    if (c->cur->exec && c->replay_late) {
+        c->mode = CB_REPLAY;
+        return;
+    }
     if (c->cur->exec) {
+        /* Launched now, behind the step's upload: the device runs the step while the
+         * host notes its ops, which the step's end then checks against the capture's.
+         * A bucket's steps have the same ops and arguments (buffers fixed since the
+         * capture, the batch at the same offsets of the area), so a difference is a bug
+         * of ours: that step fails, and graphs go off. */
+        char err[HR_ERRLEN];
+        enum hr_status st = cuda_dev_graph_launch(c->cur->exec, c->stream, err, sizeof err);
+        if (st != HR_OK) {
+            cb_fail(c, st, err); /* the step fails: its ops see the failure and skip */
+            c->cur = NULL;
+            c->n_eager++;
+            return;
+        }
         c->mode = CB_REPLAY;
         return;
     }
@@ -249,8 +267,8 @@ static void cb_graph_start(struct cuda_backend *c, const struct batch *b, int ar
     }
 }
 
-/* At the step's sync: a capture is instantiated and replayed, a replay checked
- * against its capture and replayed. */
+/* At the step's sync or submit: a capture is instantiated and launched, a replay
+ * (launched at begin_step) checked against its capture. */
 static void cb_graph_finish(struct cuda_backend *c)
 {
     enum cb_mode mode = c->mode;
@@ -273,17 +291,18 @@ static void cb_graph_finish(struct cuda_backend *c)
         g->hash = c->hash;
         c->n_captured++;
     } else if (mode == CB_REPLAY) {
-        if (c->st != HR_OK)
-            return;
-        if (c->hash != g->hash) {
+        if (c->st == HR_OK && c->hash != g->hash) {
             cb_fail(c, HR_ERR_INTERNAL,
                     "cuda graph: this step's ops differ from those its graph was captured from; graphs are off "
                     "from now on");
+            cuda_dev_sync(err, sizeof err); /* the graph ran: done before it is destroyed */
             cb_graphs_drop(c);
             c->graphs_on = false;
             return;
         }
-        c->n_replayed++;
+        c->n_replayed += c->st == HR_OK;
+        if (!c->replay_late || c->st != HR_OK)
+            return;
     } else {
         return;
     }
@@ -815,8 +834,8 @@ static enum hr_status cb_sync(struct backend *be, char *err, size_t errlen)
     return cb_step_status(c, st, err, errlen);
 }
 
-/* Launches the step's graph (a replay or the capture just made) and returns: the ops
- * that follow queue behind it.  Every failure the host sees (an op's arguments, a
+/* Launches the step's graph if it is the capture just made (a replay runs from
+ * begin_step) and returns: the ops that follow queue behind it.  Every failure the host sees (an op's arguments, a
  * launch) is in c->st by now and is reported here, after a wait; what is left is a
  * fault the device raises as it runs, which CUDA makes sticky (every later call fails
  * with it).  The profile times every op, so it waits as sync does. */
@@ -1431,9 +1450,11 @@ enum hr_status backend_cuda_init(struct backend *be, const struct backend_opts *
         free(c);
         return st;
     }
-    const char *prof = getenv("HEARTH_CUDA_PROFILE"), *sub = getenv("HEARTH_CUDA_SUBMIT");
+    const char *prof = getenv("HEARTH_CUDA_PROFILE"), *sub = getenv("HEARTH_CUDA_SUBMIT"),
+               *early = getenv("HEARTH_CUDA_REPLAY_EARLY");
     c->profile = prof && strcmp(prof, "1") == 0;
     c->wait_always = sub && strcmp(sub, "0") == 0;
+    c->replay_late = early && strcmp(early, "0") == 0;
     c->prof_op = -1;
     c->graphs_on = !o->enforce_eager && !c->profile; /* a graph's ops cannot be timed one by one */
     be->ops = &cuda_ops;
