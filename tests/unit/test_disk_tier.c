@@ -474,10 +474,16 @@ static void evict_to_disk_and_back(int pool_blocks)
     hearth_engine_stats(e, &hs);
     fprintf(stderr, "  %d blocks, 16 requests, 3 rounds: %lld blocks written, %lld restored, %lld preemptions\n",
             pool_blocks, (long long)d.written_blocks_total, (long long)d.blocks_restored_total, (long long)hs.preemptions);
-    CHECK_MSG(d.written_blocks_total > 0 && d.blocks_restored_total > 0, "written %lld, restored %lld",
-              (long long)d.written_blocks_total, (long long)d.blocks_restored_total);
+    /* Evicted blocks came back through the tier: read from their files, or from the
+     * write queue when the writer thread had not got to them yet (a loaded machine
+     * can leave every write queued until the end: written may still be 0 here). */
+    CHECK_MSG(d.blocks_restored_total > 0, "written %lld, restored %lld", (long long)d.written_blocks_total,
+              (long long)d.blocks_restored_total);
     CHECK(d.files_rejected_total == 0 && d.write_errors_total == 0);
-    hearth_engine_free(e);
+    hearth_engine_free(e); /* the queued writes are done by now */
+    int files = count_files(kvdir, ".kvb");
+    CHECK_MSG(files > 0, "no block file on disk after the engine stopped (%lld written while it ran)",
+              (long long)d.written_blocks_total);
     testfs_rmtree(kvdir);
 }
 
