@@ -812,7 +812,6 @@ static struct cuda_kv cb_kv(const struct kv_store *kv)
                             .n_kv_heads = kv->n_kv_heads, .block_size = kv->block_size, .head_dim = kv->head_dim};
 }
 
-/* Places n elements of `size` bytes at *off of the area (8-byte aligned). */
 /* The step's first failure (then cleared) where there was one, else st. */
 static enum hr_status cb_step_status(struct cuda_backend *c, enum hr_status st, char *err, size_t errlen)
 {
@@ -835,10 +834,11 @@ static enum hr_status cb_sync(struct backend *be, char *err, size_t errlen)
 }
 
 /* Launches the step's graph if it is the capture just made (a replay runs from
- * begin_step) and returns: the ops that follow queue behind it.  Every failure the host sees (an op's arguments, a
- * launch) is in c->st by now and is reported here, after a wait; what is left is a
- * fault the device raises as it runs, which CUDA makes sticky (every later call fails
- * with it).  The profile times every op, so it waits as sync does. */
+ * begin_step) and returns: the ops that follow queue behind it.  Every failure the
+ * host sees (an op's arguments, a launch) is in c->st by now and is reported here,
+ * after a wait; what is left is a fault the device raises as it runs, which CUDA
+ * makes sticky (every later call fails with it).  The profile times every op, so it
+ * waits as sync does. */
 static enum hr_status cb_submit(struct backend *be, char *err, size_t errlen)
 {
     struct cuda_backend *c = cb_of(be);
@@ -855,6 +855,7 @@ static enum hr_status cb_wait_pending(struct backend *be, char *err, size_t errl
     return cb_of(be)->pending ? cb_sync(be, err, errlen) : HR_OK;
 }
 
+/* Places n elements of `size` bytes at *off of the area (8-byte aligned). */
 static size_t cb_take(size_t *off, size_t n, size_t size)
 {
     size_t at = (*off + 7) & ~(size_t)7;
@@ -1049,9 +1050,9 @@ static enum hr_status cb_sample(struct backend *be, const float *logits, int voc
             const struct dsample_row *r = &rows[i0 + k];
             int rb = 0;
             enum hr_status st = cb_sample_check(r, vocab, mods, n_mods, n_biases, &rb, err, errlen);
-            if (st != HR_OK) {
+            if (st != HR_OK) { /* the submitted step's own failure first (a wait writes err only then) */
                 enum hr_status pst = cb_wait_pending(be, err, errlen);
-                return pst != HR_OK ? pst : cb_sample_check(r, vocab, mods, n_mods, n_biases, &rb, err, errlen);
+                return pst != HR_OK ? pst : st;
             }
             if (k > 0 && (nm + r->n_mods > c->s_mods_cap || nb + rb > c->s_bias_cap))
                 break;
