@@ -296,6 +296,36 @@ static enum hr_status fake_to_host_rows(struct backend *be, const float *src, in
     return HR_OK;
 }
 
+/* A backend that submits (the CUDA backend's seam): submit counts and starts nothing
+ * more (the CPU's ops are done when they return), sync counts; the sample call number
+ * fake_fail_at reports a device fault, as the sampling's one wait would. */
+static long fake_submits, fake_syncs, fake_sample_calls;
+static long fake_fail_at = -1;
+static enum hr_status (*cpu_sync)(struct backend *be, char *err, size_t errlen);
+
+static enum hr_status fake_submit(struct backend *be, char *errbuf, size_t errlen)
+{
+    (void)be, (void)errbuf, (void)errlen;
+    fake_submits++;
+    return HR_OK;
+}
+
+static enum hr_status fake_sync(struct backend *be, char *errbuf, size_t errlen)
+{
+    fake_syncs++;
+    return cpu_sync(be, errbuf, errlen);
+}
+
+static enum hr_status fake_sample_faulty(struct backend *be, const float *logits, int vocab,
+                                         const struct dsample_row *rows, int n, const struct dsample_mod *mods,
+                                         int n_mods, const float *biases, int n_biases, struct dsample_out *out,
+                                         char *errbuf, size_t errlen)
+{
+    if (fake_sample_calls++ == fake_fail_at)
+        return hr_err(errbuf, errlen, HR_ERR_INTERNAL, "fake device fault at the step's wait");
+    return fake_sample(be, logits, vocab, rows, n, mods, n_mods, biases, n_biases, out, errbuf, errlen);
+}
+
 /* device: 0 host sampling, 1 greedy requests on the "device"
  * (--device-sampling-greedy-only), 2 every request that allows it (the default) */
 static struct hearth_engine *fake_engine(int device)
@@ -312,6 +342,24 @@ static struct hearth_engine *fake_engine(int device)
         CHECK(e->ds_on);
         e->ds_all = device == 2;
     }
+    return e;
+}
+
+/* The default device engine whose backend also submits (its own ops table: fake_ops
+ * stays the waiting backend's). */
+static struct backend_ops submit_ops;
+
+static struct hearth_engine *fake_submit_engine(void)
+{
+    struct hearth_engine *e = fake_engine(2);
+    if (!e)
+        return NULL;
+    submit_ops = fake_ops;
+    cpu_sync = fake_ops.sync;
+    submit_ops.sync = fake_sync;
+    submit_ops.submit = fake_submit;
+    submit_ops.sample = fake_sample_faulty;
+    e->be.ops = &submit_ops;
     return e;
 }
 
@@ -388,6 +436,70 @@ static void test_engine_device_path(void)
     fake_cap = 0;
 }
 
+/* With a backend that submits, the engine's steps only start the forward and the
+ * logits (sync is left to steps without logits), and the outputs are the waiting
+ * backend's.  A fault that the sampling's wait reports ends that step's requests with
+ * the error; the rest finish as before, and the engine serves on, nothing leaked. */
+static void test_engine_submit(void)
+{
+    struct hearth_engine *w = fake_engine(2), *e = fake_submit_engine();
+    if (!w || !e) {
+        CHECK(0);
+        hearth_engine_free(w);
+        hearth_engine_free(e);
+        return;
+    }
+    int V = e->m.cfg.vocab_size;
+    struct job jobs[12], again[12];
+    make_jobs(jobs, 12, V);
+    memcpy(again, jobs, sizeof jobs);
+    CHECK(rig_run_together(w, jobs, 12));
+    fake_submits = fake_syncs = fake_sample_calls = 0;
+    fake_fail_at = -1;
+    CHECK(rig_run_together(e, again, 12));
+    int same = 0;
+    for (int i = 0; i < 12; i++)
+        same += rig_same_out(&jobs[i].together, &again[i].together, jobs[i].p.n);
+    CHECK_MSG(same == 12, "%d of 12 jobs the same with submit as with sync", same);
+    CHECK_MSG(fake_submits >= 2 * fake_sample_calls && fake_sample_calls > 0,
+              "%ld submits for %ld sampling calls", fake_submits, fake_sample_calls);
+    long syncs = fake_syncs, samples = fake_sample_calls;
+
+    /* the fault: one step's sampling fails */
+    memcpy(again, jobs, sizeof jobs);
+    fake_sample_calls = 0;
+    fake_fail_at = samples / 2;
+    CHECK(rig_run_together(e, again, 12));
+    fake_fail_at = -1;
+    int failed = 0, ok = 0;
+    for (int i = 0; i < 12; i++) {
+        bool err_end = false;
+        for (int k = 0; k < again[i].p.n; k++)
+            err_end |= again[i].together.fin[k] == HEARTH_FINISH_ERROR;
+        failed += err_end;
+        ok += !err_end && rig_same_out(&jobs[i].together, &again[i].together, jobs[i].p.n);
+    }
+    CHECK_MSG(failed > 0 && failed + ok == 12, "a fault at the sampling's wait: %d jobs failed, %d as before", failed,
+              ok);
+    rig_check_idle(e);
+    /* and the engine serves on */
+    memcpy(again, jobs, sizeof jobs);
+    CHECK(rig_run_together(e, again, 12));
+    same = 0;
+    for (int i = 0; i < 12; i++)
+        same += rig_same_out(&jobs[i].together, &again[i].together, jobs[i].p.n);
+    CHECK_MSG(same == 12, "after the fault: %d of 12 jobs as before", same);
+    printf("  12 jobs equal with submit (%ld submits, %ld syncs, %ld sampling calls); a fault at a sampling wait "
+           "failed %d of them, the rest as before, then all 12 again\n",
+           fake_submits, syncs, samples, failed);
+    rig_check_idle(e);
+    hearth_engine_free(w);
+    hearth_engine_free(e);
+    free(fake_buf);
+    fake_buf = NULL;
+    fake_cap = 0;
+}
+
 /* device_sampling_greedy_only sends greedy requests to the device and sampled ones to
  * the host; the default sends both to the device. */
 static void test_greedy_only(void)
@@ -440,6 +552,7 @@ int main(void)
     TEST_RUN(test_ref_vs_cpu);
     TEST_RUN(test_allowed_and_result);
     TEST_RUN(test_engine_device_path);
+    TEST_RUN(test_engine_submit);
     TEST_RUN(test_greedy_only);
     TEST_RUN(test_default_all);
     TEST_END();
