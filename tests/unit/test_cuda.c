@@ -1420,6 +1420,18 @@ static void sadd(struct dev_sample *ds, int c, int logit_row)
              err);
 }
 
+/* The rows h[n, V] on the device, and ds holding cases 0 .. n - 1 (row i for case i). */
+static float *scases_up(const float *h, int n, int V, struct dev_sample *ds, struct sampler_scratch *ss)
+{
+    float *d = dmust((size_t)n * V * sizeof *d);
+    up(d, h, (size_t)n * V * sizeof *h);
+    CHECK_OK(dev_sample_init(ds, V, 8, err, sizeof err), err);
+    CHECK_OK(sampler_scratch_init(ss, V, err, sizeof err), err);
+    for (int i = 0; i < n; i++)
+        sadd(ds, i, i);
+    return d;
+}
+
 static void sample_vocab(int V, int n_cases, int invariance)
 {
     float *h = hmust((size_t)n_cases * V * sizeof *h);
@@ -1427,14 +1439,9 @@ static void sample_vocab(int V, int n_cases, int invariance)
         scase_make(&scases[i], i, V);
         srow_make(h + (size_t)i * V, V, srow_kind(i));
     }
-    float *d = dmust((size_t)n_cases * V * sizeof *d);
-    up(d, h, (size_t)n_cases * V * sizeof *h);
     struct dev_sample ds;
     struct sampler_scratch ss;
-    CHECK_OK(dev_sample_init(&ds, V, 8, err, sizeof err), err);
-    CHECK_OK(sampler_scratch_init(&ss, V, err, sizeof err), err);
-    for (int i = 0; i < n_cases; i++)
-        sadd(&ds, i, i);
+    float *d = scases_up(h, n_cases, V, &ds, &ss);
     struct dsample_out *out = hmust((size_t)n_cases * sizeof *out), *again = hmust((size_t)n_cases * sizeof *out);
     slaunch(d, V, &ds, out);
     slaunch(d, V, &ds, again);
@@ -1546,7 +1553,7 @@ static void greedy_rows_make(float *x, int V, int k, int *expect)
         x[V / 2] = -5.0f;
         *expect = V / 2;
         break;
-    case 4: /* +inf twice and FLT_MAX once: all one value (+inf is the largest float) */
+    case 4: /* +inf twice and FLT_MAX once: all one value (cleaned, +inf is FLT_MAX) */
         x[V - 1] = INFINITY;
         x[V / 2] = INFINITY;
         x[V / 2 + 1] = 3.40282347e+38f;
@@ -1585,14 +1592,9 @@ static void greedy_vocab(int V)
         c->seq = (uint64_t)i;
         c->step = 3;
     }
-    float *d = dmust((size_t)ROWS * V * sizeof *d);
-    up(d, h, (size_t)ROWS * V * sizeof *h);
     struct dev_sample ds;
     struct sampler_scratch ss;
-    CHECK_OK(dev_sample_init(&ds, V, 8, err, sizeof err), err);
-    CHECK_OK(sampler_scratch_init(&ss, V, err, sizeof err), err);
-    for (int i = 0; i < ROWS; i++)
-        sadd(&ds, i, i);
+    float *d = scases_up(h, ROWS, V, &ds, &ss);
     struct dsample_out out[ROWS], alone;
     slaunch(d, V, &ds, out);
     int bad = 0;

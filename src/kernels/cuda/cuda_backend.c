@@ -237,18 +237,14 @@ static void cb_graph_start(struct cuda_backend *c, const struct batch *b, int ar
     c->cur = &c->graphs[cb_bucket(armed)][cap];
     c->hash = 0x243f6a8885a308d3ull;
     c->n_eager--;
-    if (c->cur->exec && c->replay_late) {
-        c->mode = CB_REPLAY;
-        return;
-    }
     if (c->cur->exec) {
-        /* Launched now, behind the step's upload: the device runs the step while the
-         * host notes its ops, which the step's end then checks against the capture's.
-         * A bucket's steps have the same ops and arguments (buffers fixed since the
-         * capture, the batch at the same offsets of the area), so a difference is a bug
-         * of ours: that step fails, and graphs go off. */
+        /* Launched now, behind the step's upload (unless replay_late): the device runs
+         * the step while the host notes its ops, which the step's end then checks
+         * against the capture's.  A bucket's steps have the same ops and arguments
+         * (buffers fixed since the capture, the batch at the same offsets of the area),
+         * so a difference is a bug of ours: that step fails, and graphs go off. */
         char err[HR_ERRLEN];
-        enum hr_status st = cuda_dev_graph_launch(c->cur->exec, c->stream, err, sizeof err);
+        enum hr_status st = c->replay_late ? HR_OK : cuda_dev_graph_launch(c->cur->exec, c->stream, err, sizeof err);
         if (st != HR_OK) {
             cb_fail(c, st, err); /* the step fails: its ops see the failure and skip */
             c->cur = NULL;
@@ -1026,18 +1022,16 @@ static enum hr_status cb_sample_check(const struct dsample_row *r, int vocab, co
     return HR_OK;
 }
 
-static enum hr_status cb_sample(struct backend *be, const float *logits, int vocab, const struct dsample_row *rows,
-                                int n, const struct dsample_mod *mods, int n_mods, const float *biases, int n_biases,
-                                struct dsample_out *out, char *err, size_t errlen)
+/* The sample op's launches; each launch's wait also waits for a submitted step (and
+ * reports its failure), cb_sample the rest. */
+static enum hr_status cb_sample_launches(struct cuda_backend *c, const float *logits, int vocab,
+                                         const struct dsample_row *rows, int n, const struct dsample_mod *mods,
+                                         int n_mods, const float *biases, int n_biases, struct dsample_out *out,
+                                         char *err, size_t errlen)
 {
-    struct cuda_backend *c = cb_of(be);
-    if (!c->s_dev || vocab != c->s_vocab || n < 0) {
-        enum hr_status pst = cb_wait_pending(be, err, errlen);
-        if (pst != HR_OK)
-            return pst;
+    if (!c->s_dev || vocab != c->s_vocab || n < 0)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda sample: not sized for %d rows of %d (reserve: %d)", n,
                       vocab, c->s_vocab);
-    }
     char *h = c->s_host, *d = c->s_dev;
     struct dsample_row *hr = (struct dsample_row *)(h + cb_sample_off(c, 0));
     struct dsample_mod *hm = (struct dsample_mod *)(h + cb_sample_off(c, 1));
@@ -1050,10 +1044,8 @@ static enum hr_status cb_sample(struct backend *be, const float *logits, int voc
             const struct dsample_row *r = &rows[i0 + k];
             int rb = 0;
             enum hr_status st = cb_sample_check(r, vocab, mods, n_mods, n_biases, &rb, err, errlen);
-            if (st != HR_OK) { /* the submitted step's own failure first (a wait writes err only then) */
-                enum hr_status pst = cb_wait_pending(be, err, errlen);
-                return pst != HR_OK ? pst : st;
-            }
+            if (st != HR_OK)
+                return st;
             if (k > 0 && (nm + r->n_mods > c->s_mods_cap || nb + rb > c->s_bias_cap))
                 break;
             hr[k] = *r;
@@ -1097,7 +1089,19 @@ static enum hr_status cb_sample(struct backend *be, const float *logits, int voc
         memcpy(out + i0, ho, (size_t)k * sizeof *ho);
         i0 += k;
     }
-    return cb_wait_pending(be, err, errlen); /* no rows: the step's wait all the same */
+    return HR_OK;
+}
+
+static enum hr_status cb_sample(struct backend *be, const float *logits, int vocab, const struct dsample_row *rows,
+                                int n, const struct dsample_mod *mods, int n_mods, const float *biases, int n_biases,
+                                struct dsample_out *out, char *err, size_t errlen)
+{
+    enum hr_status st =
+        cb_sample_launches(cb_of(be), logits, vocab, rows, n, mods, n_mods, biases, n_biases, out, err, errlen);
+    /* a step submitted and not waited for yet (no rows, or bad ones): its wait, whose
+     * failure comes first (a wait writes err only when it fails) */
+    enum hr_status pst = cb_wait_pending(be, err, errlen);
+    return pst != HR_OK ? pst : st;
 }
 
 static enum hr_status cb_to_host_rows(struct backend *be, const float *src, int dim, const int32_t *rows, int n,

@@ -169,8 +169,10 @@ __device__ __forceinline__ void amax_take(float &bv, int &bi, float v, int i)
     }
 }
 
-/* Every thread's (maximum, first id) merged: every thread gets the row's. */
-__device__ void block_amax(float &bv, int &bi, smem &s)
+/* Every thread's (maximum, first id) of a block of NT threads merged through fred and
+ * ired ([NT / 32] each): every thread gets the block's. */
+template <int NT>
+__device__ void block_amax(float &bv, int &bi, float *fred, int *ired)
 {
     for (int o = 16; o > 0; o >>= 1) {
         float v = __shfl_xor_sync(FULL, bv, o);
@@ -178,14 +180,14 @@ __device__ void block_amax(float &bv, int &bi, smem &s)
         amax_take(bv, bi, v, i);
     }
     if ((threadIdx.x & 31) == 0) {
-        s.fred[threadIdx.x >> 5] = bv;
-        s.ired[threadIdx.x >> 5] = bi;
+        fred[threadIdx.x >> 5] = bv;
+        ired[threadIdx.x >> 5] = bi;
     }
     __syncthreads();
-    bv = s.fred[0];
-    bi = s.ired[0];
-    for (int w = 1; w < NW; w++)
-        amax_take(bv, bi, s.fred[w], s.ired[w]);
+    bv = fred[0];
+    bi = ired[0];
+    for (int w = 1; w < NT / 32; w++)
+        amax_take(bv, bi, fred[w], ired[w]);
     __syncthreads();
 }
 
@@ -699,19 +701,8 @@ __global__ void __launch_bounds__(AT) amax_kernel(struct cuda_sample a, int chun
     float bv = 0.0f;
     int bi = INT_MAX;
     clean_range<AT>(L, nullptr, lo, hi, false, bv, bi); /* lo is a multiple of 4 */
-    for (int o = 16; o > 0; o >>= 1) {
-        float v = __shfl_xor_sync(FULL, bv, o);
-        int i = __shfl_xor_sync(FULL, bi, o);
-        amax_take(bv, bi, v, i);
-    }
-    if ((threadIdx.x & 31) == 0) {
-        sv[threadIdx.x >> 5] = bv;
-        si[threadIdx.x >> 5] = bi;
-    }
-    __syncthreads();
+    block_amax<AT>(bv, bi, sv, si);
     if (threadIdx.x == 0) {
-        for (int w = 1; w < AT / 32; w++)
-            amax_take(bv, bi, sv[w], si[w]);
         float *part = a.work + (size_t)blockIdx.x * V;
         part[blockIdx.y] = bv;
         ((int *)part)[gridDim.y + blockIdx.y] = bi;
@@ -756,7 +747,7 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int
         for (int i = threadIdx.x; i < V; i += ST)
             amax_take(xmax, token, x[i], i);
     }
-    block_amax(xmax, token, s);
+    block_amax<ST>(xmax, token, s.fred, s.ired);
     if (xmax == 0.0f)
         xmax = 0.0f; /* -0 and +0 are one maximum */
 
