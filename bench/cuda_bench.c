@@ -422,6 +422,7 @@ int main(int argc, char **argv)
     const char *variant = "all";
     int only_m = 0, gemm_only = 0, ceilings_only = 0, sample_only = 0, attn_only = 0;
     int one_attn[4] = {0}; /* --attn H,KV,ROWS,CTX: that decode case alone (profilers) */
+    int one_prefill = 0;   /* --attn-prefill H,KV,CTX: one prompt's prefill of CTX tokens alone */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--variant") && i + 1 < argc)
             variant = argv[++i];
@@ -448,9 +449,19 @@ int main(int argc, char **argv)
                 return 2;
             }
             attn_only = 1;
+        } else if (!strcmp(argv[i], "--attn-prefill") && i + 1 < argc) {
+            int *a = one_attn;
+            a[2] = 1;
+            if (sscanf(argv[++i], "%d,%d,%d", &a[0], &a[1], &a[3]) != 3 || a[1] < 1 || a[0] < a[1] || a[0] % a[1] ||
+                a[3] < 1 || a[3] > 32768) {
+                fprintf(stderr, "cuda_bench: --attn-prefill takes HEADS,KV_HEADS,CONTEXT (heads a multiple of kv "
+                                "heads; context 1..32768)\n");
+                return 2;
+            }
+            attn_only = one_prefill = 1;
         } else {
             fprintf(stderr, "usage: cuda_bench [--variant sm90a|sm80|all] [--m M] [--gemm-only | --ceilings-only | "
-                            "--sample-only | --attn-only | --attn H,KV,ROWS,CTX]\n");
+                            "--sample-only | --attn-only | --attn H,KV,ROWS,CTX | --attn-prefill H,KV,CTX]\n");
             return 2;
         }
     }
@@ -527,7 +538,7 @@ int main(int argc, char **argv)
         if (!K)
             continue;
         if (one_attn[0]) {
-            bench_attn(K, one_attn[0], one_attn[1], one_attn[2], one_attn[3], 0, read_gbs);
+            bench_attn(K, one_attn[0], one_attn[1], one_attn[2], one_attn[3], one_prefill, read_gbs);
             continue;
         }
         bench_attn(K, 32, 8, 1, 4096, 0, read_gbs);

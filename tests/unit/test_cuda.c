@@ -772,6 +772,8 @@ static void dbatch_free(struct dbatch *d)
         cuda_dev_free(d->mem[i]);
 }
 
+static int g_attn_chunk; /* run_attn's cuda_attention.chunk (0: the launch picks) */
+
 /* out[n_tok, nh, HD] f32 of the batch's query rows q[n_tok, nh, HD] (device). */
 static void run_attn(const struct kv_fixture *f, const struct dbatch *d, const float *q, float *out, uint16_t *outb,
                      int nh)
@@ -785,7 +787,7 @@ static void run_attn(const struct kv_fixture *f, const struct dbatch *d, const f
     CHECK_OK(cuda_dev_memset(tickets, 0, nt * sizeof(int), err, sizeof err), err);
     struct cuda_attention a = {.out_f32 = out, .out_bf16 = outb, .q = q, .n_heads = nh, .layer = 1,
                                .scale = (float)(1.0 / sqrt((double)HD)), .kv = f->kv, .b = &d->b, .work = work,
-                               .work_bytes = wb, .tickets = tickets, .n_tickets = nt};
+                               .work_bytes = wb, .tickets = tickets, .n_tickets = nt, .chunk = g_attn_chunk};
     for (int rep = 0; rep < 2; rep++) /* twice: the second launch uses the tickets the first left */
         CHECK_OK(K->attention(&a, NULL, err, sizeof err), err);
     CHECK_OK(cuda_dev_sync(err, sizeof err), err);
@@ -839,6 +841,21 @@ static void attn_case(int nh, int nkv, int L)
     dbatch_free(&d);
     down(got, out, (size_t)L * rowf * 4);
     CHECK_MSG(memcmp(got, ref, (size_t)L * rowf * 4) == 0, "G=%d: a second run differs", group);
+
+    /* a prompt's blocks walking 1, 2, 3 or all of their splits (the launch picks one or
+     * all by its block count) */
+    static const int walks[] = {1, 2, 3, 64};
+    for (size_t wi = 0; wi < sizeof walks / sizeof walks[0]; wi++) {
+        g_attn_chunk = walks[wi];
+        dbatch_init(&d, &full, 1, group);
+        CHECK_OK(cuda_dev_memset(out, 0xff, (size_t)L * rowf * 4, err, sizeof err), err);
+        run_attn(&f, &d, q, out, NULL, nh);
+        dbatch_free(&d);
+        g_attn_chunk = 0;
+        down(got, out, (size_t)L * rowf * 4);
+        CHECK_MSG(memcmp(got, ref, (size_t)L * rowf * 4) == 0, "G=%d L=%d: blocks walking %d splits each differ",
+                  group, L, walks[wi]);
+    }
 
     /* prompt chunks (1 and 3: blocks of at most 16 rows, the split walk's; a block of 3
      * tokens holds three positions) */
@@ -959,8 +976,8 @@ static void attn_case(int nh, int nkv, int L)
         }
     }
     CHECK_MSG(worst <= 1e-4, "G=%d: attention off float64 by %.3g (limit 1e-4)", group, worst);
-    printf("  %s attention heads %d/%d, %d positions: chunks, neighbours, blocks, rerun bitwise equal; "
-           "max |error| vs float64 %.3g (limit 1e-4)\n",
+    printf("  %s attention heads %d/%d, %d positions: chunks, splits a block, neighbours, blocks, rerun bitwise "
+           "equal; max |error| vs float64 %.3g (limit 1e-4)\n",
            K->name, nh, nkv, L, worst);
     free(sc);
     free(hs);

@@ -10,13 +10,16 @@
  * exactly 0, and tiles wholly past a row's position change none of its bits.  A block
  * of at most 16 rows (a decode token) spreads each tile over its four warps
  * (walk_split) with the same operations in the same order.  Long rows are cut into
- * splits of CUDA_ATTN_SPLIT positions (again at fixed absolute positions, one block
- * each, so decode has enough blocks), and a row with more than one split is merged in
- * split order, by the last of a small block's splits or by attn_combine.  Every
+ * splits of CUDA_ATTN_SPLIT positions (again at fixed absolute positions: one block
+ * each where a block has at most 16 rows, so decode has enough blocks; a prompt's
+ * larger blocks walk their splits one after another), and a row with more than one
+ * split is merged in split order, by the last of a small block's splits or by the
+ * larger block itself.  Every
  * reduction is one thread's loop or a fixed xor tree over a warp: the bits of a row
  * depend on its position, its query and the KV values only, not on the batch, the
  * chunking of the prompt or the physical block ids. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -239,6 +242,14 @@ __device__ __forceinline__ void merge_store(const struct cuda_attention &a, size
     if (a.out_bf16)
         a.out_bf16[at] = f32_to_bf16(o);
 }
+/* Elements at and at + 1 (at even) in one store each. */
+__device__ __forceinline__ void merge_store2(const struct cuda_attention &a, size_t at, float o0, float o1)
+{
+    if (a.out_f32)
+        *(float2 *)(a.out_f32 + at) = make_float2(o0, o1);
+    if (a.out_bf16)
+        *(unsigned *)(a.out_bf16 + at) = (unsigned)f32_to_bf16(o0) | ((unsigned)f32_to_bf16(o1) << 16);
+}
 
 /* A walk's end for the thread's rows row0 + g and row0 + g + 8: its NJ n-tiles of O are
  * output columns 8 (j0 + j) + 2 c4 + e % 2.  A row whose position lies in split 0 is
@@ -262,16 +273,13 @@ __device__ __forceinline__ void walk_out(const struct cuda_attention &a, const f
         if (pos_r[h] / CUDA_ATTN_SPLIT == 0) {
 #pragma unroll
             for (int j = 0; j < NJ; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++)
-                    merge_store(a, row * HD + 8 * (j0 + j) + 2 * c4 + e, __fdiv_rn(o[j][2 * h + e], l[h]));
+                merge_store2(a, row * HD + 8 * (j0 + j) + 2 * c4, __fdiv_rn(o[j][2 * h], l[h]),
+                             __fdiv_rn(o[j][2 * h + 1], l[h]));
         } else {
-            float *wp = work + (row * max_splits + s) * (HD + 2);
+            float *wp = work + (row * max_splits + s) * (HD + 2); /* HD + 2 even: float2s aligned */
 #pragma unroll
             for (int j = 0; j < NJ; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++)
-                    wp[8 * (j0 + j) + 2 * c4 + e] = o[j][2 * h + e];
+                *(float2 *)(wp + 8 * (j0 + j) + 2 * c4) = make_float2(o[j][2 * h], o[j][2 * h + 1]);
             if (ml && c4 == 0) {
                 wp[HD] = m[h];
                 wp[HD + 1] = l[h];
@@ -281,8 +289,7 @@ __device__ __forceinline__ void walk_out(const struct cuda_attention &a, const f
 }
 
 /* A decode block's end, after its partials are out: the query block's n_part splits
- * count in, and the last one merges its rows (no attn_combine launch for a decode
- * step). */
+ * count in, and the last one merges its rows (no second launch). */
 __device__ __forceinline__ void split_merge(const struct cuda_attention &a, const struct cuda_attn_batch &b,
                                             float *work, int *ticket, int n_part, int rows, int t0, int group,
                                             int kvh, int max_splits)
@@ -458,26 +465,275 @@ __device__ __forceinline__ void walk_split(const struct cuda_attention &a, const
     split_merge(a, b, work, ticket, n_part, rows, t0, group, kvh, max_splits);
 }
 
+/* A thread's end of walk_long for rows with more than one split: merge_elems's sums
+ * over the elements the thread held (columns 8 j + 2 c4 + x of rows g and g + 8 of its
+ * warp's), read back from the partials of the query block's blocks, which all lay
+ * their rows out alike; split n_reg's (-1: none) from the registers instead. */
+__device__ __forceinline__ void merge_held(const struct cuda_attention &a, const float *work,
+                                          const float (&o)[HD / 8][4], const float (&m)[2], const float (&l)[2],
+                                          const int (&pos_r)[2], int n_reg, int wrow, int rows, int t0, int group,
+                                          int kvh, int max_splits)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, c4 = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = wrow + g + 8 * h;
+        if (r >= rows || pos_r[h] < CUDA_ATTN_SPLIT)
+            continue;
+        const int ns = pos_r[h] / CUDA_ATTN_SPLIT + 1, n_mem = ns == n_reg + 1 ? ns - 1 : ns;
+        const size_t row = (size_t)(t0 + r / group) * a.n_heads + kvh * group + r % group;
+        const float *wp = work + row * max_splits * (HD + 2);
+        float mx = n_mem < ns ? m[h] : -INFINITY; /* merge_max: exact in any order */
+        for (int sp = 0; sp < n_mem; sp++)
+            mx = fmaxf(mx, __ldcg(wp + sp * (HD + 2) + HD));
+        float num[HD / 8][2], den = 0.0f;
+        for (int sp = 0; sp < n_mem; sp++) {
+            const float *ws = wp + sp * (HD + 2);
+            const float e = expf(__fsub_rn(__ldcg(ws + HD), mx));
+#pragma unroll
+            for (int j = 0; j < HD / 8; j++) {
+                const float2 v = __ldcg((const float2 *)(ws + 8 * j + 2 * c4));
+                num[j][0] = sp ? __fadd_rn(num[j][0], __fmul_rn(v.x, e)) : __fmul_rn(v.x, e);
+                num[j][1] = sp ? __fadd_rn(num[j][1], __fmul_rn(v.y, e)) : __fmul_rn(v.y, e);
+            }
+            den = sp ? __fadd_rn(den, __fmul_rn(__ldcg(ws + HD + 1), e)) : __fmul_rn(__ldcg(ws + HD + 1), e);
+        }
+        if (n_mem < ns) { /* n_mem >= 1: a row of two splits or more */
+            const float e = expf(__fsub_rn(m[h], mx));
+#pragma unroll
+            for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+                for (int x = 0; x < 2; x++)
+                    num[j][x] = __fadd_rn(num[j][x], __fmul_rn(o[j][2 * h + x], e));
+            den = __fadd_rn(den, __fmul_rn(l[h], e));
+        }
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++)
+            merge_store2(a, row * HD + 8 * j + 2 * c4, __fdiv_rn(num[j][0], den), __fdiv_rn(num[j][1], den));
+    }
+}
+
+/* The walk of a block of more than 16 rows (a prompt's query block): warp w holds rows
+ * 16w .. 16w + 15 and takes every tile whole (the one-warp walk described above).  The
+ * block walks `chunk` splits of its rows from sp0 one after another (all of them where
+ * the launch has blocks enough: attention() says): each split from a fresh m,
+ * l and O, its partials out at its end (walk_out), the tile stream running on across
+ * split boundaries (the next split's first tile is copied in during this one's last, its
+ * slab rows worked out at this one's start into the other half of srow).  Rows with
+ * more than one split are merged by each thread over the elements it held (merge_held):
+ * at once when the block walked every split (the last one's partials never leave the
+ * registers), else by the query block's last chunk block to finish (ticket).  The same
+ * operations as a block a split and a merge, so the same bits.  A tile wholly at or
+ * below the lowest position of a warp's rows is not masked: no place of it is past a
+ * row. */
+__device__ __forceinline__ void walk_long(const struct cuda_attention &a, const struct cuda_attn_batch &b,
+                                          uint16_t *skv, uint32_t (*srow)[CUDA_ATTN_SPLIT], const int32_t *table,
+                                          const unsigned (&qh)[HD / 16][4], const unsigned (&ql)[HD / 16][4],
+                                          const int (&pos_r)[2], bool active, int wrow, int pos_last, int sp0,
+                                          int chunk, int kvh, int t0, int group, int rows, int max_splits,
+                                          float *work, int *ticket)
+{
+    const int lane = threadIdx.x & 31, c4 = lane & 3;
+    int wmin = min(pos_r[0], pos_r[1]); /* -1 where a row is past the block's: every tile masked */
+#pragma unroll
+    for (int x = 16; x > 0; x >>= 1)
+        wmin = min(wmin, __shfl_xor_sync(0xffffffffu, wmin, x));
+    const int n_split = pos_last / CUDA_ATTN_SPLIT + 1, sp1 = min(sp0 + chunk, n_split);
+    const bool whole = sp0 == 0 && sp1 == n_split; /* every split here: no other block's partials */
+    const int p_stop = min(sp1 * CUDA_ATTN_SPLIT, pos_last + 1);
+    float o[HD / 8][4], m[2], l[2];
+    int it = 0; /* tiles walked: the stage's parity */
+    for (int sp = sp0; sp < sp1; sp++) {
+        const int pb = sp * CUDA_ATTN_SPLIT, pe = min(pb + CUDA_ATTN_SPLIT, pos_last + 1);
+        const int nb = pb + CUDA_ATTN_SPLIT, ne = min(nb + CUDA_ATTN_SPLIT, pos_last + 1); /* the next split */
+        const int nt = (pe - pb + KT - 1) / KT;
+        /* the next split's half of srow was last read by split sp - 1's copies, barriers
+         * ago, and is read next by the copy of split sp + 1's first tile, during this
+         * split's last (of four) */
+        if (sp + 1 < sp1)
+            split_rows(srow[(sp + 1 - sp0) & 1], a, table, kvh, nb, ne);
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                o[j][e] = 0.0f;
+        m[0] = m[1] = -INFINITY;
+        l[0] = l[1] = 0.0f;
+        for (int i = 0; i < nt; i++, it++) {
+            const int p0 = pb + i * KT;
+            if (p0 + KT < p_stop) { /* the next tile: this split's, or the next one's first */
+                uint16_t *nk = skv + ((it + 1) & 1) * 2 * TILE_ELEMS;
+                if (i + 1 < nt)
+                    tile_load(nk, nk + TILE_ELEMS, a, srow[(sp - sp0) & 1], pb, p0 + KT, pe);
+                else
+                    tile_load(nk, nk + TILE_ELEMS, a, srow[(sp + 1 - sp0) & 1], nb, nb, ne);
+                cp_commit();
+                cp_wait<1>();
+            } else {
+                cp_wait<0>();
+            }
+            __syncthreads();
+            const uint16_t *sk = skv + (it & 1) * 2 * TILE_ELEMS, *sv = sk + TILE_ELEMS;
+            if (active) {
+                /* S = q . K^T: 8 n-tiles of 8 positions; k16 steps over d in order, hi then lo */
+                float sc[KT / 8][4];
+#pragma unroll
+                for (int j = 0; j < KT / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        sc[j][e] = 0.0f;
+                /* per k16 step: the hi half into all eight accumulators, then the lo half
+                 * (each accumulator still takes hi, then lo, step after step) */
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    unsigned kb[KT / 8][2];
+#pragma unroll
+                    for (int j2 = 0; j2 < KT / 16; j2++)
+                        ldsm_x4(kb[2 * j2][0], kb[2 * j2][1], kb[2 * j2 + 1][0], kb[2 * j2 + 1][1],
+                                sk + (j2 * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk * 16 +
+                                    ((lane >> 3) & 1) * 8);
+#pragma unroll
+                    for (int j = 0; j < KT / 8; j++)
+                        mma16816(sc[j], qh[kk], kb[j]);
+#pragma unroll
+                    for (int j = 0; j < KT / 8; j++)
+                        mma16816(sc[j], ql[kk], kb[j]);
+                }
+                /* scale, mask, online softmax: element e of n-tile j is row g + 8 (e / 2),
+                 * position p0 + 8 j + 2 c4 + e % 2 */
+                const bool unmasked = p0 + KT - 1 <= wmin; /* warp-uniform */
+                float corr[2];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float mx = -INFINITY;
+                    if (unmasked) {
+#pragma unroll
+                        for (int j = 0; j < KT / 8; j++)
+#pragma unroll
+                            for (int e = 0; e < 2; e++) {
+                                float v = __fmul_rn(sc[j][2 * h + e], a.scale);
+                                sc[j][2 * h + e] = v;
+                                mx = fmaxf(mx, v);
+                            }
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < KT / 8; j++)
+#pragma unroll
+                            for (int e = 0; e < 2; e++) {
+                                int p = p0 + 8 * j + 2 * c4 + e;
+                                float v = p <= pos_r[h] ? __fmul_rn(sc[j][2 * h + e], a.scale) : -INFINITY;
+                                sc[j][2 * h + e] = v;
+                                mx = fmaxf(mx, v);
+                            }
+                    }
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    float m_new = fmaxf(m[h], mx);
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < KT / 8; j++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            float pj = m_new == -INFINITY ? 0.0f : expf(__fsub_rn(sc[j][2 * h + e], m_new));
+                            sc[j][2 * h + e] = pj;
+                            sum = __fadd_rn(sum, pj);
+                        }
+                    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+                    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+                    corr[h] = m_new == -INFINITY ? 1.0f : expf(__fsub_rn(m[h], m_new));
+                    l[h] = __fadd_rn(__fmul_rn(l[h], corr[h]), sum);
+                    m[h] = m_new;
+                }
+#pragma unroll
+                for (int j = 0; j < HD / 8; j++) {
+                    o[j][0] = __fmul_rn(o[j][0], corr[0]);
+                    o[j][1] = __fmul_rn(o[j][1], corr[0]);
+                    o[j][2] = __fmul_rn(o[j][2], corr[1]);
+                    o[j][3] = __fmul_rn(o[j][3], corr[1]);
+                }
+                /* O += P . V: k16 steps over the tile's positions in order, hi then lo; P's
+                 * A fragments are S's accumulators of n-tiles 2t and 2t + 1 */
+#pragma unroll
+                for (int t = 0; t < KT / 16; t++) {
+                    unsigned ph[4], pl[4];
+                    const float *s0 = sc[2 * t], *s1 = sc[2 * t + 1];
+                    const float f[8] = {s0[0], s0[1], s0[2], s0[3], s1[0], s1[1], s1[2], s1[3]};
+                    p_frags(f, ph, pl);
+                    unsigned vb[HD / 8][2];
+#pragma unroll
+                    for (int jd = 0; jd < HD / 8; jd += 2) {
+                        const int mi = lane >> 3;
+                        ldsm_x4_t(vb[jd][0], vb[jd][1], vb[jd + 1][0], vb[jd + 1][1],
+                                  sv + (t * 16 + (mi & 1) * 8 + (lane & 7)) * LDS + jd * 8 + (mi >> 1) * 8);
+                    }
+#pragma unroll
+                    for (int jd = 0; jd < HD / 8; jd++)
+                        mma16816(o[jd], ph, vb[jd]);
+#pragma unroll
+                    for (int jd = 0; jd < HD / 8; jd++)
+                        mma16816(o[jd], pl, vb[jd]);
+                }
+            }
+            __syncthreads(); /* this stage is used up before the next load refills it */
+        }
+        if (active && (n_split == 1 || !whole || sp + 1 < n_split)) /* a whole walk's last split stays here */
+            walk_out<HD / 8>(a, o, m, l, pos_r, wrow, 0, true, rows, pb, t0, group, kvh, sp, max_splits, work);
+    }
+    if (n_split == 1)
+        return;
+    if (whole) {
+        if (active) {
+            __syncwarp(); /* m and l of the quad's rows, as its first thread wrote them */
+            merge_held(a, work, o, m, l, pos_r, n_split - 1, wrow, rows, t0, group, kvh, max_splits);
+        }
+        return;
+    }
+    const int n_part = (n_split + chunk - 1) / chunk;
+    __threadfence();
+    __syncthreads();
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        int t = atomicAdd(ticket, 1);
+        last = t == n_part - 1;
+        if (last)
+            *ticket = 0; /* ready for the next launch */
+    }
+    __syncthreads();
+    if (!last || !active)
+        return;
+    __threadfence();
+    merge_held(a, work, o, m, l, pos_r, -1, wrow, rows, t0, group, kvh, max_splits);
+}
+
 /* SMALL: every block of the launch has at most SPLIT_ROWS rows (a decode step), so
- * only walk_split is compiled: fewer registers, three blocks an SM. */
+ * only walk_split is compiled: fewer registers, three blocks an SM.  Else a block of
+ * more than SPLIT_ROWS rows walks its z-th chunk of `chunk` splits (walk_long; z past
+ * its splits has nothing to do), and a small one takes split z as in the SMALL build.
+ * Query blocks run last first: a prompt's later blocks have the longer walks. */
 template <bool SMALL>
 __global__ void __launch_bounds__(ATTN_THREADS, SMALL ? 3 : 1)
-    attn_kernel(struct cuda_attention a, struct cuda_attn_batch b, int group, int max_splits, float *work,
-                int *tickets)
+    attn_kernel(struct cuda_attention a, struct cuda_attn_batch b, int group, int max_splits, int chunk,
+                float *work, int *tickets)
 {
     extern __shared__ __align__(128) uint16_t smem[];
-    __shared__ uint32_t srow[CUDA_ATTN_SPLIT]; /* the split's K rows in the slab (split_rows) */
+    /* the split's K rows in the slab (split_rows); walk_long's next split in the other half */
+    __shared__ uint32_t srow[SMALL ? 1 : 2][CUDA_ATTN_SPLIT];
     /* q's halves pass through the second stage, which the first tile leaves free */
     uint16_t *skv = smem, *sqh = smem + 2 * TILE_ELEMS, *sql = sqh + MR * LDS;
-    const int qb = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
+    const int qb = gridDim.x - 1 - blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     /* the batch's index arrays (block tables too) before the wait (klaunch); q, K and V after it */
     const int t0 = b.qblocks[2 * qb], ntok = b.qblocks[2 * qb + 1];
     const int rows = ntok * group;
     const int pos_last = b.positions[t0 + ntok - 1];
-    const int p_begin = s * CUDA_ATTN_SPLIT;
+    /* at most 16 rows (decode): every warp holds them all and walk_split spreads each
+     * tile over the warps; else warp w holds rows 16w .. 16w + 15 */
+    const bool split = SMALL || rows <= SPLIT_ROWS;
+    const int s_first = split ? s : s * chunk; /* a larger block walks chunk splits from here */
+    const int p_begin = s_first * CUDA_ATTN_SPLIT;
     const int p_end = min(p_begin + CUDA_ATTN_SPLIT, pos_last + 1);
-    split_rows(srow, a, b.tables + b.row_table[b.tok_row[t0]], kvh, p_begin, p_end); /* none past the last */
+    const int32_t *table = b.tables + b.row_table[b.tok_row[t0]];
+    split_rows(srow[0], a, table, kvh, p_begin, p_end); /* none past the last */
     pdl_wait();
     pdl_release();
     if (p_begin > pos_last)
@@ -485,7 +741,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, SMALL ? 3 : 1)
     const int n_tiles = (p_end - p_begin + KT - 1) / KT;
     __syncthreads(); /* srow */
 
-    tile_load(skv, skv + TILE_ELEMS, a, srow, p_begin, p_begin, p_end);
+    tile_load(skv, skv + TILE_ELEMS, a, srow[0], p_begin, p_begin, p_end);
     cp_commit();
     /* q rows as bf16 hi and lo halves; rows past the block's are zero.  Thread t takes
      * float4 t % 32 of rows t / 32 + 4u, all loads issued before any is used. */
@@ -520,12 +776,9 @@ __global__ void __launch_bounds__(ATTN_THREADS, SMALL ? 3 : 1)
     }
     __syncthreads();
 
-    /* at most 16 rows (decode): every warp holds them all and walk_split spreads each
-     * tile over the warps; else warp w holds rows 16w .. 16w + 15 */
-    const bool split = SMALL || rows <= SPLIT_ROWS;
     const int wrow = split ? 0 : warp * 16;
     const bool active = wrow < rows; /* warp-uniform */
-    const int g = lane >> 2, c4 = lane & 3;
+    const int g = lane >> 2;
     unsigned qh[HD / 16][4], ql[HD / 16][4];
     int pos_r[2] = {-1, -1}; /* the positions of this thread's rows g and g + 8 (-1: no row) */
     if (active) {
@@ -543,118 +796,14 @@ __global__ void __launch_bounds__(ATTN_THREADS, SMALL ? 3 : 1)
         }
     }
     __syncthreads(); /* q is in registers: the second stage is free for tile 1 */
-    if (split) {
-        /* the decode build merges a row's splits itself; a mixed launch leaves every split
-         * row to attn_combine (merging here too would write the same bytes twice) */
-        walk_split(a, b, skv, qh, ql, pos_r, p_begin, p_end, n_tiles, srow, kvh, t0, group, rows, s,
-                   max_splits, work, tickets + (size_t)qb * gridDim.y + kvh,
-                   SMALL ? pos_last / CUDA_ATTN_SPLIT + 1 : 1);
+    if (split) { /* its splits merged by the last of them (ticket) */
+        walk_split(a, b, skv, qh, ql, pos_r, p_begin, p_end, n_tiles, srow[0], kvh, t0, group, rows, s, max_splits,
+                   work, tickets + (size_t)qb * gridDim.y + kvh, pos_last / CUDA_ATTN_SPLIT + 1);
         return;
     }
-    if constexpr (!SMALL) {
-    float o[HD / 8][4];
-#pragma unroll
-    for (int j = 0; j < HD / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            o[j][e] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-
-    for (int it = 0; it < n_tiles; it++) {
-        const int p0 = p_begin + it * KT;
-        const uint16_t *sk = tile_next(skv, a, srow, p_begin, p0, p_end, it, n_tiles), *sv = sk + TILE_ELEMS;
-        if (active) {
-            /* S = q . K^T: 8 n-tiles of 8 positions; k16 steps over d in order, hi then lo */
-            float sc[KT / 8][4];
-#pragma unroll
-            for (int j = 0; j < KT / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    sc[j][e] = 0.0f;
-            /* per k16 step: the hi half into all eight accumulators, then the lo half
-             * (each accumulator still takes hi, then lo, step after step) */
-#pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                unsigned kb[KT / 8][2];
-#pragma unroll
-                for (int j2 = 0; j2 < KT / 16; j2++)
-                    ldsm_x4(kb[2 * j2][0], kb[2 * j2][1], kb[2 * j2 + 1][0], kb[2 * j2 + 1][1],
-                            sk + (j2 * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk * 16 + ((lane >> 3) & 1) * 8);
-#pragma unroll
-                for (int j = 0; j < KT / 8; j++)
-                    mma16816(sc[j], qh[kk], kb[j]);
-#pragma unroll
-                for (int j = 0; j < KT / 8; j++)
-                    mma16816(sc[j], ql[kk], kb[j]);
-            }
-            /* scale, mask, online softmax: element e of n-tile j is row g + 8 (e / 2),
-             * position p0 + 8 j + 2 c4 + e % 2 */
-            float corr[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float mx = -INFINITY;
-#pragma unroll
-                for (int j = 0; j < KT / 8; j++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        int p = p0 + 8 * j + 2 * c4 + e;
-                        float v = p <= pos_r[h] ? __fmul_rn(sc[j][2 * h + e], a.scale) : -INFINITY;
-                        sc[j][2 * h + e] = v;
-                        mx = fmaxf(mx, v);
-                    }
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                float m_new = fmaxf(m[h], mx);
-                float sum = 0.0f;
-#pragma unroll
-                for (int j = 0; j < KT / 8; j++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float pj = m_new == -INFINITY ? 0.0f : expf(__fsub_rn(sc[j][2 * h + e], m_new));
-                        sc[j][2 * h + e] = pj;
-                        sum = __fadd_rn(sum, pj);
-                    }
-                sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-                sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-                corr[h] = m_new == -INFINITY ? 1.0f : expf(__fsub_rn(m[h], m_new));
-                l[h] = __fadd_rn(__fmul_rn(l[h], corr[h]), sum);
-                m[h] = m_new;
-            }
-#pragma unroll
-            for (int j = 0; j < HD / 8; j++) {
-                o[j][0] = __fmul_rn(o[j][0], corr[0]);
-                o[j][1] = __fmul_rn(o[j][1], corr[0]);
-                o[j][2] = __fmul_rn(o[j][2], corr[1]);
-                o[j][3] = __fmul_rn(o[j][3], corr[1]);
-            }
-            /* O += P . V: k16 steps over the tile's positions in order, hi then lo; P's
-             * A fragments are S's accumulators of n-tiles 2t and 2t + 1 */
-#pragma unroll
-            for (int t = 0; t < KT / 16; t++) {
-                unsigned ph[4], pl[4];
-                const float *s0 = sc[2 * t], *s1 = sc[2 * t + 1];
-                const float f[8] = {s0[0], s0[1], s0[2], s0[3], s1[0], s1[1], s1[2], s1[3]};
-                p_frags(f, ph, pl);
-                unsigned vb[HD / 8][2];
-#pragma unroll
-                for (int jd = 0; jd < HD / 8; jd += 2) {
-                    const int mi = lane >> 3;
-                    ldsm_x4_t(vb[jd][0], vb[jd][1], vb[jd + 1][0], vb[jd + 1][1],
-                              sv + (t * 16 + (mi & 1) * 8 + (lane & 7)) * LDS + jd * 8 + (mi >> 1) * 8);
-                }
-#pragma unroll
-                for (int jd = 0; jd < HD / 8; jd++)
-                    mma16816(o[jd], ph, vb[jd]);
-#pragma unroll
-                for (int jd = 0; jd < HD / 8; jd++)
-                    mma16816(o[jd], pl, vb[jd]);
-            }
-        }
-        __syncthreads(); /* this stage is used up before the next load refills it */
-    }
-    if (active)
-        walk_out<HD / 8>(a, o, m, l, pos_r, wrow, 0, true, rows, p_begin, t0, group, kvh, s, max_splits, work);
-    } /* !SMALL */
+    if constexpr (!SMALL)
+        walk_long(a, b, skv, srow, table, qh, ql, pos_r, active, wrow, pos_last, s_first, chunk, kvh, t0, group,
+                  rows, max_splits, work, tickets + (size_t)qb * gridDim.y + kvh);
 }
 
 /* The decode walk: a block of at most DR rows (a decode token's query heads of one KV
@@ -921,29 +1070,6 @@ __global__ void __launch_bounds__(ATTN_THREADS, 6)
                 kvh, max_splits);
 }
 
-/* A (token, head) row with more than one split: its splits merged in order.  A warp a
- * row, lane l taking elements l, l + 32, l + 64, l + 96 (a block a row took 94 us for a
- * 2,048-token step of 512-token prompts, most of it starting 65,536 blocks). */
-constexpr int COMBINE_ROWS = 8; /* rows a block */
-__global__ void __launch_bounds__(32 * COMBINE_ROWS) attn_combine(struct cuda_attention a, struct cuda_attn_batch b,
-                                                                  int max_splits, const float *work, int n_rows)
-{
-    const int row = blockIdx.x * COMBINE_ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    pdl_wait();
-    pdl_release();
-    if (row >= n_rows)
-        return;
-    const int tok = row / a.n_heads, ns = b.positions[tok] / CUDA_ATTN_SPLIT + 1;
-    if (ns == 1)
-        return;
-    const float *wp = work + (size_t)row * max_splits * (HD + 2);
-    float o[HD / 32];
-    merge_elems<HD / 32, 32>(wp, ns, merge_max(wp, ns), lane, o);
-#pragma unroll
-    for (int i = 0; i < HD / 32; i++)
-        merge_store(a, (size_t)row * HD + lane + 32 * i, o[i]);
-}
-
 int splits_of(int max_kv)
 {
     return max_kv <= 0 ? 1 : (max_kv + CUDA_ATTN_SPLIT - 1) / CUDA_ATTN_SPLIT;
@@ -964,8 +1090,14 @@ enum hr_status check_kv(const struct cuda_kv *kv, int layer, const char *what, c
 
 } // namespace
 
-enum hr_status attn_prepare(char *err, size_t errlen)
+/* The SMs, and HEARTH_CUDA_ATTN_CHUNK (benchmarks: a forced chunk for every launch). */
+int g_attn_sms = 132, g_attn_chunk = 0;
+
+enum hr_status attn_prepare(int sm_count, char *err, size_t errlen)
 {
+    g_attn_sms = sm_count > 0 ? sm_count : 132;
+    const char *c = getenv("HEARTH_CUDA_ATTN_CHUNK");
+    g_attn_chunk = c ? atoi(c) : 0;
     cudaFuncSetAttribute(attn_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_SMEM);
     cudaFuncSetAttribute(attn_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_SMEM);
     /* six blocks of 37 KB an SM: all of its memory as shared */
@@ -1027,12 +1159,11 @@ enum hr_status attention(const struct cuda_attention *a, void *stream, char *err
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda attention: %d decode blocks of %d (%d query heads a KV head)",
                       b->n_dec, b->n_qblocks, group);
     cudaStream_t s = (cudaStream_t)stream;
-    /* the leading n_dec blocks (at most DR rows each) take the decode walk, and merge
-     * their own splits.  Of the others, blocks of at most SPLIT_ROWS rows take
-     * walk_split: a launch of such blocks alone runs the kernel built for them, whose
-     * blocks merge their own splits too, and no combine; else the combine merges every
-     * split row (the decode blocks' again: the same bytes).  Either way a row's bits
-     * are the same (merge_elems).  The two launches are independent but for PDL's order. */
+    /* the leading n_dec blocks (at most DR rows each) take the decode walk.  Of the
+     * others, blocks of at most SPLIT_ROWS rows take walk_split (a launch of such blocks
+     * alone runs the kernel built for them), the rest walk_long.  Every block merges
+     * its rows' splits itself (merge_elems: the same sums however the splits are
+     * walked).  The two launches are independent but for PDL's order. */
     if (b->n_dec > 0) { /* the grid says how many: no kernel reads n_qblocks */
         klaunch(attn_dec_kernel, dim3(b->n_dec, a->kv.n_kv_heads, ns), ATTN_THREADS, DEC_SMEM, s, *a, *b, group, ns,
                 (float *)a->work, a->tickets);
@@ -1047,19 +1178,28 @@ enum hr_status attention(const struct cuda_attention *a, void *stream, char *err
     br.qblocks = b->qblocks + 2 * (size_t)b->n_dec;
     int *tickets = a->tickets ? a->tickets + (size_t)b->n_dec * a->kv.n_kv_heads : NULL;
     dim3 grid(n_rest, a->kv.n_kv_heads, ns);
+    /* A larger block's splits, a launch shape (the sums are the same either way).  w:
+     * the splits each of the launch's block slots (two an SM) walks, for prompts that
+     * start at position 0 (a block walks half the longest row's splits on average).
+     * All of a block's where that is at least their count (its walk no longer than an
+     * SM's share), one where blocks are too few to fill the card, else three.  Measured
+     * on the H200 (`cuda_bench --attn-prefill`, HEARTH_CUDA_ATTN_CHUNK): at 2,048 tokens
+     * the 8B shape 437 us all, 442 three, 505 one; 30B-A3B 382 all, 438 three; 0.6B 240
+     * three, 274 all, 263 one; at 512 the 0.6B 36 one, 41 two. */
+    int chunk = a->chunk > 0 ? a->chunk : g_attn_chunk;
+    if (chunk <= 0) {
+        double w = (double)n_rest * a->kv.n_kv_heads * ns / 2 / (2.0 * g_attn_sms);
+        chunk = w >= ns ? ns : w < 0.75 ? 1 : 3;
+    }
+    chunk = chunk < ns ? chunk : ns;
     bool all_small = b->max_qtok > 0 && (long)b->max_qtok * group <= SPLIT_ROWS;
     if (all_small)
-        klaunch(attn_kernel<true>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, br, group, ns, (float *)a->work, tickets);
+        klaunch(attn_kernel<true>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, br, group, ns, chunk, (float *)a->work,
+                tickets);
     else
-        klaunch(attn_kernel<false>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, br, group, ns, (float *)a->work, tickets);
-    if ((st = launch_status("attention", err, errlen)))
-        return st;
-    if (ns > 1 && !all_small) {
-        const int rows = b->n_tok * a->n_heads;
-        klaunch(attn_combine, (rows + COMBINE_ROWS - 1) / COMBINE_ROWS, 32 * COMBINE_ROWS, 0, s, *a, *b, ns,
-                (const float *)a->work, rows);
-        st = launch_status("attention combine", err, errlen);
-    }
+        klaunch(attn_kernel<false>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, br, group, ns, chunk, (float *)a->work,
+                tickets);
+    st = launch_status("attention", err, errlen);
     return st;
 }
 

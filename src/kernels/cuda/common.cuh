@@ -110,7 +110,7 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
 enum hr_status rmsnorm(const struct cuda_rmsnorm *a, void *stream, char *err, size_t errlen);
 enum hr_status embed(const struct cuda_embed *a, void *stream, char *err, size_t errlen);
 enum hr_status block_copy(const struct cuda_block_copy *a, void *stream, char *err, size_t errlen);
-enum hr_status attn_prepare(char *err, size_t errlen);
+enum hr_status attn_prepare(int sm_count, char *err, size_t errlen);
 enum hr_status attn_prep(const struct cuda_attn_prep *a, void *stream, char *err, size_t errlen);
 size_t attn_workspace(int n_tok, int n_heads, int head_dim, int max_kv);
 enum hr_status attention(const struct cuda_attention *a, void *stream, char *err, size_t errlen);

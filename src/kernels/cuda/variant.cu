@@ -19,7 +19,7 @@ static enum hr_status prepare(int sm_count, char *err, size_t errlen)
     sample_prepare();
     enum hr_status st = gemm_prepare(sm_count, err, errlen);
     if (st == HR_OK)
-        st = attn_prepare(err, errlen);
+        st = attn_prepare(sm_count, err, errlen);
     return st == HR_OK ? moe_prepare(sm_count, err, errlen) : st;
 }
 
