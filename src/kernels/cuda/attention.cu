@@ -14,10 +14,9 @@
  * each where a block has at most 16 rows, so decode has enough blocks; a prompt's
  * larger blocks walk their splits one after another), and a row with more than one
  * split is merged in split order, by the last of a small block's splits or by the
- * larger block itself.  Every
- * reduction is one thread's loop or a fixed xor tree over a warp: the bits of a row
- * depend on its position, its query and the KV values only, not on the batch, the
- * chunking of the prompt or the physical block ids. */
+ * larger block itself.  Every reduction is one thread's loop or a fixed xor tree over a
+ * warp: the bits of a row depend on its position, its query and the KV values only,
+ * not on the batch, the chunking of the prompt or the physical block ids. */
 #include <math.h>
 #include <stdlib.h>
 
