@@ -127,7 +127,8 @@ struct cuda_attention {
     size_t work_bytes;
     int *tickets;         /* [n_qblocks, n_kv_heads], zero between launches (each leaves them zero): needed
                            * when a row has more than one split (max_kv > CUDA_ATTN_SPLIT) */
-    size_t n_tickets;    int chunk;            /* splits a block of a prompt's query block walks one after another (0: the launch
+    size_t n_tickets;
+    int chunk;            /* splits a block of a prompt's query block walks one after another (0: the launch
                            * picks); a launch shape, the same bits whatever it is */
 };
 
