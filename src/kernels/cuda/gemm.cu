@@ -101,6 +101,9 @@ int g_wide_rows = 512;
 /* The one-warpgroup build for a few rows (few_rows; HEARTH_CUDA_GEMM_FEW=0 turns it off):
  * a launch shape, the same sums either way. */
 bool g_few = true;
+/* The TMA tile's block order (HEARTH_CUDA_GEMM_RASTER; a launch shape, the same sums):
+ * in groups of g_raster row tiles, the rows fastest (0: the column tiles fastest). */
+int g_raster = 16;
 #if defined(CUK_HOPPER)
 /* the clusters of 2, 4, 8 blocks (two an SM) that can run at once: [WG - 1][log2 - 1] */
 int g_max_clusters[2][3];
@@ -121,6 +124,7 @@ struct params {
     int ext;      /* 1: a part a block writes its partials only; combine_kernel adds them (no tickets) */
     int cluster;  /* 1: a part a block, a cluster of par blocks a tile adds them in its shared memory */
     int few;      /* 1: the 128-row TMA tile's launch runs the one-warpgroup build (few_rows; host only) */
+    int raster;   /* the TMA tile's block order: groups of this many row tiles (tile_at) */
 };
 
 /* SwiGLU's element: bf16 into y, and where asked its exact widening into y32 (the
@@ -758,6 +762,26 @@ __device__ __forceinline__ void cluster_sum_out(const params &p, const float *ti
     cluster_sync(); /* no block leaves while another still reads its smem */
 }
 
+/* The tile (column tile nt, row tile mt) of this block of a (column tiles, row tiles)
+ * grid.  Blocks start in launch order, x fastest: with the column tiles fastest a wave
+ * of blocks streams every weight tile for one or two row tiles, and the next wave
+ * streams them again (the 8B gate/up at 2,048 rows: ~2 GB from HBM for 201 MB of
+ * weights).  In groups of `group` row tiles, the rows fastest, a wave shares each
+ * weight tile among the group's rows and each x tile among ~wave / group column
+ * tiles, from the L2.  Which block takes a tile changes no sum. */
+__device__ __forceinline__ void tile_at(int group, int &nt, int &mt)
+{
+    const int nx = gridDim.x, ny = gridDim.y;
+    if (group <= 0 || ny == 1) {
+        nt = blockIdx.x;
+        mt = blockIdx.y;
+        return;
+    }
+    const int l = blockIdx.y * nx + blockIdx.x, per = group * nx, g0 = l / per * group, gm = min(ny - g0, group);
+    mt = g0 + l % per % gm;
+    nt = l % per / gm;
+}
+
 template <int WG, int EPI, bool FOLD, int NW = BN>
 __global__ void __launch_bounds__(tma<WG, FOLD, NW>::NT, tma<WG, FOLD, NW>::TWO ? 2 : 1)
     gemm_tma_kernel(const __grid_constant__ tparams tp)
@@ -771,9 +795,11 @@ __global__ void __launch_bounds__(tma<WG, FOLD, NW>::NT, tma<WG, FOLD, NW>::TWO 
     uint8_t *sa = smem, *sb = smem + STAGES * G::A_BYTES;
     uint64_t *full = (uint64_t *)(smem + STAGES * G::STAGE), *empty = full + STAGES;
     const int tid = threadIdx.x, warp = tid >> 5, wgi = warp >> 2;
-    const int ntg = blockIdx.x, s = blockIdx.z;
+    const int s = blockIdx.z;
+    int ntg, mt;
+    tile_at(p.raster, ntg, mt);
     const seg sgm = seg_of(p, ntg);
-    const int m0 = blockIdx.y * BM;
+    const int m0 = mt * BM;
     const int kt_per = p.k / BK / p.split, nq = p.split / p.par, kt0 = s * nq * kt_per, kt_n = nq * kt_per;
     constexpr bool swiglu = EPI == CUDA_EPI_SWIGLU_BF16;
 
@@ -1086,6 +1112,10 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     g_cluster_kt = ckt && *ckt ? atoi(ckt) : 16;
     const char *fw = getenv("HEARTH_CUDA_GEMM_FEW");
     g_few = !(fw && strcmp(fw, "0") == 0);
+    const char *ra = getenv("HEARTH_CUDA_GEMM_RASTER");
+    g_raster = ra && *ra ? atoi(ra) : 16;
+    if (g_raster < 0)
+        return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_RASTER=%s: >= 0 (row tiles a group; 0: off)", ra);
     const char *gw = getenv("HEARTH_CUDA_GEMM_WIDTH"), *wr = getenv("HEARTH_CUDA_GEMM_WIDE_ROWS");
     g_width = gw && *gw ? atoi(gw) : 0;
     g_wide_rows = wr && *wr ? atoi(wr) : 512;
@@ -1376,6 +1406,7 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     }
 #endif
     p.ext = p.par > 1 && !p.cluster && (g->m > g_ext_rows || tma_tile);
+    p.raster = g_raster;
     p.n_tiles = t0;
     p.tickets = NULL;
     p.part = NULL;
