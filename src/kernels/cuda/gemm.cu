@@ -1241,19 +1241,18 @@ int gemm_split(int n, int k, enum cuda_epi epi)
 /* The unsplit TMA tile's width at m rows of an (n, epi) product: a launch shape (every
  * width gives the same bytes), so it may follow m.  From g_wide_rows rows, 256 (one
  * block an SM: half the x loads a flop, 1/6 fewer shared-memory reads; the lm_heads 3-9%
- * faster at 512-4,096 rows) but for SwiGLU, whose staged epilogue one block an SM does
- * not hide (the 8B gate/up 4% slower at 1,024 and 2,048 rows, 4% faster at 4,096,
- * beyond a step's 2,048 tokens); in one row of tiles
- * that fit one wave of two-an-SM slots, 96 where its tiles fill the wave clearly more
- * evenly than 128's (the 8B gate/up at batch 1: 256 tiles in 264 slots against 192,
- * of which 60 SMs stream two and 72 one: 64.4 -> 53.3 us on the H200); else 128 (the
- * lm_heads' many waves measured no better at 96). */
+ * faster at 512-4,096 rows; with the row-grouped block order (tile_at) the 8B gate/up
+ * 7-12% faster at 512-2,048 rows than at 128, where before it was 4% slower); in one
+ * row of tiles that fit one wave of two-an-SM slots, 96 where its tiles fill the wave
+ * clearly more evenly than 128's (the 8B gate/up at batch 1: 256 tiles in 264 slots
+ * against 192, of which 60 SMs stream two and 72 one: 64.4 -> 53.3 us on the H200);
+ * else 128 (the lm_heads' many waves measured no better at 96). */
 static int gemm_width(int m, int n, enum cuda_epi epi)
 {
     if (g_width)
         return g_width;
     if (m >= g_wide_rows)
-        return epi == CUDA_EPI_SWIGLU_BF16 ? BN : 256;
+        return 256;
     const int slots = 2 * g_sm_count, t128 = n_tiles_of(n, epi, BN), t96 = n_tiles_of(n, epi, 96);
     if (m > 128 || t128 > slots || t96 > slots)
         return BN;
