@@ -33,6 +33,12 @@ __device__ __forceinline__ uint16_t f32_to_bf16(float f)
     return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
 
+/* SwiGLU of gate g and up u, silu(g) u: every kernel's one sequence of operations. */
+__device__ __forceinline__ float swiglu_of(float g, float u)
+{
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
 /* Programmatic dependent launch (Hopper; HEARTH_CUDA_PDL, see variant.cu).  A kernel
  * launched by klaunch may start while the kernel before it in the stream still runs:
  * until pdl_wait() it may touch only what no kernel of the step writes (weights, the

@@ -150,8 +150,7 @@ __device__ __forceinline__ void swiglu_tile_out(const params &p, const float *ti
         if (row >= p.m || col >= Np)
             continue;
         float g = tile[lr * ld + lc], u = tile[lr * ld + W / 2 + lc];
-        float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-        swiglu_store(p, y, (size_t)row * Np + col, __fmul_rn(silu, u));
+        swiglu_store(p, y, (size_t)row * Np + col, swiglu_of(g, u));
     }
 }
 
@@ -238,8 +237,7 @@ __device__ __forceinline__ void epi_element(const params &p, const seg &sg, int 
         if (c >= BN / 2 || col >= sg.n)
             return;
         float g = sum(c), u = sum(BN / 2 + c);
-        float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-        swiglu_store(p, (uint16_t *)sg.y, (size_t)row * sg.n + col, __fmul_rn(silu, u));
+        swiglu_store(p, (uint16_t *)sg.y, (size_t)row * sg.n + col, swiglu_of(g, u));
     } else {
         int col = sg.nt * BN + c;
         if (col >= sg.n)
@@ -474,7 +472,7 @@ template <int WG> struct wg {
     static constexpr int EPI_LD = BN + 1;
     static constexpr int SMEM = PIPE + 1024; /* + alignment to 1024 (the swizzle's period) */
     static constexpr int A_PER = BM * 8 / NT, B_PER = BN * 8 / NT; /* 16-byte chunks a thread */
-    static_assert(BM * EPI_LD * 4 <= PIPE, "SwiGLU staging fits");
+    static_assert(BM * EPI_LD * 4 <= PIPE, "the parts' staging tile fits");
 };
 
 /* A part's partial sums of a warpgroup's rows (from row0) below m, into the workspace. */
@@ -490,19 +488,53 @@ __device__ __forceinline__ void wg_partials(const params &p, const float *d, boo
 }
 
 /* The epilogue of a finished wgmma tile (BM x W, rows from m0; this warpgroup's from
- * lr0): the stores, or SwiGLU through the staging tile (BM x (W + 1) floats, the
- * pipeline's smem) by the nthr threads (index t) that hold the tile's accumulators,
- * sync() a barrier of just them. */
-template <int EPI, int BM, int W = BN, class S>
-__device__ __forceinline__ void wg_epilogue(const params &p, const float *d, int lr0, int m0, int nt, int Np, void *Yp,
-                                            float *tile, int t, int nthr, S sync)
+ * lr0), from the accumulators, two adjacent columns a store.  SwiGLU from the thread's
+ * own gate and up accumulators (wg_swiglu_pairs): a staging tile in shared memory cost
+ * two barriers a tile and, one block an SM, ran with nothing beside it (ncu: 30% of the
+ * 8B gate/up's warp cycles at a barrier). */
+template <int EPI, int BM, int W = BN, int CH = 8>
+__device__ __forceinline__ void wg_epilogue(const params &p, const float *d, int lr0, int m0, int nt, int Np, void *Yp)
 {
-    constexpr int EPI_LD = W + 1;
     if constexpr (EPI == CUDA_EPI_SWIGLU_BF16) {
-        sync(); /* every warp is done with the pipeline's smem */
-        wg_each<W>(lr0, 0, [&](int e, int lr, int lc) { tile[lr * EPI_LD + lc] = d[e]; });
-        sync();
-        swiglu_tile_out<BM, W>(p, tile, EPI_LD, m0, nt, Np, (uint16_t *)Yp, t, nthr);
+        uint16_t *y = (uint16_t *)Yp;
+        const int c0 = nt * (W / 2);
+        auto keep = [&](int row, int c) { return row < p.m && c0 + c < Np; }; /* n is even: c + 1 too */
+        wg_swiglu_pairs<W>(d, m0 + lr0, keep, [&](int row, int c, float v0, float v1) {
+            const uint16_t h0 = f32_to_bf16(v0), h1 = f32_to_bf16(v1);
+            const size_t at = (size_t)row * Np + c0 + c;
+            *(uint32_t *)(y + at) = (uint32_t)h0 | ((uint32_t)h1 << 16);
+            if (p.y32)
+                *(float2 *)(p.y32 + at) = make_float2(bf16_to_f32(h0), bf16_to_f32(h1));
+        });
+    } else if constexpr (EPI == CUDA_EPI_ADD_F32) {
+        /* y += the tile, CH column groups' old values loaded before any is stored: the
+         * stores may alias the loads as the compiler sees them, so pair by pair each
+         * load waited for the store before it (ncu: the 8B o and down spent half their
+         * warp cycles on those loads, one block an SM) */
+        const int lane = threadIdx.x & 31, wr = (threadIdx.x >> 5) & 3;
+        float *y = (float *)Yp;
+#pragma unroll
+        for (int i0 = 0; i0 < W / 8; i0 += CH) {
+            float2 o[CH][2];
+#pragma unroll
+            for (int i = 0; i < CH; i++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = m0 + lr0 + wr * 16 + (lane >> 2) + 8 * h, col = nt * W + (i0 + i) * 8 + (lane & 3) * 2;
+                    if (i0 + i < W / 8 && row < p.m && col < Np) /* n is even: col + 1 < n too */
+                        o[i][h] = *(const float2 *)(y + (size_t)row * Np + col);
+                }
+#pragma unroll
+            for (int i = 0; i < CH; i++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = m0 + lr0 + wr * 16 + (lane >> 2) + 8 * h, col = nt * W + (i0 + i) * 8 + (lane & 3) * 2;
+                    const int e = 4 * (i0 + i) + 2 * h;
+                    if (i0 + i < W / 8 && row < p.m && col < Np)
+                        *(float2 *)(y + (size_t)row * Np + col) =
+                            make_float2(__fadd_rn(o[i][h].x, d[e]), __fadd_rn(o[i][h].y, d[e + 1]));
+                }
+        }
     } else {
         wg_each<W>(m0 + lr0, nt * W, [&](int e, int row, int col) {
             if ((e & 1) || row >= p.m || col >= Np)
@@ -631,7 +663,7 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
         wg_each(wgi * 64, 0, [&](int e, int lr, int lc) { d[e] = tile[lr * EPI_LD + lc]; });
         __syncthreads();
     }
-    wg_epilogue<EPI, BM>(p, d, wgi * 64, m0, nt, Np, Yp, (float *)smem, tid, NT, [] { __syncthreads(); });
+    wg_epilogue<EPI, BM>(p, d, wgi * 64, m0, nt, Np, Yp);
 }
 
 /* ------------------------------------------------- TMA + wgmma, warp-specialised (sm90a) */
@@ -670,7 +702,7 @@ template <int WG, bool FOLD, int NW = BN> struct tma {
     static constexpr int BOX = NW / 2 * BK * 2; /* a weight copy: NW / 2 rows x 64 bf16 */
     static_assert(BOX % 1024 == 0, "a weight box keeps the swizzle's 8-row period");
     static constexpr int SMEM = STAGES * STAGE + 1024 + 2 * STAGES * 8; /* + the swizzle's alignment, barriers */
-    static_assert(BM * (NW + 1) * 4 <= STAGES * STAGE, "SwiGLU staging fits");
+    static_assert(BM * (NW + 1) * 4 <= STAGES * STAGE, "the cluster's staging tile fits");
 };
 
 struct tparams {
@@ -901,7 +933,7 @@ __global__ void __launch_bounds__(tma<WG, FOLD, NW>::NT, tma<WG, FOLD, NW>::TWO 
         }
 #pragma unroll
         for (int i = 0; i < NW / 2; i++)
-            d[i] = 0.0f; /* never stored: the SwiGLU staging reads its rows */
+            d[i] = 0.0f; /* rows past m: never stored */
         if constexpr (FOLD) {
 #pragma unroll
             for (int i = 0; i < NW / 2; i++)
@@ -926,8 +958,8 @@ __global__ void __launch_bounds__(tma<WG, FOLD, NW>::NT, tma<WG, FOLD, NW>::TWO 
             return;
         }
     }
-    wg_epilogue<EPI, BM, NW>(p, acc, wgi * 64, m0, sgm.nt, sgm.n, sgm.y, (float *)smem, tid, G::NC,
-                             [] { asm volatile("bar.sync 1, %0;\n" ::"n"(G::NC) : "memory"); });
+    /* the residual's loads in flight: fewer where two blocks an SM leave 112 registers */
+    wg_epilogue<EPI, BM, NW, G::REGS ? 8 : 2>(p, acc, wgi * 64, m0, sgm.nt, sgm.n, sgm.y);
 }
 
 template <int WG, bool FOLD, int NW = BN> void tma_set_smem()

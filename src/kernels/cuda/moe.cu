@@ -445,23 +445,6 @@ __device__ __forceinline__ const uint16_t *b_chunk(const gparams &p, size_t w_of
     return b + w_off + (size_t)(ok ? n_at : 0) * p.k + c * 8;
 }
 
-/* SwiGLU of a finished tile staged in shared memory (rows x 128 floats, row stride
- * MOE_EPI_LD: gate columns 0..63, up 64..127) into act's rows from row0, columns from
- * nt * 64, by nthr threads (this one t). */
-__device__ __forceinline__ void swiglu_out(const gparams &p, const float *tile, int row0, int rows, int nt, int t,
-                                           int nthr)
-{
-    uint16_t *y = (uint16_t *)p.y;
-    for (int x = t; x < MOE_BM * (MOE_BN / 2); x += nthr) {
-        int lr = x / (MOE_BN / 2), lc = x % (MOE_BN / 2), col = nt * (MOE_BN / 2) + lc;
-        if (lr >= rows || col >= p.n)
-            continue;
-        float g = tile[lr * MOE_EPI_LD + lc], u = tile[lr * MOE_EPI_LD + MOE_BN / 2 + lc];
-        float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-        y[(size_t)(row0 + lr) * p.n + col] = f32_to_bf16(__fmul_rn(silu, u));
-    }
-}
-
 /* One block: columns tile blockIdx.x of work-list tile blockIdx.y (expert e, rows
  * row0 .. row0 + rows - 1 of the grouped order).  2 x 4 warps of 32 x 32; SwiGLU
  * tiles hold 64 gate columns then the same 64 up columns. */
@@ -559,7 +542,15 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MOE_THREADS, 2) grouped
         frag_each<MI>(wm * WM, wn * 32,
                       [&](int i, int j, int r, int lr, int lc) { tile[lr * MOE_EPI_LD + lc] = acc[i][j][r]; });
         __syncthreads();
-        swiglu_out(p, tile, row0, rows, nt, tid, MOE_THREADS);
+        /* the staged tile: gate columns 0..63, up 64..127; outputs from column nt * 64 */
+        uint16_t *y = (uint16_t *)p.y;
+        for (int x = tid; x < MOE_BM * (MOE_BN / 2); x += MOE_THREADS) {
+            int lr = x / (MOE_BN / 2), lc = x % (MOE_BN / 2), col = nt * (MOE_BN / 2) + lc;
+            if (lr >= rows || col >= p.n)
+                continue;
+            float g = tile[lr * MOE_EPI_LD + lc], u = tile[lr * MOE_EPI_LD + MOE_BN / 2 + lc];
+            y[(size_t)(row0 + lr) * p.n + col] = f32_to_bf16(swiglu_of(g, u));
+        }
     } else {
 #pragma unroll
         for (int i = 0; i < MI; i++)
@@ -606,7 +597,6 @@ template <bool SWIGLU, int MWG_STAGES>
 __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_wg_kernel(gparams p)
 {
     constexpr int A_PER = MOE_BM * 8 / MWG_THREADS, B_PER = MOE_BN * 8 / MWG_THREADS; /* 16-byte chunks */
-    static_assert(MOE_BM * MOE_EPI_LD * 4 <= MWG_STAGES * (MWG_A + MWG_B), "SwiGLU staging fits");
     static_assert(MOE_BK == WG_BK, "a stage is one wg_ktile");
     pdl_wait(); /* the work list is the sort's */
     pdl_release();
@@ -669,12 +659,13 @@ __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_
     }
     cp_wait<0>();
 
-    if constexpr (SWIGLU) {
-        __syncthreads(); /* every thread is done with the pipeline's smem */
-        float *tile = (float *)smem;
-        wg_each<MOE_BN>(0, 0, [&](int i, int lr, int lc) { tile[lr * MOE_EPI_LD + lc] = d[i]; });
-        __syncthreads();
-        swiglu_out(p, tile, row0, rows, nt, tid, MWG_THREADS);
+    if constexpr (SWIGLU) { /* from the thread's own gate and up accumulators, as the dense GEMM */
+        const int c0 = nt * (MOE_BN / 2);
+        auto keep = [&](int lr, int c) { return lr < rows && c0 + c < p.n; }; /* n is even: c + 1 too */
+        wg_swiglu_pairs<MOE_BN>(d, 0, keep, [&](int lr, int c, float v0, float v1) {
+            *(uint32_t *)((uint16_t *)p.y + (size_t)(row0 + lr) * p.n + c0 + c) =
+                (uint32_t)f32_to_bf16(v0) | ((uint32_t)f32_to_bf16(v1) << 16);
+        });
     } else {
         /* accumulators 4 i + 2 h, + 1: row 16 warp + lane / 4 + 8 h, columns 8 i + 2 (lane % 4), + 1 */
         const int lane = tid & 31, wr = tid >> 5;

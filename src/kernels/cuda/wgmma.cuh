@@ -104,6 +104,26 @@ template <int N = 128, class F> __device__ __forceinline__ void wg_each(int row0
             f(4 * i + r, row0 + wr * 16 + (lane >> 2) + (r >> 1) * 8, col0 + i * 8 + (lane & 3) * 2 + (r & 1));
 }
 
+/* SwiGLU from an m64nW tile's own accumulators, gate columns 0..W/2-1 and up W/2..:
+ * gate column c (element 4 i + r) and up column W/2 + c (element 4 (i + W/16) + r) are
+ * the same thread's.  For each of its pairs of adjacent outputs (columns c, c + 1 of the
+ * W/2; rows from row0) that keep(row, c) takes, f(row, c, v0, v1), v = swiglu_of(gate,
+ * up): rows past m cost no arithmetic (a decode step's tile has one row of 64). */
+template <int W, class K, class F> __device__ __forceinline__ void wg_swiglu_pairs(const float *d, int row0, K keep, F f)
+{
+    static_assert(W % 16 == 0, "gate and up columns in whole 8-column groups");
+    const int lane = threadIdx.x & 31, wr = (threadIdx.x >> 5) & 3;
+#pragma unroll
+    for (int i = 0; i < W / 16; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) { /* elements 4 i + 2 h + {0, 1}: one row, two columns */
+            const int e = 4 * i + 2 * h, eu = e + W / 4, row = row0 + wr * 16 + (lane >> 2) + 8 * h,
+                      c = i * 8 + (lane & 3) * 2;
+            if (keep(row, c))
+                f(row, c, swiglu_of(d[e], d[eu]), swiglu_of(d[e + 1], d[eu + 1]));
+        }
+}
+
 } // namespace CUK_NS
 #endif /* CUK_HOPPER */
 #endif
