@@ -287,15 +287,11 @@ __device__ __forceinline__ void walk_out(const struct cuda_attention &a, const f
     }
 }
 
-/* A decode block's end, after its partials are out: the query block's n_part splits
- * count in, and the last one merges its rows (no second launch). */
-__device__ __forceinline__ void split_merge(const struct cuda_attention &a, const struct cuda_attn_batch &b,
-                                            float *work, int *ticket, int n_part, int rows, int t0, int group,
-                                            int kvh, int max_splits)
+/* Whether this block is the last of n_part to get here (its partials out, those of the
+ * others visible): each counts in on the ticket, and the last sets it back to zero for
+ * the next launch. */
+__device__ __forceinline__ bool last_part(int *ticket, int n_part)
 {
-    if (n_part == 1)
-        return;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     __threadfence();
     __syncthreads();
     __shared__ int last;
@@ -307,8 +303,20 @@ __device__ __forceinline__ void split_merge(const struct cuda_attention &a, cons
     }
     __syncthreads();
     if (!last)
-        return;
+        return false;
     __threadfence();
+    return true;
+}
+
+/* A decode block's end, after its partials are out: the query block's n_part splits
+ * count in, and the last one merges its rows (no second launch). */
+__device__ __forceinline__ void split_merge(const struct cuda_attention &a, const struct cuda_attn_batch &b,
+                                            float *work, int *ticket, int n_part, int rows, int t0, int group,
+                                            int kvh, int max_splits)
+{
+    if (n_part == 1 || !last_part(ticket, n_part))
+        return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int r = warp; r < rows; r += WARPS) {
         int tok = t0 + r / group, hd = kvh * group + r % group;
         int ns = b.positions[tok] / CUDA_ATTN_SPLIT + 1;
@@ -687,21 +695,8 @@ __device__ __forceinline__ void walk_long(const struct cuda_attention &a, const 
         }
         return;
     }
-    const int n_part = (n_split + chunk - 1) / chunk;
-    __threadfence();
-    __syncthreads();
-    __shared__ int last;
-    if (threadIdx.x == 0) {
-        int t = atomicAdd(ticket, 1);
-        last = t == n_part - 1;
-        if (last)
-            *ticket = 0; /* ready for the next launch */
-    }
-    __syncthreads();
-    if (!last || !active)
-        return;
-    __threadfence();
-    merge_held(a, work, o, m, l, pos_r, -1, wrow, rows, t0, group, kvh, max_splits);
+    if (last_part(ticket, (n_split + chunk - 1) / chunk) && active)
+        merge_held(a, work, o, m, l, pos_r, -1, wrow, rows, t0, group, kvh, max_splits);
 }
 
 /* SMALL: every block of the launch has at most SPLIT_ROWS rows (a decode step), so
