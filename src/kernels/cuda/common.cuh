@@ -33,6 +33,16 @@ __device__ __forceinline__ uint16_t f32_to_bf16(float f)
     return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
 
+/* Two adjacent bf16 values in one 32-bit word, lo at the lower address: one store. */
+__device__ __forceinline__ uint32_t bf16_pair(uint16_t lo, uint16_t hi)
+{
+    return (uint32_t)lo | ((uint32_t)hi << 16);
+}
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi)
+{
+    return bf16_pair(f32_to_bf16(lo), f32_to_bf16(hi));
+}
+
 /* SwiGLU of gate g and up u, silu(g) u: every kernel's one sequence of operations. */
 __device__ __forceinline__ float swiglu_of(float g, float u)
 {

@@ -137,13 +137,14 @@ __device__ __forceinline__ void swiglu_store(const params &p, uint16_t *y, size_
         p.y32[at] = bf16_to_f32(h);
 }
 
-/* The SwiGLU outputs of a staged tile (BM x W floats, row stride ld: gate columns
- * 0..W/2-1, up W/2..), rows from m0 and columns from nt * W/2 within m and n, by nthr
- * threads (this one t). */
-template <int BM, int W = BN>
+/* The SwiGLU outputs of a staged tile (BM x BN floats, row stride ld: gate columns
+ * 0..BN/2-1, up BN/2..), rows from m0 and columns from nt * BN/2 within m and n, by
+ * nthr threads (this one t): the mma.sync tiles' epilogue. */
+template <int BM>
 __device__ __forceinline__ void swiglu_tile_out(const params &p, const float *tile, int ld, int m0, int nt, int Np,
                                                 uint16_t *y, int t, int nthr)
 {
+    constexpr int W = BN;
     for (int e = t; e < BM * (W / 2); e += nthr) {
         int lr = e / (W / 2), lc = e % (W / 2);
         int row = m0 + lr, col = nt * (W / 2) + lc;
@@ -163,8 +164,7 @@ template <int EPI> __device__ __forceinline__ void store_pair(void *Yp, size_t a
         float2 o = *(float2 *)((float *)Yp + at);
         *(float2 *)((float *)Yp + at) = make_float2(__fadd_rn(o.x, v0), __fadd_rn(o.y, v1));
     } else {
-        uint32_t pk = (uint32_t)f32_to_bf16(v0) | ((uint32_t)f32_to_bf16(v1) << 16);
-        *(uint32_t *)((uint16_t *)Yp + at) = pk;
+        *(uint32_t *)((uint16_t *)Yp + at) = bf16x2(v0, v1);
     }
 }
 
@@ -492,7 +492,7 @@ __device__ __forceinline__ void wg_partials(const params &p, const float *d, boo
  * own gate and up accumulators (wg_swiglu_pairs): a staging tile in shared memory cost
  * two barriers a tile and, one block an SM, ran with nothing beside it (ncu: 30% of the
  * 8B gate/up's warp cycles at a barrier). */
-template <int EPI, int BM, int W = BN, int CH = 8>
+template <int EPI, int W = BN, int CH = 8>
 __device__ __forceinline__ void wg_epilogue(const params &p, const float *d, int lr0, int m0, int nt, int Np, void *Yp)
 {
     if constexpr (EPI == CUDA_EPI_SWIGLU_BF16) {
@@ -502,7 +502,7 @@ __device__ __forceinline__ void wg_epilogue(const params &p, const float *d, int
         wg_swiglu_pairs<W>(d, m0 + lr0, keep, [&](int row, int c, float v0, float v1) {
             const uint16_t h0 = f32_to_bf16(v0), h1 = f32_to_bf16(v1);
             const size_t at = (size_t)row * Np + c0 + c;
-            *(uint32_t *)(y + at) = (uint32_t)h0 | ((uint32_t)h1 << 16);
+            *(uint32_t *)(y + at) = bf16_pair(h0, h1);
             if (p.y32)
                 *(float2 *)(p.y32 + at) = make_float2(bf16_to_f32(h0), bf16_to_f32(h1));
         });
@@ -663,7 +663,7 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
         wg_each(wgi * 64, 0, [&](int e, int lr, int lc) { d[e] = tile[lr * EPI_LD + lc]; });
         __syncthreads();
     }
-    wg_epilogue<EPI, BM>(p, d, wgi * 64, m0, nt, Np, Yp);
+    wg_epilogue<EPI>(p, d, wgi * 64, m0, nt, Np, Yp);
 }
 
 /* ------------------------------------------------- TMA + wgmma, warp-specialised (sm90a) */
@@ -702,7 +702,7 @@ template <int WG, bool FOLD, int NW = BN> struct tma {
     static constexpr int BOX = NW / 2 * BK * 2; /* a weight copy: NW / 2 rows x 64 bf16 */
     static_assert(BOX % 1024 == 0, "a weight box keeps the swizzle's 8-row period");
     static constexpr int SMEM = STAGES * STAGE + 1024 + 2 * STAGES * 8; /* + the swizzle's alignment, barriers */
-    static_assert(BM * (NW + 1) * 4 <= STAGES * STAGE, "the cluster's staging tile fits");
+    static_assert(NW != BN || BM * (BN + 1) * 4 <= STAGES * STAGE, "the cluster's staging tile fits");
 };
 
 struct tparams {
@@ -933,7 +933,7 @@ __global__ void __launch_bounds__(tma<WG, FOLD, NW>::NT, tma<WG, FOLD, NW>::TWO 
         }
 #pragma unroll
         for (int i = 0; i < NW / 2; i++)
-            d[i] = 0.0f; /* rows past m: never stored */
+            d[i] = 0.0f; /* defined, though no epilogue reads rows past m */
         if constexpr (FOLD) {
 #pragma unroll
             for (int i = 0; i < NW / 2; i++)
@@ -959,7 +959,7 @@ __global__ void __launch_bounds__(tma<WG, FOLD, NW>::NT, tma<WG, FOLD, NW>::TWO 
         }
     }
     /* the residual's loads in flight: fewer where two blocks an SM leave 112 registers */
-    wg_epilogue<EPI, BM, NW, G::REGS ? 8 : 2>(p, acc, wgi * 64, m0, sgm.nt, sgm.n, sgm.y);
+    wg_epilogue<EPI, NW, G::REGS ? 8 : 2>(p, acc, wgi * 64, m0, sgm.nt, sgm.n, sgm.y);
 }
 
 template <int WG, bool FOLD, int NW = BN> void tma_set_smem()

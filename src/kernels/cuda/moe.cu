@@ -663,8 +663,7 @@ __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_
         const int c0 = nt * (MOE_BN / 2);
         auto keep = [&](int lr, int c) { return lr < rows && c0 + c < p.n; }; /* n is even: c + 1 too */
         wg_swiglu_pairs<MOE_BN>(d, 0, keep, [&](int lr, int c, float v0, float v1) {
-            *(uint32_t *)((uint16_t *)p.y + (size_t)(row0 + lr) * p.n + c0 + c) =
-                (uint32_t)f32_to_bf16(v0) | ((uint32_t)f32_to_bf16(v1) << 16);
+            *(uint32_t *)((uint16_t *)p.y + (size_t)(row0 + lr) * p.n + c0 + c) = bf16x2(v0, v1);
         });
     } else {
         /* accumulators 4 i + 2 h, + 1: row 16 warp + lane / 4 + 8 h, columns 8 i + 2 (lane % 4), + 1 */
