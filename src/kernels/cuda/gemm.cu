@@ -97,7 +97,7 @@ int g_cluster_kt = 16; /* CL_AUTO: the longest part, in k tiles, added in a clus
  * HEARTH_CUDA_GEMM_WIDTH forces 96, 128 or 256 (0: by the rule), and from
  * HEARTH_CUDA_GEMM_WIDE_ROWS rows on the rule takes 256. */
 int g_width = 0;
-int g_wide_rows = 512;
+int g_wide_rows = 256;
 /* The one-warpgroup build for a few rows (few_rows; HEARTH_CUDA_GEMM_FEW=0 turns it off):
  * a launch shape, the same sums either way. */
 bool g_few = true;
@@ -1196,7 +1196,7 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
         return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_RASTER=%s: >= 0 (row tiles a group; 0: off)", ra);
     const char *gw = getenv("HEARTH_CUDA_GEMM_WIDTH"), *wr = getenv("HEARTH_CUDA_GEMM_WIDE_ROWS");
     g_width = gw && *gw ? atoi(gw) : 0;
-    g_wide_rows = wr && *wr ? atoi(wr) : 512;
+    g_wide_rows = wr && *wr ? atoi(wr) : 256;
     const bool width_ok = g_width == 0 || g_width == 16 || g_width == 32 || g_width == 64 || g_width == 96 ||
                           g_width == 128 || g_width == 256;
     if (!width_ok || g_wide_rows < 1)
@@ -1348,7 +1348,10 @@ static bool few_rows(int m)
  * width gives the same bytes), so it may follow m.  From g_wide_rows rows, 256 (one
  * block an SM: half the x loads a flop, 1/6 fewer shared-memory reads; the lm_heads 3-9%
  * faster at 512-4,096 rows; with the row-grouped block order (tile_at) the 8B gate/up
- * 7-12% faster at 512-2,048 rows than at 128, where before it was 4% slower); in one
+ * 7-12% faster at 512-2,048 rows than at 128, where before it was 4% slower; from 256
+ * rows since the twentieth session: at 256 rows the 8B gate/up 107.3 -> 96.9 us, its
+ * lm_head 552 -> 488, and the 8B's 256 concurrent 0.562 -> 0.568 of its roofline in
+ * three runs each; at 128 rows 256 lost, 67.3 against 56.9 us); in one
  * row of tiles that fit one wave of two-an-SM slots, 96 where its tiles fill the wave
  * clearly more evenly than 128's (the 8B gate/up at batch 1: 256 tiles in 264 slots
  * against 192, of which 60 SMs stream two and 72 one: 64.4 -> 53.3 us on the H200);
