@@ -729,6 +729,8 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
     static_assert(NW != BN || BM * (BN + 1) * 4 <= STAGES * STAGE, "the cluster's staging tile fits");
 };
 
+constexpr int cmax(int a, int b) { return a > b ? a : b; }
+
 struct tparams {
     CUtensorMap ta;                     /* x [m, k], boxes of a_rows rows */
     CUtensorMap tb[CUDA_GEMM_SEGS];     /* segment i's weights [n_i, k] */
@@ -1256,8 +1258,10 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
                       CUK_STR(CUK_VARIANT), wg<2>::SMEM, optin);
     wg_set_smem<2>();
     wg_set_smem<1>();
-    constexpr int tma_smem = tma<2, true>::SMEM > tma<1, false, 16, true>::SMEM ? tma<2, true>::SMEM
-                                                                                : tma<1, false, 16, true>::SMEM;
+    /* the most any TMA build takes: the folding tile or a deep narrow one */
+    constexpr int deep_smem = cmax(tma<1, false, 16, true>::SMEM,
+                                   cmax(tma<1, false, 32, true>::SMEM, tma<1, false, 64, true>::SMEM));
+    constexpr int tma_smem = cmax(tma<2, true>::SMEM, deep_smem);
     if (optin < tma_smem)
         return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
                       "cuda gemm (%s): the TMA tile needs %d bytes of shared memory a block, the device gives %d",
