@@ -24,6 +24,7 @@
 
 #include <cuda.h> /* CUtensorMap (types only: the encoder is the driver's, looked up at run time) */
 
+#include <algorithm>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -729,8 +730,6 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
     static_assert(NW != BN || BM * (BN + 1) * 4 <= STAGES * STAGE, "the cluster's staging tile fits");
 };
 
-constexpr int cmax(int a, int b) { return a > b ? a : b; }
-
 struct tparams {
     CUtensorMap ta;                     /* x [m, k], boxes of a_rows rows */
     CUtensorMap tb[CUDA_GEMM_SEGS];     /* segment i's weights [n_i, k] */
@@ -1259,9 +1258,8 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     wg_set_smem<2>();
     wg_set_smem<1>();
     /* the most any TMA build takes: the folding tile or a deep narrow one */
-    constexpr int deep_smem = cmax(tma<1, false, 16, true>::SMEM,
-                                   cmax(tma<1, false, 32, true>::SMEM, tma<1, false, 64, true>::SMEM));
-    constexpr int tma_smem = cmax(tma<2, true>::SMEM, deep_smem);
+    constexpr int tma_smem = std::max({tma<2, true>::SMEM, tma<1, false, 16, true>::SMEM,
+                                       tma<1, false, 32, true>::SMEM, tma<1, false, 64, true>::SMEM});
     if (optin < tma_smem)
         return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
                       "cuda gemm (%s): the TMA tile needs %d bytes of shared memory a block, the device gives %d",
@@ -1316,11 +1314,19 @@ const char *gemm_tile_name(int n, int k, enum cuda_epi epi)
  * one-block-an-SM wgmma tile): the weight streams of a small-m product need that many
  * blocks.  (Filling the wgmma tile's last wave too, 8B gate/up split in two, measured
  * slower at m = 1 and m = 2048: bench/notes/cuda.md.) */
+/* A shape the TMA tile leaves unsplit only thanks to the narrow tiles: its 128-wide
+ * tiles fill at most half the SMs (the split rule below would split it), its 16-wide
+ * ones all of them (gemm_width gives a few rows their blocks from narrow tiles). */
+static bool narrow_unsplit(int n, enum cuda_epi epi)
+{
+    return g_narrow && 2 * n_tiles_of(n, epi) <= g_sm_count && n_tiles_of(n, epi, 16) >= g_sm_count;
+}
+
 int gemm_split(int n, int k, enum cuda_epi epi)
 {
     int t = tile_of(n, k, epi), tiles = n_tiles_of(n, epi), bk = tile_bk(t), s = 1;
-    if (g_narrow && t == TILE_TMA && n_tiles_of(n, epi, 16) >= g_sm_count)
-        return 1; /* the narrow tiles give a few rows their blocks */
+    if (t == TILE_TMA && narrow_unsplit(n, epi))
+        return 1;
     if (t == TILE_TMA || t == TILE_TMA64) { /* blocks a part, at most one wave of them */
         int wave = (t == TILE_TMA64 ? 2 : 1) * g_sm_count;
         while (tiles * 2 * s <= wave && s < MAX_SPLIT && k % (2 * s * bk) == 0 && k / (2 * s) >= g_min_part)
@@ -1372,16 +1378,15 @@ static struct width gemm_width(int m, int n, enum cuda_epi epi)
         return {g_width, wg1};
     }
     const int slots = 2 * g_sm_count, t128 = n_tiles_of(n, epi, BN), t96 = n_tiles_of(n, epi, 96);
-    /* A shape without a split only thanks to the narrow tiles (its 128-wide tiles fill
-     * at most half the SMs, so the old rule split it): the first tile (columns x rows a
-     * block) of 256 x 128 (from g_wide_rows rows), 128 x 64, 64 x 64, 32 x 64 whose
-     * blocks fill 7/8 of the SMs, else the narrowest.  Measured on the H200 against
+    /* A shape without a split only thanks to the narrow tiles (narrow_unsplit): the
+     * first tile (columns x rows a block) of 256 x 128 (from g_wide_rows rows), 128 x 64,
+     * 64 x 64, 32 x 64 whose blocks fill 7/8 of the SMs, else the narrowest.  Measured on the H200 against
      * every forced tile (bench/notes/cuda.md, twentieth session): the 8B down 31 us at
      * batch 1 (32 x 64), 39 at 128 rows (64 x 64), 60 at 256 (128 x 64), 137 at 1,024
      * (256).  128 x 128 lost wherever its blocks were one an SM (the 8B down at 512 rows:
      * 152 us against 110 at 128 x 64: three stages a block), and a cost of the busiest
      * SM's flops alone picked narrow tiles at many rows (x loaded once a column tile). */
-    if (g_narrow && 2 * t128 <= g_sm_count && n_tiles_of(n, epi, 16) >= g_sm_count) {
+    if (narrow_unsplit(n, epi)) {
         static const struct {
             int w, bm;
         } cand[] = {{256, 128}, {128, 64}, {64, 64}, {32, 64}, {16, 64}};
