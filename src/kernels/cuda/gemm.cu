@@ -1401,7 +1401,7 @@ static struct width gemm_width(int m, int n, enum cuda_epi epi)
         }
         return pick;
     }
-    if (m >= g_wide_rows && (!g_narrow || n_tiles_of(n, epi, 256) * r128 >= fill))
+    if (m >= g_wide_rows && n_tiles_of(n, epi, 256) * r128 >= fill) /* 256 where its blocks fill */
         return {256, false};
     if (m > 128 || t128 > slots || t96 > slots)
         return {BN, false};
