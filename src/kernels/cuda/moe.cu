@@ -20,6 +20,7 @@
  * chose.  The grid is sized for the most tiles the step can need (known on the host
  * from n_tok alone); tiles past the list's end exit at once. */
 #include <stdlib.h>
+#include <string.h>
 
 #include <type_traits>
 
@@ -422,24 +423,25 @@ struct gparams {
 
 /* Chunk c (16 bytes) of row r of a tile's k-tile 0 (64 columns), and whether it is read (a chunk not read is zero-filled): the A tile's row
  * r is grouped row row0 + r (x's row a_rows[row0 + r] where gathered), past `rows` not
- * read; the B tile's row r is weight row nt * 128 + r of expert e (SwiGLU: gate rows
- * nt * 64 + r, then the same up rows), past n not read. */
+ * read; the B tile's row r is weight row nt * BN + r of expert e (SwiGLU: gate rows
+ * nt * BN / 2 + r, then the same up rows), past n not read. */
 __device__ __forceinline__ const uint16_t *a_chunk(const gparams &p, int row0, int rows, int r, int c, bool &ok)
 {
     ok = r < rows;
     const int src = ok ? (p.a_rows ? p.a_rows[row0 + r] : row0 + r) : 0;
     return p.x + (size_t)src * p.k + c * 8;
 }
-template <bool SWIGLU>
+template <bool SWIGLU, int BN = MOE_BN>
 __device__ __forceinline__ const uint16_t *b_chunk(const gparams &p, size_t w_off, int nt, int r, int c, bool &ok)
 {
     const uint16_t *b = p.w;
     int n_at;
     if (SWIGLU) {
-        n_at = nt * (MOE_BN / 2) + (r & (MOE_BN / 2 - 1));
-        b = r < MOE_BN / 2 ? p.w : p.w_up;
+        const bool gate = r < BN / 2;
+        n_at = nt * (BN / 2) + (gate ? r : r - BN / 2);
+        b = gate ? p.w : p.w_up;
     } else {
-        n_at = nt * MOE_BN + r;
+        n_at = nt * BN + r;
     }
     ok = n_at < p.n;
     return b + w_off + (size_t)(ok ? n_at : 0) * p.k + c * 8;
@@ -587,16 +589,26 @@ template <bool SWIGLU> __global__ void __launch_bounds__(MOE_THREADS, 2) grouped
  * -> 285.2 tok/s at 7; at 64 tokens 7 stages made decode steps 18.5 -> 19.0 ms.  A
  * launch shape: the same sums either way (test_moe compares 1 token with 7, 64 and
  * 900).  HEARTH_CUDA_MOE_STAGES=4 or 7 forces one, for benchmarks. */
+/* BN: the tile's columns, 128 (SwiGLU: 64 gate + 64 up), or 96 for the gate/up of the
+ * seven-stage launch (48 + 48): the 30B-A3B's 768 intermediate columns make 16 tiles an
+ * expert instead of 12, so batch 1's 8 experts fill 128 of 132 SMs instead of 96, each
+ * block streaming 3/4 of the bytes.  A launch shape too: every output element sees the
+ * same k16 steps in the same order at either width (test_moe compares 1 token, the 96
+ * build, with 7, 64 and 900 at 128).  HEARTH_CUDA_MOE_UP96=0 keeps 128, for benchmarks. */
 constexpr int MWG_THREADS = 128;
-constexpr int MWG_A = MOE_BM * MOE_BK * 2, MWG_B = MOE_BN * MOE_BK * 2; /* a stage's bytes */
-constexpr int mwg_smem(int st) { return st * (MWG_A + MWG_B) + 1024; } /* + the swizzle's alignment */
+constexpr int MWG_A = MOE_BM * MOE_BK * 2; /* a stage's bytes: A, then B of BN rows */
+__host__ __device__ constexpr int mwg_b(int bn) { return bn * MOE_BK * 2; }
+constexpr int mwg_smem(int st, int bn) { return st * (MWG_A + mwg_b(bn)) + 1024; } /* + the swizzle's alignment */
 int g_moe_stages = 0; /* 0: by the launch's blocks (above) */
+int g_moe_up96 = 1;
 int g_moe_sms = 132;
 
-template <bool SWIGLU, int MWG_STAGES>
+template <bool SWIGLU, int MWG_STAGES, int BN = MOE_BN>
 __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_wg_kernel(gparams p)
 {
-    constexpr int A_PER = MOE_BM * 8 / MWG_THREADS, B_PER = MOE_BN * 8 / MWG_THREADS; /* 16-byte chunks */
+    constexpr int MWG_B = mwg_b(BN);
+    constexpr int A_PER = MOE_BM * 8 / MWG_THREADS, B_PER = BN * 8 / MWG_THREADS; /* 16-byte chunks */
+    static_assert(BN % 16 == 0 && (BN * 8) % MWG_THREADS == 0 && MWG_B % 1024 == 0, "whole chunks, aligned stages");
     static_assert(MOE_BK == WG_BK, "a stage is one wg_ktile");
     pdl_wait(); /* the work list is the sort's */
     pdl_release();
@@ -620,7 +632,7 @@ __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_
 #pragma unroll
     for (int i = 0; i < B_PER; i++) {
         int idx = tid + i * MWG_THREADS;
-        b_src[i] = b_chunk<SWIGLU>(p, w_off, nt, idx >> 3, idx & 7, b_ok[i]);
+        b_src[i] = b_chunk<SWIGLU, BN>(p, w_off, nt, idx >> 3, idx & 7, b_ok[i]);
     }
     auto swz = [](int idx) { /* the swizzled byte offset of chunk idx in a stage */
         int r = idx >> 3, c = idx & 7;
@@ -636,7 +648,7 @@ __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_
             cp16(sb + stage * MWG_B + swz(tid + i * MWG_THREADS), b_src[i] + ko, b_ok[i]);
     };
 
-    float d[MOE_BN / 2];
+    float d[BN / 2];
     const uint32_t sa_addr = (uint32_t)__cvta_generic_to_shared(sa), sb_addr = (uint32_t)__cvta_generic_to_shared(sb);
 #pragma unroll
     for (int st = 0; st < MWG_STAGES - 1; st++) {
@@ -654,25 +666,25 @@ __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_
         cp_commit();
         const int stg = kt % MWG_STAGES;
         const uint32_t a0 = sa_addr + stg * MWG_A, b0 = sb_addr + stg * MWG_B;
-        wg_ktile<MOE_BN>(d, a0, b0, kt); /* the first step overwrites d: no zeroing branch before it */
+        wg_ktile<BN>(d, a0, b0, kt); /* the first step overwrites d: no zeroing branch before it */
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     }
     cp_wait<0>();
 
     if constexpr (SWIGLU) { /* from the thread's own gate and up accumulators, as the dense GEMM */
-        const int c0 = nt * (MOE_BN / 2);
+        const int c0 = nt * (BN / 2);
         auto keep = [&](int lr, int c) { return lr < rows && c0 + c < p.n; }; /* n is even: c + 1 too */
-        wg_swiglu_pairs<MOE_BN>(d, 0, keep, [&](int lr, int c, float v0, float v1) {
+        wg_swiglu_pairs<BN>(d, 0, keep, [&](int lr, int c, float v0, float v1) {
             *(uint32_t *)((uint16_t *)p.y + (size_t)(row0 + lr) * p.n + c0 + c) = bf16x2(v0, v1);
         });
     } else {
         /* accumulators 4 i + 2 h, + 1: row 16 warp + lane / 4 + 8 h, columns 8 i + 2 (lane % 4), + 1 */
         const int lane = tid & 31, wr = tid >> 5;
 #pragma unroll
-        for (int i = 0; i < MOE_BN / 8; i++)
+        for (int i = 0; i < BN / 8; i++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                int lr = wr * 16 + (lane >> 2) + h * 8, col = nt * MOE_BN + i * 8 + (lane & 3) * 2;
+                int lr = wr * 16 + (lane >> 2) + h * 8, col = nt * BN + i * 8 + (lane & 3) * 2;
                 if (lr >= rows || col >= p.n)
                     continue; /* n is even: col + 1 < n too */
                 *(float2 *)((float *)p.y + (size_t)(row0 + lr) * p.n + col) =
@@ -682,16 +694,19 @@ __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_
 }
 
 /* The gate/up (SwiGLU) and down kernels of ST stages: their shared memory, their launch. */
-template <int ST> void grouped_wg_smem()
+template <int ST, int UP_BN = MOE_BN> void grouped_wg_smem()
 {
-    cudaFuncSetAttribute(grouped_wg_kernel<true, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(ST));
-    cudaFuncSetAttribute(grouped_wg_kernel<false, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, mwg_smem(ST));
+    cudaFuncSetAttribute(grouped_wg_kernel<true, ST, UP_BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         mwg_smem(ST, UP_BN));
+    cudaFuncSetAttribute(grouped_wg_kernel<false, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         mwg_smem(ST, MOE_BN));
 }
-template <int ST>
+/* the gate/up tiles UP_BN wide (g_up's columns), the down's 128 */
+template <int ST, int UP_BN = MOE_BN>
 void grouped_wg_launch(const gparams &up, dim3 g_up, const gparams &down, dim3 g_down, cudaStream_t st)
 {
-    klaunch(grouped_wg_kernel<true, ST>, g_up, MWG_THREADS, mwg_smem(ST), st, up);
-    klaunch(grouped_wg_kernel<false, ST>, g_down, MWG_THREADS, mwg_smem(ST), st, down);
+    klaunch(grouped_wg_kernel<true, ST, UP_BN>, g_up, MWG_THREADS, mwg_smem(ST, UP_BN), st, up);
+    klaunch(grouped_wg_kernel<false, ST>, g_down, MWG_THREADS, mwg_smem(ST, MOE_BN), st, down);
 }
 #endif /* CUK_HOPPER */
 
@@ -780,9 +795,12 @@ enum hr_status moe_prepare(int sm_count, char *err, size_t errlen)
     g_moe_stages = v && *v ? atoi(v) : 0;
     if (g_moe_stages != 0 && g_moe_stages != 4 && g_moe_stages != 7)
         return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_MOE_STAGES=%s: 4 or 7", v);
+    v = getenv("HEARTH_CUDA_MOE_UP96");
+    g_moe_up96 = !(v && *v && strcmp(v, "0") == 0);
     g_moe_sms = sm_count > 0 ? sm_count : 132;
     grouped_wg_smem<4>();
     grouped_wg_smem<7>();
+    grouped_wg_smem<7, 96>();
 #else
     (void)sm_count; /* mma.sync's grouped GEMM has one build */
     cudaFuncSetAttribute(grouped_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, MOE_SMEM);
@@ -839,9 +857,14 @@ enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t err
     gparams gd = {act, NULL, a->down, NULL, eo, tiles, n_tiles, H, I};
 #if defined(CUK_HOPPER)
     const long most_blocks = (long)R * (g_up.x > g_down.x ? g_up.x : g_down.x); /* a tile a pair at most */
-    if (g_moe_stages == 7 || (g_moe_stages == 0 && most_blocks <= g_moe_sms))
-        grouped_wg_launch<7>(g, g_up, gd, g_down, st);
-    else
+    const dim3 g_up96((I + 47) / 48, o.t_max);
+    const long most96 = (long)R * (g_up96.x > g_down.x ? g_up96.x : g_down.x);
+    if (g_moe_stages == 7 || (g_moe_stages == 0 && most_blocks <= g_moe_sms)) {
+        if (g_moe_up96 && most96 <= g_moe_sms) /* still one wave: a stream 3/4 as long a block */
+            grouped_wg_launch<7, 96>(g, g_up96, gd, g_down, st);
+        else
+            grouped_wg_launch<7>(g, g_up, gd, g_down, st);
+    } else
         grouped_wg_launch<4>(g, g_up, gd, g_down, st);
 #else
     klaunch(grouped_kernel<true>, g_up, MOE_THREADS, MOE_SMEM, st, g);
