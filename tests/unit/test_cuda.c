@@ -1111,7 +1111,7 @@ static void test_attn_prep(void)
 
 /* One MoE layer on the device (hidden 512, 64 experts of 256, top 8).  Every token
  * has a feature that the router's expert 0 weighs heavily, so expert 0 is in every
- * token's top-k and its group holds all the step's rows: 1, 7, 64 or 900.  A token's
+ * token's top-k and its group holds all the step's rows: 1, 2, 7, 64 or 900.  A token's
  * row of h is the same bytes in each, with other companions, and run to run; parity
  * with a float64 host reference over the experts the device chose (within 1e-2 of the
  * output's scale), and the routing equals the host's top-k where the host's margin
@@ -1186,13 +1186,19 @@ static void moe_case(int norm)
     /* run to run */
     moe_run(&r, h0, x, MOE_N, part, NULL);
     CHECK_MSG(memcmp(all, part, nh * 4) == 0, "norm=%d: run to run differ", norm);
-    /* the first n tokens alone: expert 0's group of n rows */
-    static const int ns[] = {1, 7, 64};
-    for (int i = 0; i < 3; i++) {
-        moe_run(&r, h0, x, ns[i], part, NULL);
+    /* the first n tokens alone: expert 0's group of n rows (1 and 2 tokens: the gate/up
+     * launch routes and sorts them itself, seven stages, 96 wide; the others: the sort
+     * kernel, four stages, 128 wide); the routing trace too */
+    static const int ns[] = {1, 2, 7, 64};
+    int32_t *trace_n = hmust((size_t)64 * MOE_K * 4);
+    for (int i = 0; i < 4; i++) {
+        moe_run(&r, h0, x, ns[i], part, trace_n);
         CHECK_MSG(memcmp(all, part, (size_t)ns[i] * MOE_H * 4) == 0, "norm=%d: %d tokens differ from %d", norm,
                   ns[i], MOE_N);
+        CHECK_MSG(memcmp(trace, trace_n, (size_t)ns[i] * MOE_K * 4) == 0, "norm=%d: %d tokens' routing differs",
+                  norm, ns[i]);
     }
+    free(trace_n);
     /* token 0 among other companions (and other residuals) */
     memcpy(x2, x, (size_t)MOE_H * 4);
     memcpy(h0b, h0, (size_t)MOE_H * 4);

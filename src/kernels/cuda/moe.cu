@@ -249,23 +249,24 @@ __device__ __forceinline__ void route_token(const float *logits, int32_t *top_e,
     float *tw = top_w + (size_t)t * K;
     float s = 0.0f, wk = 0.0f; /* lane r keeps rank r's weight (ranks past 32: memory) */
     for (int r = 0; r < K; r++) {
-        int best = -1;
-        float bv = 0.0f;
+        /* The round's argmax by two warp reductions: a probability (>= 0, <= 1) orders as
+         * its bits, so key = bits + 1 (0: taken, out of range or NaN) has the warp's
+         * largest probability as its max, and the lowest expert holding it is the min of
+         * the ids of the lanes at that key (a lane's own best first: ascending j, a tie
+         * keeps the lower).  Exact, as any order of compares is. */
+        uint32_t key = 0, id = 0;
 #pragma unroll
-        for (int j = 0; j < NPL; j++) /* ascending: a tie keeps the lower */
-            if (p[j] >= 0.0f && (best < 0 || p[j] > bv)) {
-                best = lane + 32 * j;
-                bv = p[j];
-            }
-        for (int off = 16; off; off >>= 1) {
-            int ob = __shfl_xor_sync(0xffffffffu, best, off);
-            float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-            if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
-                best = ob;
-                bv = ov;
+        for (int j = 0; j < NPL; j++) {
+            const uint32_t kj = p[j] >= 0.0f ? (__float_as_uint(p[j]) & 0x7fffffffu) + 1u : 0u; /* -0 as +0 */
+            if (kj > key) {
+                key = kj;
+                id = lane + 32 * j;
             }
         }
-        if (best < 0) { /* every probability NaN: any untaken expert, the weight NaN */
+        const uint32_t kmax = __reduce_max_sync(0xffffffffu, key);
+        int best = (int)__reduce_min_sync(0xffffffffu, key == kmax ? id : 0xffffffffu);
+        float bv = __uint_as_float(kmax - 1u);
+        if (kmax == 0) { /* every probability NaN: any untaken expert, the weight NaN */
             best = r;
             bv = NAN;
         }
@@ -412,6 +413,15 @@ int sort_threads(int E, int hw, int routed)
     return t < SORT_THREADS ? t : SORT_THREADS;
 }
 
+/* The routing and sort of a gate/up launch that routes its own few tokens (OWN): the
+ * logits in, and every output the sort would have written out, for the down and
+ * combine kernels and the trace. */
+struct own_args {
+    route_args ra;
+    int32_t *top_e, *row_of, *tok_of_row, *tiles, *n_tiles;
+    int n, K, E;
+};
+
 struct gparams {
     const uint16_t *x;       /* bf16 A rows [*, k] */
     const int32_t *a_rows;   /* grouped row -> row of x, or NULL: the grouped row itself */
@@ -419,6 +429,7 @@ struct gparams {
     void *y;                 /* [R, n]: bf16 (SwiGLU) or f32 */
     const int32_t *tiles, *n_tiles;
     int n, k;
+    own_args own;            /* OWN launches only */
 };
 
 /* Chunk c (16 bytes) of row r of a tile's k-tile 0 (64 columns), and whether it is read (a chunk not read is zero-filled): the A tile's row
@@ -603,18 +614,99 @@ int g_moe_stages = 0; /* 0: by the launch's blocks (above) */
 int g_moe_up96 = 1;
 int g_moe_sms = 132;
 
-template <bool SWIGLU, int MWG_STAGES, int BN = MOE_BN>
+/* OWN_PAIRS: at most this many (token, rank) pairs, the gate/up launch of seven stages
+ * routes and sorts its tokens itself, every block the same, and no sort kernel runs
+ * (at batch 1 the sort was 8.6 us a layer under ncu, mostly its launch, barriers and
+ * L2 round trips, on the chain between the router and the experts).  Each warp routes
+ * tokens as route_kernel's warps do (route_token; four registers a lane hold up to 128
+ * experts and give route_token<1>'s and <2>'s bits: the lanes' extra experts are out of
+ * range, never summed or taken); then one warp ranks the pairs by (expert, pair index),
+ * the order the counting sort gives, so rows, segments and tiles (at most 32 rows a
+ * segment: one tile an expert, in expert order) are the sort's.  Block (0, 0) writes
+ * them out for the down and combine kernels, and top_e for the trace.  HEARTH_CUDA_MOE_OWN=0
+ * runs the sort kernel instead, for benchmarks. */
+constexpr int OWN_PAIRS = 32, OWN_EXPERTS = 128;
+int g_moe_own = 1;
+
+/* This block's tile (false: none, the block leaves) and its rows' tokens (s_tok). */
+__device__ __forceinline__ bool own_route(const own_args &o, int32_t *s_tok, int &e, int &row0, int &rows)
+{
+    __shared__ int32_t s_te[OWN_PAIRS], s_tile[3];
+    __shared__ float s_tw[OWN_PAIRS];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, R = o.n * o.K;
+    for (int t = warp; t < o.n; t += blockDim.x >> 5)
+        route_token<OWN_EXPERTS / 32>(o.ra.logits, s_te, s_tw, t, o.E, o.K, o.ra.norm, lane);
+    __syncthreads();
+    if (warp == 0) {
+        const bool live = lane < R;
+        const int ei = live ? s_te[lane] : 0x7fffffff;
+        int below = 0, same = 0, rank = 0; /* pairs of lower experts; of this one; before it in (e, i) order */
+        for (int j = 0; j < R; j++) {
+            const int ej = __shfl_sync(0xffffffffu, ei, j);
+            below += ej < ei;
+            same += ej == ei;
+            rank += ej < ei || (ej == ei && j < lane);
+        }
+        const bool first = live && rank == below; /* the lowest pair of its expert */
+        const unsigned firsts = __ballot_sync(0xffffffffu, first);
+        int tile = 0; /* experts below this one */
+        for (int j = 0; j < R; j++)
+            tile += ((firsts >> j) & 1) && __shfl_sync(0xffffffffu, ei, j) < ei;
+        const unsigned mine = __ballot_sync(0xffffffffu, first && tile == (int)blockIdx.y);
+        const int te = mine ? __shfl_sync(0xffffffffu, ei, __ffs(mine) - 1) : -1;
+        if (live && ei == te)
+            s_tok[rank - below] = lane / o.K;
+        if (mine && lane == __ffs(mine) - 1) {
+            s_tile[1] = below;
+            s_tile[2] = same;
+        }
+        if (lane == 0)
+            s_tile[0] = te;
+        if (blockIdx.x == 0 && blockIdx.y == 0) {
+            if (live) {
+                o.top_e[lane] = ei;
+                o.ra.top_w[lane] = s_tw[lane];
+                o.row_of[lane] = rank;
+                o.tok_of_row[rank] = lane / o.K;
+            }
+            if (first) {
+                o.tiles[3 * tile] = ei;
+                o.tiles[3 * tile + 1] = below;
+                o.tiles[3 * tile + 2] = same;
+            }
+            if (lane == 0)
+                *o.n_tiles = __popc(firsts);
+        }
+    }
+    __syncthreads();
+    e = s_tile[0];
+    row0 = s_tile[1];
+    rows = s_tile[2];
+    return e >= 0;
+}
+
+template <bool SWIGLU, int MWG_STAGES, int BN = MOE_BN, bool OWN = false>
 __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_wg_kernel(gparams p)
 {
     constexpr int MWG_B = mwg_b(BN);
     constexpr int A_PER = MOE_BM * 8 / MWG_THREADS, B_PER = BN * 8 / MWG_THREADS; /* 16-byte chunks */
     static_assert(BN % 16 == 0 && (BN * 8) % MWG_THREADS == 0 && MWG_B % 1024 == 0, "whole chunks, aligned stages");
     static_assert(MOE_BK == WG_BK, "a stage is one wg_ktile");
-    pdl_wait(); /* the work list is the sort's */
+    static_assert(!OWN || SWIGLU, "the gate/up launch routes");
+    pdl_wait(); /* the work list is the sort's (OWN: the logits are the router's) */
     pdl_release();
-    if ((int)blockIdx.y >= *p.n_tiles)
-        return;
-    const int e = p.tiles[3 * blockIdx.y], row0 = p.tiles[3 * blockIdx.y + 1], rows = p.tiles[3 * blockIdx.y + 2];
+    int e, row0, rows;
+    __shared__ int32_t s_tok[OWN ? OWN_PAIRS : 1]; /* OWN: the tile's rows' tokens */
+    if constexpr (OWN) {
+        if (!own_route(p.own, s_tok, e, row0, rows))
+            return;
+    } else {
+        if ((int)blockIdx.y >= *p.n_tiles)
+            return;
+        e = p.tiles[3 * blockIdx.y];
+        row0 = p.tiles[3 * blockIdx.y + 1];
+        rows = p.tiles[3 * blockIdx.y + 2];
+    }
     extern __shared__ __align__(128) uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     uint8_t *sa = smem, *sb = smem + MWG_STAGES * MWG_A;
@@ -627,7 +719,13 @@ __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_
 #pragma unroll
     for (int i = 0; i < A_PER; i++) {
         int idx = tid + i * MWG_THREADS;
-        a_src[i] = a_chunk(p, row0, rows, idx >> 3, idx & 7, a_ok[i]);
+        if constexpr (OWN) { /* a_chunk's, with the tokens from s_tok */
+            const int r = idx >> 3;
+            a_ok[i] = r < rows;
+            a_src[i] = p.x + (size_t)(a_ok[i] ? s_tok[r] : 0) * p.k + (idx & 7) * 8;
+        } else {
+            a_src[i] = a_chunk(p, row0, rows, idx >> 3, idx & 7, a_ok[i]);
+        }
     }
 #pragma unroll
     for (int i = 0; i < B_PER; i++) {
@@ -694,18 +792,18 @@ __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_
 }
 
 /* The gate/up (SwiGLU) and down kernels of ST stages: their shared memory, their launch. */
-template <int ST, int UP_BN = MOE_BN> void grouped_wg_smem()
+template <int ST, int UP_BN = MOE_BN, bool OWN = false> void grouped_wg_smem()
 {
-    cudaFuncSetAttribute(grouped_wg_kernel<true, ST, UP_BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(grouped_wg_kernel<true, ST, UP_BN, OWN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          mwg_smem(ST, UP_BN));
     cudaFuncSetAttribute(grouped_wg_kernel<false, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          mwg_smem(ST, MOE_BN));
 }
 /* the gate/up tiles UP_BN wide (g_up's columns), the down's 128 */
-template <int ST, int UP_BN = MOE_BN>
+template <int ST, int UP_BN = MOE_BN, bool OWN = false>
 void grouped_wg_launch(const gparams &up, dim3 g_up, const gparams &down, dim3 g_down, cudaStream_t st)
 {
-    klaunch(grouped_wg_kernel<true, ST, UP_BN>, g_up, MWG_THREADS, mwg_smem(ST, UP_BN), st, up);
+    klaunch(grouped_wg_kernel<true, ST, UP_BN, OWN>, g_up, MWG_THREADS, mwg_smem(ST, UP_BN), st, up);
     klaunch(grouped_wg_kernel<false, ST>, g_down, MWG_THREADS, mwg_smem(ST, MOE_BN), st, down);
 }
 #endif /* CUK_HOPPER */
@@ -797,10 +895,14 @@ enum hr_status moe_prepare(int sm_count, char *err, size_t errlen)
         return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_MOE_STAGES=%s: 4 or 7", v);
     v = getenv("HEARTH_CUDA_MOE_UP96");
     g_moe_up96 = !(v && *v && strcmp(v, "0") == 0);
+    v = getenv("HEARTH_CUDA_MOE_OWN");
+    g_moe_own = !(v && *v && strcmp(v, "0") == 0);
     g_moe_sms = sm_count > 0 ? sm_count : 132;
     grouped_wg_smem<4>();
     grouped_wg_smem<7>();
     grouped_wg_smem<7, 96>();
+    grouped_wg_smem<7, 96, true>();
+    grouped_wg_smem<7, 128, true>();
 #else
     (void)sm_count; /* mma.sync's grouped GEMM has one build */
     cudaFuncSetAttribute(grouped_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, MOE_SMEM);
@@ -849,24 +951,37 @@ enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t err
     klaunch(ew == 1 ? router_kernel<1> : router_kernel<4>,
             dim3((n + ROUTER_TOK - 1) / ROUTER_TOK, (E + 8 * ew - 1) / (8 * ew)), 256,
             (size_t)(n < ROUTER_TOK ? n : ROUTER_TOK) * H * 4, st, logits, xb, a->xn, a->router, n, H, E);
-    route_sort({logits, top_w, a->norm_topk}, top_e, n, E, K, row_of, tok_of_row, tiles, n_tiles, st);
-    if ((s = launch_status("moe routing", err, errlen)) != HR_OK)
-        return s;
     const dim3 g_up((I + MOE_BN / 2 - 1) / (MOE_BN / 2), o.t_max), g_down((H + MOE_BN - 1) / MOE_BN, o.t_max);
-    gparams g = {xb, tok_of_row, a->gate, a->up, act, tiles, n_tiles, I, H};
-    gparams gd = {act, NULL, a->down, NULL, eo, tiles, n_tiles, H, I};
+    const route_args ra = {logits, top_w, a->norm_topk};
+    gparams g = {xb, tok_of_row, a->gate, a->up, act, tiles, n_tiles, I, H, {}};
+    gparams gd = {act, NULL, a->down, NULL, eo, tiles, n_tiles, H, I, {}};
 #if defined(CUK_HOPPER)
     const long most_blocks = (long)R * (g_up.x > g_down.x ? g_up.x : g_down.x); /* a tile a pair at most */
     const dim3 g_up96((I + 47) / 48, o.t_max);
     const long most96 = (long)R * (g_up96.x > g_down.x ? g_up96.x : g_down.x);
-    if (g_moe_stages == 7 || (g_moe_stages == 0 && most_blocks <= g_moe_sms)) {
-        if (g_moe_up96 && most96 <= g_moe_sms) /* still one wave: a stream 3/4 as long a block */
-            grouped_wg_launch<7, 96>(g, g_up96, gd, g_down, st);
-        else
-            grouped_wg_launch<7>(g, g_up, gd, g_down, st);
-    } else
+    const bool seven = g_moe_stages == 7 || (g_moe_stages == 0 && most_blocks <= g_moe_sms);
+    const bool up96 = seven && g_moe_up96 && most96 <= g_moe_sms; /* still one wave: a stream 3/4 as long a block */
+    const bool own = seven && g_moe_own && R <= OWN_PAIRS && E <= OWN_EXPERTS;
+    if (own)
+        g.own = {ra, top_e, row_of, tok_of_row, tiles, n_tiles, n, K, E};
+    else
+        route_sort(ra, top_e, n, E, K, row_of, tok_of_row, tiles, n_tiles, st);
+    if ((s = launch_status("moe routing", err, errlen)) != HR_OK)
+        return s;
+    if (own && up96)
+        grouped_wg_launch<7, 96, true>(g, g_up96, gd, g_down, st);
+    else if (own)
+        grouped_wg_launch<7, 128, true>(g, g_up, gd, g_down, st);
+    else if (up96)
+        grouped_wg_launch<7, 96>(g, g_up96, gd, g_down, st);
+    else if (seven)
+        grouped_wg_launch<7>(g, g_up, gd, g_down, st);
+    else
         grouped_wg_launch<4>(g, g_up, gd, g_down, st);
 #else
+    route_sort(ra, top_e, n, E, K, row_of, tok_of_row, tiles, n_tiles, st);
+    if ((s = launch_status("moe routing", err, errlen)) != HR_OK)
+        return s;
     klaunch(grouped_kernel<true>, g_up, MOE_THREADS, MOE_SMEM, st, g);
     klaunch(grouped_kernel<false>, g_down, MOE_THREADS, MOE_SMEM, st, gd);
 #endif
