@@ -112,6 +112,15 @@ bool g_narrow = true;
 /* the narrowest tile gemm_width may pick (HEARTH_CUDA_GEMM_NARROW_MIN: 16, 32 or 64; a
  * launch shape).  16 measured slower at batch 1 (8B 186.4 against 206.0 tok/s at 32). */
 int g_narrow_min = 32;
+/* Balanced narrow tiles (HEARTH_CUDA_GEMM_BALANCED=0 turns them off; a launch shape, the
+ * same sums): where a few rows' narrow tiles come to more blocks than SMs (two an SM on
+ * some SMs, one on the rest, and the launch lasts as long as the SMs that stream two),
+ * the width of 40 or 48 columns whose blocks fit one an SM and fill 7/8 of them, its deep
+ * build: the 30B-A3B's q/k/v at 40 (129 blocks, not 160 of 32), the 8B's at 48 (130, not
+ * 192).  Not for SwiGLU: the 0.6B's gate/up at 48 (two 24-row boxes a stage) took 6.18 us
+ * at batch 1 against 5.78 at 32 (H200), and 40 would break the swizzle's 8-row period of
+ * its gate and up halves. */
+bool g_balanced = true;
 /* the unsplit tile's rows a block, forced (HEARTH_CUDA_GEMM_BM 64 or 128; 0: gemm_width
  * picks; the narrow widths always 64, 256 always 128): a launch shape, for benchmarks */
 int g_bm = 0;
@@ -725,7 +734,8 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
     static_assert(!REGS || (NC * REG_C + 128 * REG_P) * (TWO ? 2 : 1) <= 65536, "registers");
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = NW * BK * 2, STAGE = A_BYTES + B_BYTES;
     static constexpr int BOX = NW / 2 * BK * 2; /* SwiGLU's gate or up copy: NW / 2 rows x 64 bf16 */
-    static_assert(BOX % 1024 == 0, "a weight box keeps the swizzle's 8-row period");
+    static_assert(B_BYTES % 1024 == 0, "a weight box keeps the swizzle's 8-row period");
+    static constexpr bool SWIGLU_OK = BOX % 1024 == 0; /* gate and up boxes of whole 8-row periods */
     static constexpr int SMEM = STAGES * STAGE + 1024 + 2 * STAGES * 8; /* + the swizzle's alignment, barriers */
     static_assert(NW != BN || BM * (BN + 1) * 4 <= STAGES * STAGE, "the cluster's staging tile fits");
 };
@@ -989,8 +999,9 @@ __global__ void __launch_bounds__(tma<WG, FOLD, NW, DEEP>::NT, tma<WG, FOLD, NW,
 template <int WG, bool FOLD, int NW = BN, bool DEEP = false> void tma_set_smem()
 {
     each_epi([](auto E) {
-        cudaFuncSetAttribute(gemm_tma_kernel<WG, decltype(E)::value, FOLD, NW, DEEP>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, tma<WG, FOLD, NW, DEEP>::SMEM);
+        if constexpr (decltype(E)::value != CUDA_EPI_SWIGLU_BF16 || tma<WG, FOLD, NW, DEEP>::SWIGLU_OK)
+            cudaFuncSetAttribute(gemm_tma_kernel<WG, decltype(E)::value, FOLD, NW, DEEP>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, tma<WG, FOLD, NW, DEEP>::SMEM);
     });
 }
 
@@ -1045,8 +1056,9 @@ void tma_launch_epi(const tparams &tp, enum cuda_epi epi, cudaStream_t st)
     const params &p = tp.p;
     dim3 grid(p.n_tiles, (p.m + G::BM - 1) / G::BM, p.par);
     by_epi(epi, [&](auto E) {
-        klaunch_cz(gemm_tma_kernel<WG, decltype(E)::value, FOLD, NW, DEEP>, grid, G::NT, G::SMEM, st,
-                   p.cluster ? p.par : 1, tp);
+        if constexpr (decltype(E)::value != CUDA_EPI_SWIGLU_BF16 || G::SWIGLU_OK) /* (gemm_width's widths) */
+            klaunch_cz(gemm_tma_kernel<WG, decltype(E)::value, FOLD, NW, DEEP>, grid, G::NT, G::SMEM, st,
+                       p.cluster ? p.par : 1, tp);
     });
 }
 
@@ -1072,6 +1084,10 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
         constexpr bool DP = decltype(D)::value;
         if (nw == 64)
             tma_launch_epi<1, false, 64, DP>(tp, g->epi, st);
+        else if (nw == 48)
+            tma_launch_epi<1, false, 48, DP>(tp, g->epi, st);
+        else if (nw == 40)
+            tma_launch_epi<1, false, 40, DP>(tp, g->epi, st);
         else if (nw == 32)
             tma_launch_epi<1, false, 32, DP>(tp, g->epi, st);
         else
@@ -1198,11 +1214,13 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     const char *gw = getenv("HEARTH_CUDA_GEMM_WIDTH"), *wr = getenv("HEARTH_CUDA_GEMM_WIDE_ROWS");
     g_width = gw && *gw ? atoi(gw) : 0;
     g_wide_rows = wr && *wr ? atoi(wr) : 256;
-    const bool width_ok = g_width == 0 || g_width == 16 || g_width == 32 || g_width == 64 || g_width == 96 ||
-                          g_width == 128 || g_width == 256;
+    const bool width_ok = g_width == 0 || g_width == 16 || g_width == 32 || g_width == 40 || g_width == 48 ||
+                          g_width == 64 || g_width == 96 || g_width == 128 || g_width == 256;
+    const char *bw = getenv("HEARTH_CUDA_GEMM_BALANCED");
+    g_balanced = !(bw && strcmp(bw, "0") == 0);
     if (!width_ok || g_wide_rows < 1)
         return hr_err(err, errlen, HR_ERR_INVALID,
-                      "HEARTH_CUDA_GEMM_WIDTH=%s / _WIDE_ROWS=%s: 0, 16, 32, 64, 96, 128 or 256 / >= 1",
+                      "HEARTH_CUDA_GEMM_WIDTH=%s / _WIDE_ROWS=%s: 0, 16, 32, 40, 48, 64, 96, 128 or 256 / >= 1",
                       gw ? gw : "", wr ? wr : "");
     if (g_cluster < 0 || g_cluster_kt < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_CLUSTER=%s / _CLUSTER_KT=%s: 0, 1 or all / >= 1",
@@ -1259,7 +1277,8 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     wg_set_smem<1>();
     /* the most any TMA build takes: the folding tile or a deep narrow one */
     constexpr int tma_smem = std::max({tma<2, true>::SMEM, tma<1, false, 16, true>::SMEM,
-                                       tma<1, false, 32, true>::SMEM, tma<1, false, 64, true>::SMEM});
+                                       tma<1, false, 32, true>::SMEM, tma<1, false, 40, true>::SMEM,
+                                       tma<1, false, 48, true>::SMEM, tma<1, false, 64, true>::SMEM});
     if (optin < tma_smem)
         return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
                       "cuda gemm (%s): the TMA tile needs %d bytes of shared memory a block, the device gives %d",
@@ -1274,7 +1293,11 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     tma_set_smem<1, false, 64>();
     tma_set_smem<1, false, 32>();
     tma_set_smem<1, false, 16>();
+    tma_set_smem<1, false, 48>();
+    tma_set_smem<1, false, 40>();
     tma_set_smem<1, false, 64, true>();
+    tma_set_smem<1, false, 48, true>();
+    tma_set_smem<1, false, 40, true>();
     tma_set_smem<1, false, 32, true>();
     tma_set_smem<1, false, 16, true>();
     for (int cz = 2, l = 0; cz <= CLUSTER_MAX; cz *= 2, l++) {
@@ -1373,7 +1396,7 @@ struct width {
 static struct width gemm_width(int m, int n, enum cuda_epi epi)
 {
     const int r128 = (m + 127) / 128, fill = g_sm_count * 7 / 8;
-    if (g_width) {
+    if (g_width && (epi != CUDA_EPI_SWIGLU_BF16 || g_width % 16 == 0)) { /* (40: not SwiGLU's, see g_balanced) */
         const bool wg1 = g_width <= 64 || (g_width != 256 && (g_bm ? g_bm == 64 : g_width == 96 && few_rows(m)));
         return {g_width, wg1};
     }
@@ -1522,7 +1545,22 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     p.par = gemm_par(g->m, n, g->k, g->epi);
     /* the tiles' width: BN but for the unsplit TMA tile (gemm_width) */
     const struct width wd = t == TILE_TMA && p.split == 1 ? gemm_width(g->m, n, g->epi) : width{BN, false};
-    const int nw = wd.nw;
+    int nw = wd.nw;
+    auto tiles_at = [&](int w) {
+        int s = 0;
+        for (int i = 0; i < n_seg; i++)
+            s += n_tiles_of(i ? g->more_n[i - 1] : g->n, g->epi, w);
+        return s;
+    };
+    if (t == TILE_TMA && p.split == 1 && g_balanced && !g_width && nw <= 64 && g->m <= 64 &&
+        g->epi != CUDA_EPI_SWIGLU_BF16 && tiles_at(nw) > g_sm_count)
+        for (int w : {40, 48}) {
+            const int b = tiles_at(w);
+            if (w > nw && b <= g_sm_count && b >= g_sm_count * 7 / 8) {
+                nw = w;
+                break;
+            }
+        }
     int t0 = 0;
     for (int i = 0; i < n_seg; i++) {
         p.seg_w[i] = i ? g->more_w[i - 1] : g->w;
