@@ -95,8 +95,9 @@ enum { CL_OFF, /* 0: combine_kernel */
 int g_cluster = CL_AUTO;
 int g_cluster_kt = 16; /* CL_AUTO: the longest part, in k tiles, added in a cluster (HEARTH_CUDA_GEMM_CLUSTER_KT) */
 /* The unsplit TMA tile's width (gemm_width; the sums are the same at every width):
- * HEARTH_CUDA_GEMM_WIDTH forces 96, 128 or 256 (0: by the rule), and from
- * HEARTH_CUDA_GEMM_WIDE_ROWS rows on the rule takes 256. */
+ * HEARTH_CUDA_GEMM_WIDTH forces one of 16, 32, 40, 48, 64, 96, 128, 256 (0: by the rule;
+ * 40 leaves SwiGLU products to the rule), and from HEARTH_CUDA_GEMM_WIDE_ROWS rows on the
+ * rule takes 256. */
 int g_width = 0;
 int g_wide_rows = 256;
 /* The one-warpgroup build for a few rows (few_rows; HEARTH_CUDA_GEMM_FEW=0 turns it off):
@@ -713,7 +714,7 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
                   "other widths: the unsplit tile (96 and the narrow ones: few rows too)");
     static_assert(!DEEP || (WG == 1 && NW <= 64), "deep: the narrow one-warpgroup tile");
     static constexpr bool TWO = (WG == 1 || !FOLD) && NW <= BN && !DEEP; /* two blocks an SM */
-    /* the narrow tiles (16, 32, 64: the unsplit shapes' many blocks at a few rows) keep
+    /* the narrow tiles (16 to 64: the unsplit shapes' many blocks at a few rows) keep
      * ~96 KB of stages in flight, two blocks an SM, or, where the blocks fit one an SM
      * (DEEP), ~216 KB: a 64-row x stage is most of a 16- or 32-wide tile's stage, and at
      * a few rows the weight bytes in flight set an SM's stream (the 8B down at batch 1,
