@@ -737,6 +737,9 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
     static constexpr int BOX = NW / 2 * BK * 2; /* SwiGLU's gate or up copy: NW / 2 rows x 64 bf16 */
     static_assert(B_BYTES % 1024 == 0, "a weight box keeps the swizzle's 8-row period");
     static constexpr bool SWIGLU_OK = BOX % 1024 == 0; /* gate and up boxes of whole 8-row periods */
+    /* the epilogues built at this width: all, but SwiGLU only where SWIGLU_OK (40 wide is
+     * never SwiGLU's, gemm_width) */
+    static constexpr bool builds(int epi) { return epi != CUDA_EPI_SWIGLU_BF16 || SWIGLU_OK; }
     static constexpr int SMEM = STAGES * STAGE + 1024 + 2 * STAGES * 8; /* + the swizzle's alignment, barriers */
     static_assert(NW != BN || BM * (BN + 1) * 4 <= STAGES * STAGE, "the cluster's staging tile fits");
 };
@@ -1000,7 +1003,7 @@ __global__ void __launch_bounds__(tma<WG, FOLD, NW, DEEP>::NT, tma<WG, FOLD, NW,
 template <int WG, bool FOLD, int NW = BN, bool DEEP = false> void tma_set_smem()
 {
     each_epi([](auto E) {
-        if constexpr (decltype(E)::value != CUDA_EPI_SWIGLU_BF16 || tma<WG, FOLD, NW, DEEP>::SWIGLU_OK)
+        if constexpr (tma<WG, FOLD, NW, DEEP>::builds(decltype(E)::value))
             cudaFuncSetAttribute(gemm_tma_kernel<WG, decltype(E)::value, FOLD, NW, DEEP>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, tma<WG, FOLD, NW, DEEP>::SMEM);
     });
@@ -1057,7 +1060,7 @@ void tma_launch_epi(const tparams &tp, enum cuda_epi epi, cudaStream_t st)
     const params &p = tp.p;
     dim3 grid(p.n_tiles, (p.m + G::BM - 1) / G::BM, p.par);
     by_epi(epi, [&](auto E) {
-        if constexpr (decltype(E)::value != CUDA_EPI_SWIGLU_BF16 || G::SWIGLU_OK) /* (gemm_width's widths) */
+        if constexpr (G::builds(decltype(E)::value))
             klaunch_cz(gemm_tma_kernel<WG, decltype(E)::value, FOLD, NW, DEEP>, grid, G::NT, G::SMEM, st,
                        p.cluster ? p.par : 1, tp);
     });
@@ -1394,8 +1397,19 @@ struct width {
     int nw;   /* the tile's columns */
     bool wg1; /* 64-row blocks: the one-warpgroup build */
 };
-static struct width gemm_width(int m, int n, enum cuda_epi epi)
+/* The column tiles of a launch's n_seg products at width w: each product's own. */
+static int seg_tiles(const struct cuda_gemm *g, int n_seg, int w)
 {
+    int s = 0;
+    for (int i = 0; i < n_seg; i++)
+        s += n_tiles_of(i ? g->more_n[i - 1] : g->n, g->epi, w);
+    return s;
+}
+/* n: the n_seg products' columns together */
+static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
+{
+    const int m = g->m;
+    const enum cuda_epi epi = g->epi;
     const int r128 = (m + 127) / 128, fill = g_sm_count * 7 / 8;
     if (g_width && (epi != CUDA_EPI_SWIGLU_BF16 || g_width % 16 == 0)) { /* (40: not SwiGLU's, see g_balanced) */
         const bool wg1 = g_width <= 64 || (g_width != 256 && (g_bm ? g_bm == 64 : g_width == 96 && few_rows(m)));
@@ -1423,6 +1437,16 @@ static struct width gemm_width(int m, int n, enum cuda_epi epi)
             if ((long)n_tiles_of(n, epi, w) * ((m + bm - 1) / bm) >= fill)
                 break;
         }
+        /* a few rows' narrow blocks past the SMs: the balanced width (g_balanced) */
+        if (g_balanced && pick.nw <= 64 && m <= 64 && epi != CUDA_EPI_SWIGLU_BF16 &&
+            seg_tiles(g, n_seg, pick.nw) > g_sm_count)
+            for (int w : {40, 48}) {
+                const int b = seg_tiles(g, n_seg, w);
+                if (w > pick.nw && b <= g_sm_count && b >= fill) {
+                    pick.nw = w;
+                    break;
+                }
+            }
         return pick;
     }
     if (m >= g_wide_rows && n_tiles_of(n, epi, 256) * r128 >= fill) /* 256 where its blocks fill */
@@ -1545,23 +1569,8 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     p.split = gemm_split(n, g->k, g->epi);
     p.par = gemm_par(g->m, n, g->k, g->epi);
     /* the tiles' width: BN but for the unsplit TMA tile (gemm_width) */
-    const struct width wd = t == TILE_TMA && p.split == 1 ? gemm_width(g->m, n, g->epi) : width{BN, false};
-    int nw = wd.nw;
-    auto tiles_at = [&](int w) {
-        int s = 0;
-        for (int i = 0; i < n_seg; i++)
-            s += n_tiles_of(i ? g->more_n[i - 1] : g->n, g->epi, w);
-        return s;
-    };
-    if (t == TILE_TMA && p.split == 1 && g_balanced && !g_width && nw <= 64 && g->m <= 64 &&
-        g->epi != CUDA_EPI_SWIGLU_BF16 && tiles_at(nw) > g_sm_count)
-        for (int w : {40, 48}) {
-            const int b = tiles_at(w);
-            if (w > nw && b <= g_sm_count && b >= g_sm_count * 7 / 8) {
-                nw = w;
-                break;
-            }
-        }
+    const struct width wd = t == TILE_TMA && p.split == 1 ? gemm_width(g, n_seg, n) : width{BN, false};
+    const int nw = wd.nw;
     int t0 = 0;
     for (int i = 0; i < n_seg; i++) {
         p.seg_w[i] = i ? g->more_w[i - 1] : g->w;

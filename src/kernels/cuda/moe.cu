@@ -791,13 +791,12 @@ __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_
     }
 }
 
-/* The gate/up (SwiGLU) and down kernels of ST stages: their shared memory, their launch. */
-template <int ST, int UP_BN = MOE_BN, bool OWN = false> void grouped_wg_smem()
+/* The shared memory of a grouped build, and the launch of the gate/up (SwiGLU) and down
+ * kernels of ST stages. */
+template <bool SWIGLU, int ST, int BN = MOE_BN, bool OWN = false> void grouped_wg_smem()
 {
-    cudaFuncSetAttribute(grouped_wg_kernel<true, ST, UP_BN, OWN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         mwg_smem(ST, UP_BN));
-    cudaFuncSetAttribute(grouped_wg_kernel<false, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         mwg_smem(ST, MOE_BN));
+    cudaFuncSetAttribute(grouped_wg_kernel<SWIGLU, ST, BN, OWN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         mwg_smem(ST, BN));
 }
 /* the gate/up tiles UP_BN wide (g_up's columns), the down's 128 */
 template <int ST, int UP_BN = MOE_BN, bool OWN = false>
@@ -898,11 +897,13 @@ enum hr_status moe_prepare(int sm_count, char *err, size_t errlen)
     v = getenv("HEARTH_CUDA_MOE_OWN");
     g_moe_own = !(v && *v && strcmp(v, "0") == 0);
     g_moe_sms = sm_count > 0 ? sm_count : 132;
-    grouped_wg_smem<4>();
-    grouped_wg_smem<7>();
-    grouped_wg_smem<7, 96>();
-    grouped_wg_smem<7, 96, true>();
-    grouped_wg_smem<7, 128, true>();
+    grouped_wg_smem<false, 4>();
+    grouped_wg_smem<false, 7>();
+    grouped_wg_smem<true, 4>();
+    grouped_wg_smem<true, 7>();
+    grouped_wg_smem<true, 7, 96>();
+    grouped_wg_smem<true, 7, 96, true>();
+    grouped_wg_smem<true, 7, 128, true>();
 #else
     (void)sm_count; /* mma.sync's grouped GEMM has one build */
     cudaFuncSetAttribute(grouped_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, MOE_SMEM);
