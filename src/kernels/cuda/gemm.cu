@@ -100,6 +100,9 @@ int g_cluster_kt = 16; /* CL_AUTO: the longest part, in k tiles, added in a clus
  * rule takes 256. */
 int g_width = 0;
 int g_wide_rows = 256;
+/* SwiGLU's gate and up halves of an nw-wide tile are boxes of nw / 2 rows of 128 bytes:
+ * whole 8-row periods of the swizzle only where nw is a multiple of 16 (not 40) */
+constexpr bool swiglu_width(int nw) { return nw % 16 == 0; }
 /* The one-warpgroup build for a few rows (few_rows; HEARTH_CUDA_GEMM_FEW=0 turns it off):
  * a launch shape, the same sums either way. */
 bool g_few = true;
@@ -736,7 +739,8 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = NW * BK * 2, STAGE = A_BYTES + B_BYTES;
     static constexpr int BOX = NW / 2 * BK * 2; /* SwiGLU's gate or up copy: NW / 2 rows x 64 bf16 */
     static_assert(B_BYTES % 1024 == 0, "a weight box keeps the swizzle's 8-row period");
-    static constexpr bool SWIGLU_OK = BOX % 1024 == 0; /* gate and up boxes of whole 8-row periods */
+    static constexpr bool SWIGLU_OK = swiglu_width(NW);
+    static_assert(SWIGLU_OK == (BOX % 1024 == 0), "gate and up boxes of whole 8-row periods");
     /* the epilogues built at this width: all, but SwiGLU only where SWIGLU_OK (40 wide is
      * never SwiGLU's, gemm_width) */
     static constexpr bool builds(int epi) { return epi != CUDA_EPI_SWIGLU_BF16 || SWIGLU_OK; }
@@ -1411,7 +1415,7 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
     const int m = g->m;
     const enum cuda_epi epi = g->epi;
     const int r128 = (m + 127) / 128, fill = g_sm_count * 7 / 8;
-    if (g_width && (epi != CUDA_EPI_SWIGLU_BF16 || g_width % 16 == 0)) { /* (40: not SwiGLU's, see g_balanced) */
+    if (g_width && (epi != CUDA_EPI_SWIGLU_BF16 || swiglu_width(g_width))) { /* (40: not SwiGLU's) */
         const bool wg1 = g_width <= 64 || (g_width != 256 && (g_bm ? g_bm == 64 : g_width == 96 && few_rows(m)));
         return {g_width, wg1};
     }

@@ -957,9 +957,10 @@ enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t err
     gparams g = {xb, tok_of_row, a->gate, a->up, act, tiles, n_tiles, I, H, {}};
     gparams gd = {act, NULL, a->down, NULL, eo, tiles, n_tiles, H, I, {}};
 #if defined(CUK_HOPPER)
-    const long most_blocks = (long)R * (g_up.x > g_down.x ? g_up.x : g_down.x); /* a tile a pair at most */
+    /* the most blocks a launch pair can need with up.x gate/up column tiles: a tile a pair at most */
+    auto most = [&](const dim3 &up) { return (long)R * (up.x > g_down.x ? up.x : g_down.x); };
     const dim3 g_up96((I + 47) / 48, o.t_max);
-    const long most96 = (long)R * (g_up96.x > g_down.x ? g_up96.x : g_down.x);
+    const long most_blocks = most(g_up), most96 = most(g_up96);
     const bool seven = g_moe_stages == 7 || (g_moe_stages == 0 && most_blocks <= g_moe_sms);
     const bool up96 = seven && g_moe_up96 && most96 <= g_moe_sms; /* still one wave: a stream 3/4 as long a block */
     const bool own = seven && g_moe_own && R <= OWN_PAIRS && E <= OWN_EXPERTS;
