@@ -946,7 +946,7 @@ __global__ void __launch_bounds__(tma<WG, FOLD, NW, DEEP>::NT, tma<WG, FOLD, NW,
     float d[NW / 2], run[FOLD ? NW / 2 : 1];
     const bool leader = (tid & 127) == 0; /* arrives on empty for its warpgroup */
     const uint32_t sa_addr = smem_u32(sa) + wgi * 64 * 128, sb_addr = smem_u32(sb);
-    if (WG == 1 || m0 + wgi * 64 < p.m) {
+    if (WG == 1 || m0 + wgi * 64 < p.m) { /* rows below m */
         for (int q = 0; q < nq; q++) {
             for (int j = 0; j < kt_per; j++) {
                 const int kt = q * kt_per + j, st = kt % STAGES;
@@ -967,12 +967,17 @@ __global__ void __launch_bounds__(tma<WG, FOLD, NW, DEEP>::NT, tma<WG, FOLD, NW,
                     run[i] = q == 0 ? d[i] : __fadd_rn(run[i], d[i]);
             }
         }
-    } else { /* every row of this warpgroup lies past m: it only keeps the ring turning */
-        for (int kt = 0; kt < kt_n; kt++) {
-            mb_wait(full + kt % STAGES, (kt / STAGES) & 1);
-            if (leader)
+    } else {
+        /* Every row of this warpgroup lies past m: its leader alone keeps the ring turning
+         * (and sees every copy land before the cluster's staging reuses the ring).  Its
+         * other warps wait on nothing: nothing ties them to the leader's pace, and a warp
+         * two phases behind a stage's barrier waits on a parity that phase never ends
+         * (the lm_head at m = 1 or 64 hung so under programmatic launch). */
+        if (leader)
+            for (int kt = 0; kt < kt_n; kt++) {
+                mb_wait(full + kt % STAGES, (kt / STAGES) & 1);
                 mb_arrive(empty + kt % STAGES);
-        }
+            }
 #pragma unroll
         for (int i = 0; i < NW / 2; i++)
             d[i] = 0.0f; /* defined, though no epilogue reads rows past m */
