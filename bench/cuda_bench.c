@@ -89,6 +89,10 @@ static const struct shape shapes[] = {
     {"qwen3-8b", "q/o", 4096, 4096, CUDA_EPI_STORE_F32},        {"qwen3-8b", "k/v", 1024, 4096, CUDA_EPI_STORE_F32},
     {"qwen3-8b", "gate/up", 12288, 4096, CUDA_EPI_SWIGLU_BF16}, {"qwen3-8b", "down", 4096, 12288, CUDA_EPI_ADD_F32},
     {"qwen3-8b", "lm_head", 151936, 4096, CUDA_EPI_STORE_F32},
+    /* the MoE model's dense products (its experts run the grouped kernels): q, k and v in
+     * one launch of the summed width, as the backend runs them */
+    {"qwen3-30b-a3b", "q/k/v", 5120, 2048, CUDA_EPI_STORE_F32}, {"qwen3-30b-a3b", "o", 2048, 4096, CUDA_EPI_ADD_F32},
+    {"qwen3-30b-a3b", "lm_head", 151936, 2048, CUDA_EPI_STORE_F32},
 };
 static const int ms_list[] = {1, 8, 32, 128, 512, 4096};
 
@@ -107,10 +111,12 @@ static void item_sep(void)
     first_item = 0;
 }
 
-static void bench_gemm(const struct cuda_kernels *K, double read_gbs, int only_m)
+static void bench_gemm(const struct cuda_kernels *K, double read_gbs, int only_m, const char *only_model)
 {
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const struct shape *s = &shapes[si];
+        if (only_model && strcmp(only_model, s->model))
+            continue;
         int sw = s->epi == CUDA_EPI_SWIGLU_BF16, mats = sw ? 2 : 1;
         size_t wbytes = (size_t)s->n * s->k * 2 * mats;
         int copies = (int)(((size_t)512 << 20) / wbytes) + 1;
@@ -419,7 +425,7 @@ static const struct cuda_kernels *bench_variant(const struct cuda_dev_info *info
 
 int main(int argc, char **argv)
 {
-    const char *variant = "all";
+    const char *variant = "all", *only_model = NULL; /* --model: that model's GEMM shapes alone */
     int only_m = 0, gemm_only = 0, ceilings_only = 0, sample_only = 0, attn_only = 0;
     int one_attn[4] = {0}; /* --attn H,KV,ROWS,CTX: that decode case alone (profilers) */
     int one_prefill = 0;   /* --attn-prefill H,KV,CTX: one prompt's prefill of CTX tokens alone */
@@ -430,6 +436,15 @@ int main(int argc, char **argv)
             only_m = atoi(argv[++i]);
             if (only_m < 1 || only_m > 4096) {
                 fprintf(stderr, "cuda_bench: --m takes 1..4096\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
+            only_model = argv[++i];
+            bool known = false;
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+                known |= !strcmp(only_model, shapes[si].model);
+            if (!known) {
+                fprintf(stderr, "cuda_bench: --model takes qwen3-0.6b, qwen3-8b or qwen3-30b-a3b\n");
                 return 2;
             }
         } else if (!strcmp(argv[i], "--gemm-only"))
@@ -460,7 +475,7 @@ int main(int argc, char **argv)
             }
             attn_only = one_prefill = 1;
         } else {
-            fprintf(stderr, "usage: cuda_bench [--variant sm90a|sm80|all] [--m M] [--gemm-only | --ceilings-only | "
+            fprintf(stderr, "usage: cuda_bench [--variant sm90a|sm80|all] [--m M] [--model NAME] [--gemm-only | --ceilings-only | "
                             "--sample-only | --attn-only | --attn H,KV,ROWS,CTX | --attn-prefill H,KV,CTX]\n");
             return 2;
         }
@@ -529,7 +544,7 @@ int main(int argc, char **argv)
     for (int v = 0; v < 2 && !attn_only; v++) {
         const struct cuda_kernels *K = bench_variant(&info, v, variant);
         if (K)
-            bench_gemm(K, read_gbs, only_m);
+            bench_gemm(K, read_gbs, only_m, only_model);
     }
     printf("\n  ],\n  \"attention\": [");
     first_item = 1;
