@@ -444,7 +444,11 @@ int main(int argc, char **argv)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
                 known |= !strcmp(only_model, shapes[si].model);
             if (!known) {
-                fprintf(stderr, "cuda_bench: --model takes qwen3-0.6b, qwen3-8b or qwen3-30b-a3b\n");
+                fprintf(stderr, "cuda_bench: --model takes one of:");
+                for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+                    if (si == 0 || strcmp(shapes[si].model, shapes[si - 1].model))
+                        fprintf(stderr, " %s", shapes[si].model);
+                fprintf(stderr, "\n");
                 return 2;
             }
         } else if (!strcmp(argv[i], "--gemm-only"))

@@ -4,7 +4,8 @@
 # utilisation and power (a kernel that spins keeps the SMs busy; a host that waits on a
 # lock leaves them idle), each thread's state, CPU share and kernel wait channel (a CUDA
 # synchronisation spins in user space; a futex wait is a host lock), and every thread's
-# stack when gdb is there (and, with cuda-gdb, the kernels on the GPU and their warps).  For the rare hangs of bench/notes/cuda.md (twenty-second
+# stack by the toolkit's cuda-gdb, which also names the kernels on the GPU, their blocks
+# and warps (else by gdb).  It found the GEMM hang of bench/notes/cuda.md (twenty-third
 # session).
 #
 #   STALL=25 TOTAL=300 OUT=/tmp/probe tools/cuda_hang_probe.sh build/hearth bench throughput \
@@ -43,18 +44,16 @@ while [ $(($(date +%s) - t0)) -lt "$TOTAL" ]; do
                 echo "$(basename "$task"): $(cut -d' ' -f3,14,15 "$task/stat" 2> /dev/null) (state, utime, stime)"
             done
         } >> "$S"
-        # cuda-gdb (the toolkit's) also names the kernels on the GPU and where their warps are
         CG=$(command -v cuda-gdb || ls /usr/local/cuda/bin/cuda-gdb 2> /dev/null)
         if [ -n "$CG" ]; then
             timeout 60 "$CG" -p "$pid" -batch -ex 'info cuda kernels' -ex 'info cuda blocks' \
-                -ex 'info cuda warps' -ex 'thread apply all bt 16' > "$OUT/cudagdb$i.txt" 2>&1
-            echo "cuda-gdb: $OUT/cudagdb$i.txt" >> "$S"
-        fi
-        if command -v gdb > /dev/null; then
+                -ex 'info cuda warps' -ex 'thread apply all bt 16' > "$OUT/gdb$i.txt" 2>&1
+            echo "cuda-gdb: $OUT/gdb$i.txt" >> "$S"
+        elif command -v gdb > /dev/null; then
             timeout 30 gdb -p "$pid" -batch -ex 'thread apply all bt 16' > "$OUT/gdb$i.txt" 2>&1
             echo "stacks: $OUT/gdb$i.txt" >> "$S"
         else
-            echo "no gdb: no stacks" >> "$S"
+            echo "no cuda-gdb or gdb: no stacks" >> "$S"
         fi
         kill -9 "$pid" 2> /dev/null
         wait "$pid" 2> /dev/null

@@ -791,14 +791,14 @@ __global__ void __launch_bounds__(MWG_THREADS, MWG_STAGES <= 4 ? 2 : 1) grouped_
     }
 }
 
-/* The shared memory of a grouped build, and the launch of the gate/up (SwiGLU) and down
- * kernels of ST stages. */
+/* The shared memory of one grouped build. */
 template <bool SWIGLU, int ST, int BN = MOE_BN, bool OWN = false> void grouped_wg_smem()
 {
     cudaFuncSetAttribute(grouped_wg_kernel<SWIGLU, ST, BN, OWN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          mwg_smem(ST, BN));
 }
-/* the gate/up tiles UP_BN wide (g_up's columns), the down's 128 */
+/* The launch of the gate/up (SwiGLU) and down kernels of ST stages: the gate/up tiles
+ * UP_BN wide (g_up's columns), the down's 128. */
 template <int ST, int UP_BN = MOE_BN, bool OWN = false>
 void grouped_wg_launch(const gparams &up, dim3 g_up, const gparams &down, dim3 g_down, cudaStream_t st)
 {
