@@ -158,7 +158,8 @@ static void bench_gemm(const struct cuda_kernels *K, double read_gbs, int only_m
                 for (int r = 0; r < reps; r++) {
                     const uint16_t *wc = w + (size_t)(r % copies) * (wbytes / 2);
                     struct cuda_gemm g = {.epi = s->epi, .y = y, .x = x, .w = wc, .w_up = sw ? wc + wbytes / 4 : NULL,
-                                          .m = m, .n = s->n, .k = s->k, .work = work, .work_bytes = wb,
+                                          .m = m, .n = s->n, .k = s->k, .x_rows = max_m, .work = work,
+                                          .work_bytes = wb,
                                           .tickets = tickets, .n_tickets = ntk};
                     MUST(K->gemm(&g, NULL, err, sizeof err));
                 }

@@ -64,9 +64,10 @@ struct cuda_backend {
     const struct model_config *cfg;
     int max_tok;
     /* GEMM: the bf16 input of a matmul, and the K split's workspace and tickets */
-    uint16_t *xb;              /* [max_tok, max_k] bf16 */
+    uint16_t *xb;              /* [x_rows, max_k] bf16 */
     size_t xb_elems;
-    uint16_t *sw;              /* [max_tok, intermediate] bf16 SwiGLU outputs */
+    uint16_t *sw;              /* [x_rows, intermediate] bf16 SwiGLU outputs */
+    int x_rows;                /* max_tok up to a multiple of 64: the matmul inputs' rows (cuda_gemm.x_rows) */
     void *gemm_work;
     size_t gemm_work_bytes;
     int *tickets;              /* zeroed once; every launch leaves them zero */
@@ -456,18 +457,22 @@ static enum hr_status cb_reserve(struct backend *be, const struct model_config *
                       cfg->hidden_size, cfg->moe_intermediate_size);
     c->cfg = cfg;
     c->max_tok = max_tok;
-    /* the largest bf16 input of any matmul */
-    size_t xb = (size_t)max_tok * (size_t)cb_max_k(cfg);
+    /* the largest bf16 input of any matmul, in whole 64-row boxes of the GEMM's x copies
+     * (cuda_gemm.x_rows), zeroed once so that no copy reads bytes never written */
+    c->x_rows = (max_tok + 63) / 64 * 64;
+    size_t xb = (size_t)c->x_rows * (size_t)cb_max_k(cfg), swb = (size_t)c->x_rows * (size_t)cfg->intermediate_size;
     cuda_dev_free(c->xb);
     c->xb = NULL;
     enum hr_status st = cuda_dev_alloc((void **)&c->xb, xb * 2, err, errlen);
+    if (st == HR_OK)
+        st = cuda_dev_memset(c->xb, 0, xb * 2, err, errlen);
     if (st != HR_OK)
         return st;
     c->xb_elems = xb;
     cuda_dev_free(c->sw);
     c->sw = NULL;
-    if ((st = cuda_dev_alloc((void **)&c->sw, (size_t)max_tok * (size_t)cfg->intermediate_size * 2, err,
-                             errlen)) != HR_OK)
+    if ((st = cuda_dev_alloc((void **)&c->sw, swb * 2, err, errlen)) != HR_OK ||
+        (st = cuda_dev_memset(c->sw, 0, swb * 2, err, errlen)) != HR_OK)
         return st;
     /* the K split's workspace and tickets: the largest over the model's shapes */
     int H = cfg->hidden_size, Q = cfg->n_heads * cfg->head_dim, KV = cfg->n_kv_heads * cfg->head_dim;
@@ -1195,7 +1200,7 @@ static void cb_gemm_segs(struct cuda_backend *c, enum cuda_epi epi, void *y, flo
         return;
     char err[HR_ERRLEN];
     struct cuda_gemm g = {.epi = epi, .y = y, .y_f32 = y32, .x = xb, .w = w->data, .w_up = up ? up->data : NULL, .m = m,
-                          .n = (int)w->rows, .k = (int)w->cols, .work = c->gemm_work,
+                          .n = (int)w->rows, .k = (int)w->cols, .x_rows = c->x_rows, .work = c->gemm_work,
                           .work_bytes = c->gemm_work_bytes, .tickets = c->tickets, .n_tickets = c->n_tickets,
                           .n_more = n_more};
     for (int i = 0; i < n_more; i++) {

@@ -99,7 +99,7 @@ int g_cluster_kt = 16; /* CL_AUTO: the longest part, in k tiles, added in a clus
  * 40 leaves SwiGLU products to the rule), and from HEARTH_CUDA_GEMM_WIDE_ROWS rows on the
  * rule takes 256. */
 int g_width = 0;
-int g_wide_rows = 256;
+int g_wide_rows = 129;
 /* SwiGLU's gate and up halves of an nw-wide tile are boxes of nw / 2 rows of 128 bytes:
  * whole 8-row periods of the swizzle only where nw is a multiple of 16 (not 40) */
 constexpr bool swiglu_width(int nw) { return nw % 16 == 0; }
@@ -125,6 +125,9 @@ int g_narrow_min = 32;
  * at batch 1 against 5.78 at 32 (H200), and 40 would break the swizzle's 8-row period of
  * its gate and up halves. */
 bool g_balanced = true;
+/* x's tensor map padded to whole 64-row boxes where its buffer allows (x_map_rows;
+ * HEARTH_CUDA_GEMM_XPAD=0: not; a launch shape, rows past m are never stored) */
+bool g_xpad = true;
 /* the unsplit tile's rows a block, forced (HEARTH_CUDA_GEMM_BM 64 or 128; 0: gemm_width
  * picks; the narrow widths always 64, 256 always 128): a launch shape, for benchmarks */
 int g_bm = 0;
@@ -749,12 +752,13 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
 };
 
 struct tparams {
-    CUtensorMap ta;                     /* x [m, k], boxes of a_rows rows */
+    CUtensorMap ta;                     /* x [x_map_rows(), k], boxes of a_rows rows */
     CUtensorMap tb[CUDA_GEMM_SEGS];     /* segment i's weights [n_i, k] */
     CUtensorMap tup;                    /* SwiGLU's up [n, k] */
     params p;
-    int a_rows; /* min(m, 64): an x box never reaches past m (partly out-of-bounds boxes
-                 * measured slow: the 8B gate/up at m = 1 94 against 70 us at m = 128) */
+    int a_rows; /* min(m, 64): an x box never reaches past m below 64 rows, nor past the
+                 * map's rows above (partly out-of-bounds boxes measured slow: the 8B
+                 * gate/up at m = 1 94 against 70 us at m = 128) */
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void *a)
@@ -1043,6 +1047,16 @@ template <int WG> int tma_max_clusters(int cz)
 
 decltype(&cuTensorMapEncodeTiled) g_encode; /* the driver's, looked up by gemm_prepare */
 
+/* The rows of x's tensor map: m, or up to the next multiple of 64 where the buffer holds
+ * them (cuda_gemm.x_rows; HEARTH_CUDA_GEMM_XPAD=0: m, a launch shape).  A copy whose box
+ * reaches past the map's rows has the TMA unit fill zeros, measured slow: the 8B down at
+ * 129 rows, 64 x 64 blocks, 110.5 us, at 185 rows 61.0 (H200). */
+int x_map_rows(const struct cuda_gemm *g)
+{
+    const int up = (g->m + 63) / 64 * 64;
+    return g_xpad && g->x_rows >= up ? up : g->m;
+}
+
 /* A 2-D bf16 tensor [rows, k] at base, read in boxes of box_rows x 64 with the 128-byte
  * swizzle; rows past `rows` come in as zeros. */
 enum hr_status tma_map(CUtensorMap *map, const uint16_t *base, int rows, int k, int box_rows, const char *what,
@@ -1085,7 +1099,7 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
     memset(&tp, 0, sizeof tp);
     tp.p = p;
     tp.a_rows = p.m < 64 ? p.m : 64;
-    enum hr_status rc = tma_map(&tp.ta, p.x, p.m, p.k, tp.a_rows, "x", err, errlen);
+    enum hr_status rc = tma_map(&tp.ta, p.x, x_map_rows(g), p.k, tp.a_rows, "x", err, errlen);
     for (int i = 0; rc == HR_OK && i < p.n_seg; i++)
         rc = tma_map(&tp.tb[i], p.seg_w[i], p.seg_n[i], p.k, g->w_up ? nw / 2 : nw, "w", err, errlen);
     if (rc == HR_OK && g->w_up)
@@ -1226,11 +1240,13 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
         return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_RASTER=%s: >= 0 (row tiles a group; 0: off)", ra);
     const char *gw = getenv("HEARTH_CUDA_GEMM_WIDTH"), *wr = getenv("HEARTH_CUDA_GEMM_WIDE_ROWS");
     g_width = gw && *gw ? atoi(gw) : 0;
-    g_wide_rows = wr && *wr ? atoi(wr) : 256;
+    g_wide_rows = wr && *wr ? atoi(wr) : 129;
     const bool width_ok = g_width == 0 || g_width == 16 || g_width == 32 || g_width == 40 || g_width == 48 ||
                           g_width == 64 || g_width == 96 || g_width == 128 || g_width == 256;
     const char *bw = getenv("HEARTH_CUDA_GEMM_BALANCED");
     g_balanced = !(bw && strcmp(bw, "0") == 0);
+    const char *xp = getenv("HEARTH_CUDA_GEMM_XPAD");
+    g_xpad = !(xp && strcmp(xp, "0") == 0);
     if (!width_ok || g_wide_rows < 1)
         return hr_err(err, errlen, HR_ERR_INVALID,
                       "HEARTH_CUDA_GEMM_WIDTH=%s / _WIDE_ROWS=%s: 0, 16, 32, 40, 48, 64, 96, 128 or 256 / >= 1",
@@ -1397,7 +1413,10 @@ static bool few_rows(int m)
  * 7-12% faster at 512-2,048 rows than at 128, where before it was 4% slower; from 256
  * rows since the twentieth session: at 256 rows the 8B gate/up 107.3 -> 96.9 us, its
  * lm_head 552 -> 488, and the 8B's 256 concurrent 0.562 -> 0.568 of its roofline in
- * three runs each; at 128 rows 256 lost, 67.3 against 56.9 us); in one
+ * three runs each; at 128 rows 256 lost, 67.3 against 56.9 us; from 129 rows since the
+ * twenty-fourth session, with x's copies no longer past its map (x_map_rows): the 8B
+ * gate/up at 129 / 160 / 224 rows 100.4 / 102.5 / 107.7 -> 96.3 / 97.8 / 97.8 us, its
+ * lm_head 494 / 498 / 551 -> 457 / 463 / 496); in one
  * row of tiles that fit one wave of two-an-SM slots, 96 where its tiles fill the wave
  * clearly more evenly than 128's (the 8B gate/up at batch 1: 256 tiles in 264 slots
  * against 192, of which 60 SMs stream two and 72 one: 64.4 -> 53.3 us on the H200);
@@ -1553,6 +1572,8 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
             return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: bad segment %d (n=%d)", i + 1, g->more_n[i]);
         n += g->more_n[i];
     }
+    if (g->x_rows < 0 || (g->x_rows > 0 && g->x_rows < g->m))
+        return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: x's buffer of %d rows for m=%d", g->x_rows, g->m);
     if (g->m < 0 || g->n <= 0 || g->k <= 0 || g->k % 64 || g->n % 2)
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda gemm: bad shape m=%d n=%d k=%d (k a multiple of 64, n even)",
                       g->m, g->n, g->k);
