@@ -6,11 +6,15 @@ The model is built from config.json alone with random bf16 weights on the GPU (a
 hearth's --load-format dummy), then:
   batch 1: greedy `generate` of --tokens new tokens after a 4-token prompt; decode
            tokens/s from the time of N tokens less the time of 1 (the prefill);
+  batch B: greedy `generate` of --tokens new tokens for --decode-batch (32) prompts of
+           --prompt random tokens each (0: skipped); decode tokens/s, B (N - 1) over the
+           time of N tokens less the time of 1, as at batch 1;
   batched: `generate_batch` (continuous batching) of --requests prompts of --prompt
            random tokens, --output new tokens each; generated tokens/s.
 JSON on stdout; a part that fails reports null and its error.
 
-  python3 tools/hf_side_by_side.py --model DIR [--tokens 32] [--requests 64 --prompt 512 --output 128]
+  python3 tools/hf_side_by_side.py --model DIR [--tokens 32] [--decode-batch 32]
+                                   [--requests 64 --prompt 512 --output 128]
 """
 import argparse
 import json
@@ -48,11 +52,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--decode-batch", type=int, default=32)
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--output", type=int, default=128)
     a = ap.parse_args()
-    res = {"transformers": None, "batch1_decode_tok_s": None, "batch_generated_tok_s": None}
+    res = {"transformers": None, "batch1_decode_tok_s": None, "batchB_decode_tok_s": None,
+           "batch_generated_tok_s": None}
     import transformers
 
     res["transformers"] = transformers.__version__
@@ -68,6 +74,15 @@ def main():
         res["batch1_decode_tok_s"] = round((n - 1) / (tn - t1), 2)
     except Exception as e:  # noqa: BLE001 - reported, not hidden
         res["batch1_error"] = repr(e)[:300]
+    if a.decode_batch > 0:
+        try:
+            ids = torch.randint(0, cfg.vocab_size, (a.decode_batch, a.prompt), generator=g).cuda()
+            t1, _ = timed_generate(model, ids, 1)
+            tn, n = timed_generate(model, ids, a.tokens)
+            res["batchB"] = a.decode_batch
+            res["batchB_decode_tok_s"] = round(a.decode_batch * (n - 1) / (tn - t1), 2)
+        except Exception as e:  # noqa: BLE001
+            res["batchB_error"] = repr(e)[:300]
     try:
         from transformers.generation import GenerationConfig
 
