@@ -39,7 +39,65 @@ struct tp_level {
     double overhead_mib; /* largest RSS after a step, less weights and KV */
     double roof_gen_per_s; /* the workload's roofline (generated tokens/s) */
     double roof_step_ms;   /* a decode step's roofline at the middle context */
+    /* the decode-only steps (every row one generated token), measured: their count,
+     * rows and wall time (engine_step, sampling included); each one's rows and the
+     * positions they attend over, for its roofline once the ceilings are known */
+    long long dec_steps, dec_rows, dec_cap;
+    double dec_s, dec_roof_s;
+    int *dec_n;       /* [dec_steps] */
+    double *dec_ctx;  /* [dec_steps] */
 };
+
+/* The sum of the decode-only steps' rooflines (roofline_decode_s at each one's rows and
+ * contexts). */
+static double tp_dec_roof_s(const struct tp_level *lv, const struct roofline *roof, double gbs, double tflops)
+{
+    double s = 0;
+    for (long long i = 0; i < lv->dec_steps; i++)
+        s += roofline_decode_s(roof, lv->dec_n[i], lv->dec_ctx[i], gbs, tflops);
+    return s;
+}
+
+static void tp_levels_free(struct tp_level *lv, int n)
+{
+    for (int k = 0; k < n; k++) {
+        free(lv[k].dec_n);
+        free(lv[k].dec_ctx);
+    }
+}
+
+/* The decode-only steps' mean rows and wall time a step (dec_steps > 0). */
+static double tp_dec_rows(const struct tp_level *lv)
+{
+    return (double)lv->dec_rows / (double)lv->dec_steps;
+}
+
+static double tp_dec_ms(const struct tp_level *lv)
+{
+    return lv->dec_s * 1e3 / (double)lv->dec_steps;
+}
+
+/* Notes a decode-only step; 0 when out of memory. */
+static int tp_dec_add(struct tp_level *lv, int n_rows, double ctx_sum, double seconds)
+{
+    if (lv->dec_steps == lv->dec_cap) {
+        long long cap = lv->dec_cap ? 2 * lv->dec_cap : 256;
+        int *n = realloc(lv->dec_n, (size_t)cap * sizeof *n);
+        if (n)
+            lv->dec_n = n;
+        double *x = n ? realloc(lv->dec_ctx, (size_t)cap * sizeof *x) : NULL;
+        if (!x)
+            return 0;
+        lv->dec_ctx = x;
+        lv->dec_cap = cap;
+    }
+    lv->dec_n[lv->dec_steps] = n_rows;
+    lv->dec_ctx[lv->dec_steps] = ctx_sum;
+    lv->dec_steps++;
+    lv->dec_rows += n_rows;
+    lv->dec_s += seconds;
+    return 1;
+}
 
 /* The process's resident memory now, in MiB (0 when /proc is not there). */
 static double tp_rss_mib(void)
@@ -65,6 +123,7 @@ static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_token
                   struct tp_level *lv, int64_t *weight_bytes, size_t *kv_bytes, int *bf16, int *on_host,
                   struct roofline *roof)
 {
+    memset(lv, 0, sizeof *lv);
     struct hearth_engine *e = bench_engine(ep);
     if (!e)
         return 0;
@@ -81,9 +140,10 @@ static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_token
     struct hearth_request **r = calloc((size_t)c, sizeof *r);
     int32_t *prompts = malloc((size_t)c * prompt_tokens * sizeof *prompts);
     double *last = calloc((size_t)c, sizeof *last);
+    int *got = calloc((size_t)c, sizeof *got), *done = calloc((size_t)c, sizeof *done);
     size_t n_itl = 0, cap_itl = (size_t)c * out_tokens;
     double *itl = malloc(cap_itl * sizeof *itl);
-    if (!r || !prompts || !last || !itl) {
+    if (!r || !prompts || !last || !got || !done || !itl) {
         ok = 0;
         goto out;
     }
@@ -106,10 +166,22 @@ static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_token
     int remaining = c;
     int64_t gen = 0;
     while (ok && remaining > 0) {
+        /* the positions a decode-only step's rows attend over: each running request's
+         * prompt and the tokens it has */
+        double ctx_sum = 0;
+        for (int i = 0; i < c; i++)
+            if (got[i] > 0 && !done[i])
+                ctx_sum += (double)prompt_tokens + got[i];
+        double ts = bench_now();
         if (!engine_step(e))
             break;
         double now = bench_now(), rss = tp_rss_mib(); /* nothing is freed within a step */
         rss_max = rss > rss_max ? rss : rss_max;
+        const struct engine_step_info *si = engine_last_step(e);
+        if (si->decode_only && !tp_dec_add(lv, si->n_rows, ctx_sum, now - ts)) {
+            fprintf(stderr, "hearth bench throughput: out of memory\n");
+            ok = 0;
+        }
         for (int i = 0; i < c; i++) {
             struct hearth_event ev;
             while (r[i] && hearth_request_next_event(r[i], &ev, 0) == HR_OK) {
@@ -117,8 +189,10 @@ static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_token
                     if (last[i] > 0 && n_itl < cap_itl)
                         itl[n_itl++] = now - last[i];
                     last[i] = now;
+                    got[i]++;
                     gen++;
                 } else if (ev.type == HEARTH_EVENT_DONE) {
+                    done[i] = 1;
                     remaining--;
                     if (ev.finish_reason == HEARTH_FINISH_ERROR) {
                         fprintf(stderr, "hearth bench throughput: %s\n", ev.message);
@@ -141,6 +215,8 @@ out:
     free(r);
     free(prompts);
     free(last);
+    free(got);
+    free(done);
     free(itl);
     hearth_engine_free(e);
     return ok;
@@ -211,17 +287,24 @@ int bench_throughput(int argc, char **argv)
     size_t kvbytes = 0;
     int bf16 = 0, on_host = 1;
     struct roofline roof;
+    memset(lv, 0, sizeof lv);
     for (int k = 0; k < n_levels; k++) {
         struct hearth_engine_params p = ep;
         if (p.max_num_seqs < levels[k])
             p.max_num_seqs = levels[k];
-        if (!tp_run(&p, levels[k], prompt_tokens, out_tokens, &lv[k], &wbytes, &kvbytes, &bf16, &on_host, &roof))
+        if (!tp_run(&p, levels[k], prompt_tokens, out_tokens, &lv[k], &wbytes, &kvbytes, &bf16, &on_host, &roof)) {
+            tp_levels_free(lv, k + 1);
             return 1;
+        }
         fprintf(stderr,
                 "concurrency %d: %.1f tokens/s (%.2f generated/s), ITL p50 %.1f ms p99 %.1f ms; "
                 "RSS beyond weights + KV: %.1f MiB after start-up, %.1f MiB at most\n",
                 levels[k], lv[k].tokens_per_s, lv[k].gen_per_s, lv[k].itl_p50 * 1e3, lv[k].itl_p99 * 1e3,
                 lv[k].startup_mib, lv[k].overhead_mib);
+        if (lv[k].dec_steps > 0)
+            fprintf(stderr, "concurrency %d: decode-only steps %lld, %.1f rows each, %.3f ms a step: %.1f tokens/s\n",
+                    levels[k], lv[k].dec_steps, tp_dec_rows(&lv[k]), tp_dec_ms(&lv[k]),
+                    tp_dec_rows(&lv[k]) / (tp_dec_ms(&lv[k]) * 1e-3));
     }
     double rss = bench_peak_rss_mib(), wmib = (double)wbytes / 1048576.0, kvmib = (double)kvbytes / 1048576.0;
     double host_fixed = on_host ? wmib + kvmib : 0; /* what of weights and KV the RSS holds */
@@ -253,6 +336,11 @@ int bench_throughput(int argc, char **argv)
                 c, lv[k].roof_gen_per_s, lv[k].roof_gen_per_s > 0 ? lv[k].gen_per_s / lv[k].roof_gen_per_s : 0.0,
                 prompt_tokens + out_tokens / 2, lv[k].roof_step_ms,
                 lv[k].itl_p50 > 0 ? lv[k].roof_step_ms * 1e-3 / lv[k].itl_p50 : 0.0);
+        if (lv[k].dec_steps > 0) {
+            lv[k].dec_roof_s = tp_dec_roof_s(&lv[k], &roof, r_gbs, r_tflops);
+            fprintf(stderr, "concurrency %d: the decode-only steps' roofline %.3f ms a step (measured %.3f of it)\n", c,
+                    lv[k].dec_roof_s * 1e3 / (double)lv[k].dec_steps, lv[k].dec_roof_s / lv[k].dec_s);
+        }
     }
     printf("{\n  \"benchmark\": \"throughput\",\n  \"model\": \"%s\",\n  \"threads\": %d,\n"
            "  \"prompt_tokens\": %d,\n  \"output_tokens\": %d,\n  \"levels\": [\n",
@@ -268,6 +356,15 @@ int bench_throughput(int argc, char **argv)
                    "\"itl_p50_of_roofline\": %.4f",
                    lv[k].roof_gen_per_s, lv[k].roof_gen_per_s > 0 ? lv[k].gen_per_s / lv[k].roof_gen_per_s : 0.0,
                    lv[k].roof_step_ms, lv[k].itl_p50 > 0 ? lv[k].roof_step_ms * 1e-3 / lv[k].itl_p50 : 0.0);
+        if (lv[k].dec_steps > 0) {
+            printf(", \"decode_steps\": %lld, \"decode_rows_per_step\": %.3f, \"decode_step_ms\": %.4f, "
+                   "\"decode_tokens_per_s\": %.2f",
+                   lv[k].dec_steps, tp_dec_rows(&lv[k]), tp_dec_ms(&lv[k]),
+                   tp_dec_rows(&lv[k]) / (tp_dec_ms(&lv[k]) * 1e-3));
+            if (have_roof)
+                printf(", \"decode_roofline_step_ms\": %.4f, \"decode_of_roofline\": %.4f",
+                       lv[k].dec_roof_s * 1e3 / (double)lv[k].dec_steps, lv[k].dec_roof_s / lv[k].dec_s);
+        }
         printf("}%s\n", k + 1 < n_levels ? "," : "");
     }
     printf("  ],\n  \"throughput_ratio_last_over_first\": %.2f,\n  \"peak_rss_mib\": %.1f,\n"
@@ -283,5 +380,6 @@ int bench_throughput(int argc, char **argv)
            "\"tokens_per_s\": %.1f, \"ratio_over_first\": %.2f}\n}\n",
            ceil_gbs > 0 ? "given" : bf16 ? "bf16" : "f32", peak, req_flops * 1e-9, bound_tps,
            lv[0].tokens_per_s > 0 ? bound_tps / lv[0].tokens_per_s : 0.0);
+    tp_levels_free(lv, n_levels);
     return 0;
 }

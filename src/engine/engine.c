@@ -730,13 +730,12 @@ bool engine_step(struct hearth_engine *e)
         engine_publish_stats(e);
         return false;
     }
-    if (e->prof.on) { /* whether every row is one generated token: the profile's kind of step */
-        bool decode_only = true;
-        for (int i = 0; i < plan.n_rows && decode_only; i++)
-            decode_only = plan.rows[i].query_len == 1 && plan.rows[i].s->committed >= plan.rows[i].s->g->n_prompt;
-        step_prof_kind(&e->prof, decode_only, plan.n_rows);
-        step_prof_mark(&e->prof, STEP_PROF_PLAN);
-    }
+    /* whether every row is one generated token: the profile's and the step info's kind of step */
+    bool decode_only = true;
+    for (int i = 0; i < plan.n_rows && decode_only; i++)
+        decode_only = plan.rows[i].query_len == 1 && plan.rows[i].s->committed >= plan.rows[i].s->g->n_prompt;
+    step_prof_kind(&e->prof, decode_only, plan.n_rows);
+    step_prof_mark(&e->prof, STEP_PROF_PLAN);
 
     char err[HR_ERRLEN];
     enum hr_status st = HR_OK;
@@ -761,7 +760,8 @@ bool engine_step(struct hearth_engine *e)
         e->last_step = (struct engine_step_info){
             .n_rows = b->n_rows, .n_tok = b->n_tok, .query_len = b->rows[0].query_len,
             .context_len = b->rows[0].context_len, .kv_len = b->rows[0].kv_len,
-            .forward_ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec)};
+            .forward_ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec),
+            .decode_only = decode_only};
     }
     atomic_fetch_add(&e->st_steps, 1);
 

@@ -32,6 +32,7 @@ struct engine_step_info {
     int n_rows, n_tok;
     int query_len, context_len, kv_len; /* of row 0 */
     int64_t forward_ns;        /* the forward's duration */
+    bool decode_only;          /* every row one generated token (no prompt token in the step) */
 };
 
 struct hearth_engine {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# hearth bench throughput on the MoE fixture: the JSON's levels, and its roofline
-# against the same bound computed here in Python from config.json alone (the weights'
-# shapes, bf16 KV, uniform routing), with the ceilings given as a device's would be;
+# hearth bench throughput on the MoE fixture: the JSON's levels, and its roofline (the
+# workload's and the measured decode-only steps') against the same bound computed here in
+# Python from config.json alone (the weights' shapes, bf16 KV, uniform routing), with the
+# ceilings given as a device's would be;
 # without them the CPU's are measured; bad ceilings are refused (exit 2, a message).
 set -u
 bin=${HEARTH_BIN:-${BUILD:-build}/hearth}
@@ -36,16 +37,24 @@ ok = t["roofline"]["fixed_bytes"] == fixed and t["roofline"]["expert_bytes"] == 
 for lv in t["levels"]:
     n = lv["concurrency"]
     s = step(fixed + expert * touched(n * P), n * P * tok_flops + n * lm + af * n * P * (P + 1) / 2)
-    for i in range(1, O):
-        s += step(fixed + expert * touched(n) + kvpos * n * (P + i), n * (tok_flops + lm) + af * n * (P + i))
+    dec = [step(fixed + expert * touched(n) + kvpos * n * (P + i), n * (tok_flops + lm) + af * n * (P + i)) for i in range(1, O)]
+    s += sum(dec)
     want = n * O / s
+    # the measured decode-only steps: one prefill step takes every prompt (n P tokens fit
+    # one step), then O - 1 steps of n rows; their roofline at each one's contexts
+    dec_ms = 1e3 * sum(dec) / len(dec)
+    ok &= lv["decode_steps"] == O - 1 and abs(lv["decode_rows_per_step"] - n) < 1e-9
+    ok &= abs(lv["decode_tokens_per_s"] - n / (lv["decode_step_ms"] * 1e-3)) <= 1e-3 * lv["decode_tokens_per_s"] + 0.01
+    ok &= abs(lv["decode_roofline_step_ms"] - dec_ms) <= 1e-3 * dec_ms
+    ok &= abs(lv["decode_of_roofline"] - lv["decode_roofline_step_ms"] / lv["decode_step_ms"]) <= 2e-3 * lv["decode_of_roofline"]
     mid = 1e3 * step(fixed + expert * touched(n) + kvpos * n * (P + O // 2), n * (tok_flops + lm) + af * n * (P + O // 2))
     ok &= abs(lv["roofline_generated_per_s"] - want) <= 1e-3 * want and abs(lv["roofline_step_ms"] - mid) <= 1e-3 * mid
     ok &= abs(lv["of_roofline"] - lv["generated_per_s"] / lv["roofline_generated_per_s"]) <= 1e-3
     print(n, lv["roofline_generated_per_s"], want, lv["roofline_step_ms"], mid)
 sys.exit(0 if ok else 1)
 PY
-check "the roofline equals the bound computed from config.json" "python3 $tmp/roof.py $model $tmp/t.json"
+check "the roofline equals the bound computed from config.json (the decode-only steps' too)" "python3 $tmp/roof.py $model $tmp/t.json"
+check "a decode-only line for each level" "[ \$(grep -c 'decode-only steps 4, [13].0 rows each' $tmp/err) -eq 2 ]"
 check "the given ceilings are named, the compute bound at their rate" \
   "grep -q '\"ceilings\": \"given\"' $tmp/t.json && grep -q '\"compute_bound\": {\"compute\": \"given\", \"peak_gflops\": 500.0' $tmp/t.json"
 "$bin" bench throughput --model "$model" --threads 2 --prompt-tokens 8 --output-tokens 3 --concurrency 2 >"$tmp/c.json" 2>/dev/null
