@@ -93,6 +93,9 @@ static const struct shape shapes[] = {
      * one launch of the summed width, as the backend runs them */
     {"qwen3-30b-a3b", "q/k/v", 5120, 2048, CUDA_EPI_STORE_F32}, {"qwen3-30b-a3b", "o", 2048, 4096, CUDA_EPI_ADD_F32},
     {"qwen3-30b-a3b", "lm_head", 151936, 2048, CUDA_EPI_STORE_F32},
+    {"qwen3-32b", "q/k/v", 10240, 5120, CUDA_EPI_STORE_F32},   {"qwen3-32b", "o", 5120, 8192, CUDA_EPI_ADD_F32},
+    {"qwen3-32b", "gate/up", 25600, 5120, CUDA_EPI_SWIGLU_BF16}, {"qwen3-32b", "down", 5120, 25600, CUDA_EPI_ADD_F32},
+    {"qwen3-32b", "lm_head", 151936, 5120, CUDA_EPI_STORE_F32},
 };
 static const int ms_list[] = {1, 8, 32, 128, 512, 4096};
 

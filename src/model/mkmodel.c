@@ -35,7 +35,12 @@ static const struct mk_shape shapes[] = {
     {"tiny", MODEL_ARCH_QWEN3, 512, 64, 128, 2, 4, 2, 32, 4096, true, 0, 0, 0, false, 1, 2, -1, -1},
     {"qwen3-0.6b", MODEL_ARCH_QWEN3, 151936, 1024, 3072, 28, 16, 8, 128, 40960, true, 0, 0, 0, false, 151643,
      151645, 151643, -1},
+    {"qwen3-4b", MODEL_ARCH_QWEN3, 151936, 2560, 9728, 36, 32, 8, 128, 40960, true, 0, 0, 0, false, 151643,
+     151645, 151643, -1},
     {"qwen3-8b", MODEL_ARCH_QWEN3, 151936, 4096, 12288, 36, 32, 8, 128, 40960, false, 0, 0, 0, false, 151643,
+     151645, 151643, -1},
+    /* 65.5 GB of bf16 weights: for --load-format dummy on a large card */
+    {"qwen3-32b", MODEL_ARCH_QWEN3, 151936, 5120, 25600, 64, 64, 8, 128, 40960, false, 0, 0, 0, false, 151643,
      151645, 151643, -1},
     {"qwen3-30b-a3b", MODEL_ARCH_QWEN3_MOE, 151936, 2048, 6144, 48, 32, 4, 128, 40960, false, 128, 8, 768, true,
      151643, 151645, 151643, -1},
@@ -48,7 +53,7 @@ static const struct mk_shape shapes[] = {
 
 const char *mkmodel_shape_names(void)
 {
-    return "tiny qwen3-0.6b qwen3-8b qwen3-30b-a3b qwen3-moe-small";
+    return "tiny qwen3-0.6b qwen3-4b qwen3-8b qwen3-32b qwen3-30b-a3b qwen3-moe-small";
 }
 
 enum hr_status mkmodel_shape_config(const char *shape, struct model_config *cfg, char *err, size_t errlen)

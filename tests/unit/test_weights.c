@@ -513,6 +513,12 @@ static void test_mkmodel_shapes(void)
     CHECK_OK(mkmodel_shape_config("qwen3-8b", &c, err, sizeof err), err);
     CHECK(c.hidden_size == 4096 && c.n_layers == 36 && c.n_heads == 32 && c.n_kv_heads == 8 &&
           c.intermediate_size == 12288 && !c.tie_word_embeddings);
+    CHECK_OK(mkmodel_shape_config("qwen3-4b", &c, err, sizeof err), err);
+    CHECK(c.hidden_size == 2560 && c.n_layers == 36 && c.n_heads == 32 && c.n_kv_heads == 8 &&
+          c.intermediate_size == 9728 && c.tie_word_embeddings);
+    CHECK_OK(mkmodel_shape_config("qwen3-32b", &c, err, sizeof err), err);
+    CHECK(c.hidden_size == 5120 && c.n_layers == 64 && c.n_heads == 64 && c.n_kv_heads == 8 && c.head_dim == 128 &&
+          c.intermediate_size == 25600 && !c.tie_word_embeddings && c.max_position_embeddings == 40960);
     CHECK_OK(mkmodel_shape_config("qwen3-30b-a3b", &c, err, sizeof err), err);
     CHECK(c.arch == MODEL_ARCH_QWEN3_MOE && c.hidden_size == 2048 && c.n_layers == 48 && c.n_heads == 32 &&
           c.n_kv_heads == 4 && c.n_experts == 128 && c.n_experts_per_tok == 8 && c.moe_intermediate_size == 768 &&
