@@ -513,6 +513,13 @@ static void test_mkmodel_shapes(void)
     CHECK_OK(mkmodel_shape_config("qwen3-8b", &c, err, sizeof err), err);
     CHECK(c.hidden_size == 4096 && c.n_layers == 36 && c.n_heads == 32 && c.n_kv_heads == 8 &&
           c.intermediate_size == 12288 && !c.tie_word_embeddings);
+    /* every name the usage lists is a shape */
+    char names[256];
+    snprintf(names, sizeof names, "%s", mkmodel_shape_names());
+    int n_names = 0;
+    for (char *sv = NULL, *t = strtok_r(names, " ", &sv); t; t = strtok_r(NULL, " ", &sv), n_names++)
+        CHECK_MSG(mkmodel_shape_config(t, &c, err, sizeof err) == HR_OK, "listed shape '%s': %s", t, err);
+    CHECK(n_names == 7);
     CHECK_OK(mkmodel_shape_config("qwen3-4b", &c, err, sizeof err), err);
     CHECK(c.hidden_size == 2560 && c.n_layers == 36 && c.n_heads == 32 && c.n_kv_heads == 8 &&
           c.intermediate_size == 9728 && c.tie_word_embeddings);
