@@ -140,10 +140,10 @@ static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_token
     struct hearth_request **r = calloc((size_t)c, sizeof *r);
     int32_t *prompts = malloc((size_t)c * prompt_tokens * sizeof *prompts);
     double *last = calloc((size_t)c, sizeof *last);
-    int *got = calloc((size_t)c, sizeof *got), *done = calloc((size_t)c, sizeof *done);
+    int *got = calloc((size_t)c, sizeof *got); /* tokens each request has had */
     size_t n_itl = 0, cap_itl = (size_t)c * out_tokens;
     double *itl = malloc(cap_itl * sizeof *itl);
-    if (!r || !prompts || !last || !got || !done || !itl) {
+    if (!r || !prompts || !last || !got || !itl) {
         ok = 0;
         goto out;
     }
@@ -167,10 +167,10 @@ static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_token
     int64_t gen = 0;
     while (ok && remaining > 0) {
         /* the positions a decode-only step's rows attend over: each running request's
-         * prompt and the tokens it has */
+         * prompt and the tokens it has (every request runs to out_tokens: ignore_eos) */
         double ctx_sum = 0;
         for (int i = 0; i < c; i++)
-            if (got[i] > 0 && !done[i])
+            if (got[i] > 0 && got[i] < out_tokens)
                 ctx_sum += (double)prompt_tokens + got[i];
         double ts = bench_now();
         if (!engine_step(e))
@@ -192,7 +192,6 @@ static int tp_run(const struct hearth_engine_params *ep, int c, int prompt_token
                     got[i]++;
                     gen++;
                 } else if (ev.type == HEARTH_EVENT_DONE) {
-                    done[i] = 1;
                     remaining--;
                     if (ev.finish_reason == HEARTH_FINISH_ERROR) {
                         fprintf(stderr, "hearth bench throughput: %s\n", ev.message);
@@ -216,7 +215,6 @@ out:
     free(prompts);
     free(last);
     free(got);
-    free(done);
     free(itl);
     hearth_engine_free(e);
     return ok;
@@ -287,7 +285,6 @@ int bench_throughput(int argc, char **argv)
     size_t kvbytes = 0;
     int bf16 = 0, on_host = 1;
     struct roofline roof;
-    memset(lv, 0, sizeof lv);
     for (int k = 0; k < n_levels; k++) {
         struct hearth_engine_params p = ep;
         if (p.max_num_seqs < levels[k])
@@ -356,13 +353,13 @@ int bench_throughput(int argc, char **argv)
                    "\"itl_p50_of_roofline\": %.4f",
                    lv[k].roof_gen_per_s, lv[k].roof_gen_per_s > 0 ? lv[k].gen_per_s / lv[k].roof_gen_per_s : 0.0,
                    lv[k].roof_step_ms, lv[k].itl_p50 > 0 ? lv[k].roof_step_ms * 1e-3 / lv[k].itl_p50 : 0.0);
-        if (lv[k].dec_steps > 0) {
-            printf(", \"decode_steps\": %lld, \"decode_rows_per_step\": %.3f, \"decode_step_ms\": %.4f, "
+        if (lv[k].dec_steps > 0) { /* ms to six places: a CPU step of tens of microseconds keeps its digits */
+            printf(", \"decode_steps\": %lld, \"decode_rows_per_step\": %.3f, \"decode_step_ms\": %.6f, "
                    "\"decode_tokens_per_s\": %.2f",
                    lv[k].dec_steps, tp_dec_rows(&lv[k]), tp_dec_ms(&lv[k]),
                    tp_dec_rows(&lv[k]) / (tp_dec_ms(&lv[k]) * 1e-3));
             if (have_roof)
-                printf(", \"decode_roofline_step_ms\": %.4f, \"decode_of_roofline\": %.4f",
+                printf(", \"decode_roofline_step_ms\": %.6f, \"decode_of_roofline\": %.6f",
                        lv[k].dec_roof_s * 1e3 / (double)lv[k].dec_steps, lv[k].dec_roof_s / lv[k].dec_s);
         }
         printf("}%s\n", k + 1 < n_levels ? "," : "");

@@ -130,18 +130,22 @@ static void gemm_ws_free(struct gemm_ws *ws)
     cuda_dev_free(ws->tickets);
 }
 
-/* cuda_gemm.x_rows of run_gemm's launches (0: m) */
-static int gemm_x_rows;
+/* x_rows: the rows x's buffer holds (cuda_gemm.x_rows; 0: m) */
+static int run_gemm_x(const struct shape *s, void *y, const uint16_t *x, int m, int x_rows, const uint16_t *w,
+                      const uint16_t *wu, const struct gemm_ws *ws)
+{
+    struct cuda_gemm g = {.epi = s->epi, .y = y, .x = x, .w = w, .w_up = wu, .m = m, .n = s->n, .k = s->k,
+                          .x_rows = x_rows, .work = ws->work, .work_bytes = ws->work_bytes, .tickets = ws->tickets,
+                          .n_tickets = ws->n_tickets};
+    enum hr_status st = K->gemm(&g, NULL, err, sizeof err);
+    CHECK_OK(st, err);
+    return st == HR_OK;
+}
 
 static int run_gemm(const struct shape *s, void *y, const uint16_t *x, int m, const uint16_t *w, const uint16_t *wu,
                     const struct gemm_ws *ws)
 {
-    struct cuda_gemm g = {.epi = s->epi, .y = y, .x = x, .w = w, .w_up = wu, .m = m, .n = s->n, .k = s->k,
-                          .x_rows = gemm_x_rows > m ? gemm_x_rows : 0, .work = ws->work,
-                          .work_bytes = ws->work_bytes, .tickets = ws->tickets, .n_tickets = ws->n_tickets};
-    enum hr_status st = K->gemm(&g, NULL, err, sizeof err);
-    CHECK_OK(st, err);
-    return st == HR_OK;
+    return run_gemm_x(s, y, x, m, 0, w, wu, ws);
 }
 
 /* SwiGLU's widened copy (y_f32: the f32 the backend's op promises, from the same
@@ -287,9 +291,7 @@ static void test_gemm_rows(void)
         for (size_t mi = 0; mi < sizeof row_counts / sizeof row_counts[0]; mi++) {
             int m = row_counts[mi];
             gemm_ops_reset(&o, m);
-            gemm_x_rows = GEMM_MAX_M;
-            run_gemm(s, y, x, m, w, wu, &ws);
-            gemm_x_rows = 0;
+            run_gemm_x(s, y, x, m, GEMM_MAX_M, w, wu, &ws);
             down(got, y, (size_t)m * row_bytes);
             for (int r = 0; r < m; r++)
                 if (memcmp(got + (size_t)r * row_bytes, ref + (size_t)r * row_bytes, row_bytes)) {

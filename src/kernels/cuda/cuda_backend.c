@@ -64,10 +64,9 @@ struct cuda_backend {
     const struct model_config *cfg;
     int max_tok;
     /* GEMM: the bf16 input of a matmul, and the K split's workspace and tickets */
-    uint16_t *xb;              /* [x_rows, max_k] bf16 */
+    uint16_t *xb;              /* [cb_x_rows, max_k] bf16 */
     size_t xb_elems;
-    uint16_t *sw;              /* [x_rows, intermediate] bf16 SwiGLU outputs */
-    int x_rows;                /* max_tok up to a multiple of 64: the matmul inputs' rows (cuda_gemm.x_rows) */
+    uint16_t *sw;              /* [cb_x_rows, intermediate] bf16 SwiGLU outputs */
     void *gemm_work;
     size_t gemm_work_bytes;
     int *tickets;              /* zeroed once; every launch leaves them zero */
@@ -432,6 +431,13 @@ static int cb_max_k(const struct model_config *c)
     return k;
 }
 
+/* The rows of the matmuls' bf16 input buffers (xb, sw): max_tok in whole x copies of the
+ * GEMM (cuda_gemm.x_rows) */
+static int cb_x_rows(const struct cuda_backend *c)
+{
+    return (c->max_tok + CUDA_GEMM_X_BOX - 1) / CUDA_GEMM_X_BOX * CUDA_GEMM_X_BOX;
+}
+
 static enum hr_status cb_reserve(struct backend *be, const struct model_config *cfg, int max_tok, char *err,
                                  size_t errlen)
 {
@@ -459,8 +465,8 @@ static enum hr_status cb_reserve(struct backend *be, const struct model_config *
     c->max_tok = max_tok;
     /* the largest bf16 input of any matmul, in whole 64-row boxes of the GEMM's x copies
      * (cuda_gemm.x_rows), zeroed once so that no copy reads bytes never written */
-    c->x_rows = (max_tok + 63) / 64 * 64;
-    size_t xb = (size_t)c->x_rows * (size_t)cb_max_k(cfg), swb = (size_t)c->x_rows * (size_t)cfg->intermediate_size;
+    const size_t rows = (size_t)cb_x_rows(c);
+    size_t xb = rows * (size_t)cb_max_k(cfg), swb = rows * (size_t)cfg->intermediate_size;
     cuda_dev_free(c->xb);
     c->xb = NULL;
     enum hr_status st = cuda_dev_alloc((void **)&c->xb, xb * 2, err, errlen);
@@ -1200,7 +1206,7 @@ static void cb_gemm_segs(struct cuda_backend *c, enum cuda_epi epi, void *y, flo
         return;
     char err[HR_ERRLEN];
     struct cuda_gemm g = {.epi = epi, .y = y, .y_f32 = y32, .x = xb, .w = w->data, .w_up = up ? up->data : NULL, .m = m,
-                          .n = (int)w->rows, .k = (int)w->cols, .x_rows = c->x_rows, .work = c->gemm_work,
+                          .n = (int)w->rows, .k = (int)w->cols, .x_rows = cb_x_rows(c), .work = c->gemm_work,
                           .work_bytes = c->gemm_work_bytes, .tickets = c->tickets, .n_tickets = c->n_tickets,
                           .n_more = n_more};
     for (int i = 0; i < n_more; i++) {

@@ -35,6 +35,8 @@ enum cuda_epi {
 };
 
 #define CUDA_GEMM_SEGS 3
+/* Rows of the TMA tile's x copies: a buffer of whole boxes lets cuda_gemm.x_rows pay */
+#define CUDA_GEMM_X_BOX 64
 
 struct cuda_gemm {
     enum cuda_epi epi;
@@ -45,8 +47,8 @@ struct cuda_gemm {
     const uint16_t *w_up; /* bf16 [n, k]: SwiGLU's up, else NULL */
     int m, n, k;          /* k a multiple of 64, n even */
     int x_rows;           /* rows x's buffer holds (0: m; else at least m): the TMA tile's last
-                           * x copy reads rows past m up to the next multiple of 64 where the
-                           * buffer has them (they reach only output rows past m, never
+                           * x copy reads rows past m up to the next multiple of
+                           * CUDA_GEMM_X_BOX where the buffer has them (they reach only output rows past m, never
                            * stored), rather than have the copy fill zeros, which is slow */
     void *work;           /* gemm_workspace bytes (the K split's partial sums) */
     size_t work_bytes;

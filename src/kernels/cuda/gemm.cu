@@ -1053,7 +1053,8 @@ decltype(&cuTensorMapEncodeTiled) g_encode; /* the driver's, looked up by gemm_p
  * 129 rows, 64 x 64 blocks, 110.5 us, at 185 rows 61.0 (H200). */
 int x_map_rows(const struct cuda_gemm *g)
 {
-    const int up = (g->m + 63) / 64 * 64;
+    static_assert(CUDA_GEMM_X_BOX == 64, "an x copy is a warpgroup's 64 rows");
+    const int up = (g->m + CUDA_GEMM_X_BOX - 1) / CUDA_GEMM_X_BOX * CUDA_GEMM_X_BOX;
     return g_xpad && g->x_rows >= up ? up : g->m;
 }
 
