@@ -1,9 +1,9 @@
 /* The CUDA kernels on the device, under every variant the card runs (sm90a, sm80):
  * batch invariance compared byte for byte (a GEMM row alone and among m rows at the
- * Qwen3-0.6B and -8B shapes and the 30B-A3B's o; attention rows alone, with neighbours,
- * chunked, over permuted blocks, run to run) and parity with float64 host references
- * within stated tolerances.  Without a GPU (or a build without CUDA) every test reports
- * skipped. */
+ * Qwen3-0.6B and -8B shapes and the 30B-A3B's dense ones, its experts in test_moe;
+ * attention rows alone, with neighbours, chunked, over permuted blocks, run to run)
+ * and parity with float64 host references within stated tolerances.  Without a GPU
+ * (or a build without CUDA) every test reports skipped. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -93,6 +93,8 @@ static const struct shape shapes[] = {
     {"8b q/o", 4096, 4096, CUDA_EPI_ADD_F32},         {"8b k/v", 1024, 4096, CUDA_EPI_STORE_BF16},
     {"8b gate/up", 12288, 4096, CUDA_EPI_SWIGLU_BF16}, {"8b down", 4096, 12288, CUDA_EPI_ADD_F32},
     {"8b lm_head", 151936, 4096, CUDA_EPI_STORE_F32},  {"30b-a3b o", 2048, 4096, CUDA_EPI_ADD_F32},
+    /* the 30B-A3B's q, k and v as the backend launches them: stacked, one launch */
+    {"30b-a3b qkv", 5120, 2048, CUDA_EPI_STORE_F32},   {"30b-a3b lm_head", 151936, 2048, CUDA_EPI_STORE_F32},
 };
 static const int row_counts[] = {1,  2,   3,   4,   5,   6,   7,   8,    9,   10,  11,  12,  13,  14,  15, 16,
                                  17, 31,  32,  33,  63,  64,  65,  127,  128, 129, 255, 256, 257, 1024, 4097};
@@ -517,7 +519,7 @@ static void test_gemm_segments(void)
     static const struct {
         const char *name;
         int nq, nkv, k;
-    } cases[] = {{"0.6b qkv", 2048, 1024, 1024}, {"8b qkv", 4096, 1024, 4096}};
+    } cases[] = {{"0.6b qkv", 2048, 1024, 1024}, {"8b qkv", 4096, 1024, 4096}, {"30b-a3b qkv", 4096, 512, 2048}};
     static const int ms[] = {1, 7, 16, 17, 64, 65, 129, 257};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int nq = cases[ci].nq, nkv = cases[ci].nkv, k = cases[ci].k, n = nq + 2 * nkv, M = 257;
