@@ -5,14 +5,25 @@
 # digests (generated ids and every step's logits, disabled / cold / warm) and the
 # sha256 of `hearth generate` output with a fixed seed (n = 3 samples, sampling on).
 # Usage: golden_outputs.sh HEARTH_BIN DATA_DIR VARIANT...
+# GOLDEN_COVER=1: of each variant's 16 (model, KV dtype, threads) runs, the 4 where each
+# model runs once and each KV dtype and thread count twice (which 4 rotates with the
+# variant), for the sanitizers' pass (see test_golden.sh).
 set -u
 bin=$1; data=$2; shift 2
+vi=0
 for variant in "$@"; do
+  vi=$((vi + 1)); mi=-1
   kernel=(--kernel "$variant")
   [ "$variant" = avx512bf16 ] && kernel=(--compute bf16)
   for model in qwen3-tiny qwen3-tiny-bf16 qwen3moe-tiny qwen3moe-tiny-bf16; do
+    mi=$((mi + 1))
     for kv in bf16 f32; do
       for threads in 1 3; do
+        # the cover: model mi takes KV dtype (mi + vi) % 2 and thread count (mi / 2 + vi) % 2
+        if [ "${GOLDEN_COVER:-0}" = 1 ]; then
+          [ "$kv" = "$([ $(((mi + vi) % 2)) = 0 ] && echo bf16 || echo f32)" ] || continue
+          [ "$threads" = "$([ $(((mi / 2 + vi) % 2)) = 0 ] && echo 1 || echo 3)" ] || continue
+        fi
         dir=$data/fixtures/$model
         d=$("$bin" bench prefix --model "$dir" "${kernel[@]}" --kv-dtype $kv --threads $threads \
               --shared-prefix-tokens 40 --suffix-tokens 9 --max-tokens 12 --repeats 1 2>/dev/null |
