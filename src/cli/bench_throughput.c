@@ -77,6 +77,17 @@ static double tp_dec_ms(const struct tp_level *lv)
     return lv->dec_s * 1e3 / (double)lv->dec_steps;
 }
 
+static double tp_dec_tok_s(const struct tp_level *lv)
+{
+    return (double)lv->dec_rows / lv->dec_s;
+}
+
+/* Their roofline a step (dec_roof_s set) */
+static double tp_dec_roof_ms(const struct tp_level *lv)
+{
+    return lv->dec_roof_s * 1e3 / (double)lv->dec_steps;
+}
+
 /* Notes a decode-only step; 0 when out of memory. */
 static int tp_dec_add(struct tp_level *lv, int n_rows, double ctx_sum, double seconds)
 {
@@ -300,8 +311,7 @@ int bench_throughput(int argc, char **argv)
                 lv[k].startup_mib, lv[k].overhead_mib);
         if (lv[k].dec_steps > 0)
             fprintf(stderr, "concurrency %d: decode-only steps %lld, %.1f rows each, %.3f ms a step: %.1f tokens/s\n",
-                    levels[k], lv[k].dec_steps, tp_dec_rows(&lv[k]), tp_dec_ms(&lv[k]),
-                    tp_dec_rows(&lv[k]) / (tp_dec_ms(&lv[k]) * 1e-3));
+                    levels[k], lv[k].dec_steps, tp_dec_rows(&lv[k]), tp_dec_ms(&lv[k]), tp_dec_tok_s(&lv[k]));
     }
     double rss = bench_peak_rss_mib(), wmib = (double)wbytes / 1048576.0, kvmib = (double)kvbytes / 1048576.0;
     double host_fixed = on_host ? wmib + kvmib : 0; /* what of weights and KV the RSS holds */
@@ -336,7 +346,7 @@ int bench_throughput(int argc, char **argv)
         if (lv[k].dec_steps > 0) {
             lv[k].dec_roof_s = tp_dec_roof_s(&lv[k], &roof, r_gbs, r_tflops);
             fprintf(stderr, "concurrency %d: the decode-only steps' roofline %.3f ms a step (measured %.3f of it)\n", c,
-                    lv[k].dec_roof_s * 1e3 / (double)lv[k].dec_steps, lv[k].dec_roof_s / lv[k].dec_s);
+                    tp_dec_roof_ms(&lv[k]), lv[k].dec_roof_s / lv[k].dec_s);
         }
     }
     printf("{\n  \"benchmark\": \"throughput\",\n  \"model\": \"%s\",\n  \"threads\": %d,\n"
@@ -356,11 +366,10 @@ int bench_throughput(int argc, char **argv)
         if (lv[k].dec_steps > 0) { /* ms to six places: a CPU step of tens of microseconds keeps its digits */
             printf(", \"decode_steps\": %lld, \"decode_rows_per_step\": %.3f, \"decode_step_ms\": %.6f, "
                    "\"decode_tokens_per_s\": %.2f",
-                   lv[k].dec_steps, tp_dec_rows(&lv[k]), tp_dec_ms(&lv[k]),
-                   tp_dec_rows(&lv[k]) / (tp_dec_ms(&lv[k]) * 1e-3));
+                   lv[k].dec_steps, tp_dec_rows(&lv[k]), tp_dec_ms(&lv[k]), tp_dec_tok_s(&lv[k]));
             if (have_roof)
                 printf(", \"decode_roofline_step_ms\": %.6f, \"decode_of_roofline\": %.6f",
-                       lv[k].dec_roof_s * 1e3 / (double)lv[k].dec_steps, lv[k].dec_roof_s / lv[k].dec_s);
+                       tp_dec_roof_ms(&lv[k]), lv[k].dec_roof_s / lv[k].dec_s);
         }
         printf("}%s\n", k + 1 < n_levels ? "," : "");
     }

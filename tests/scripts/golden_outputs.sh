@@ -10,6 +10,7 @@
 # variant), for the sanitizers' pass (see test_golden.sh).
 set -u
 bin=$1; data=$2; shift 2
+kvs=(bf16 f32); thread_counts=(1 3)
 vi=0
 for variant in "$@"; do
   vi=$((vi + 1)); mi=-1
@@ -17,12 +18,11 @@ for variant in "$@"; do
   [ "$variant" = avx512bf16 ] && kernel=(--compute bf16)
   for model in qwen3-tiny qwen3-tiny-bf16 qwen3moe-tiny qwen3moe-tiny-bf16; do
     mi=$((mi + 1))
-    for kv in bf16 f32; do
-      for threads in 1 3; do
+    for kv in "${kvs[@]}"; do
+      for threads in "${thread_counts[@]}"; do
         # the cover: model mi takes KV dtype (mi + vi) % 2 and thread count (mi / 2 + vi) % 2
         if [ "${GOLDEN_COVER:-0}" = 1 ]; then
-          [ "$kv" = "$([ $(((mi + vi) % 2)) = 0 ] && echo bf16 || echo f32)" ] || continue
-          [ "$threads" = "$([ $(((mi / 2 + vi) % 2)) = 0 ] && echo 1 || echo 3)" ] || continue
+          [ "$kv" = "${kvs[(mi + vi) % 2]}" ] && [ "$threads" = "${thread_counts[(mi / 2 + vi) % 2]}" ] || continue
         fi
         dir=$data/fixtures/$model
         d=$("$bin" bench prefix --model "$dir" "${kernel[@]}" --kv-dtype $kv --threads $threads \

@@ -13,26 +13,31 @@ cd "$(dirname "$0")/../.."
 passed=0; failed=0
 # The sanitizer pass (make asan) runs the same script list: the build check is done once.
 case "${BUILD:-build}" in *asan*) echo "skip: checked by make test"; echo "RESULT passed=0 failed=0"; exit 0;; esac
+# read_cflags CC CFLAGS: the build's flags of each kind of object (make print-cflags) into
+# $plain, $avx2, $avx512; flags_of SRC: the ones SRC compiles with.
+read_cflags() {
+  { read -r plain; read -r avx2; read -r avx512; } < <(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
+      make -s --no-print-directory CC="$1" CFLAGS="$2" print-cflags | tr -s ' ' | sed 's/ *$//')
+  [ -n "$plain" ] && [ -n "$avx512" ]
+}
+flags_of() { case $1 in *_avx2.c) echo "$avx2" ;; *_avx512.c) echo "$avx512" ;; *) echo "$plain" ;; esac; }
 # gcc_logs_clean: make test has just compiled every file with gcc and the flags of the -Werror
 # build below, less -Werror, and kept each object's messages beside it (OBJ.log, first line
 # the command; see scripts/cc-log.sh): those say whether gcc warns, without compiling
 # everything a second time (40 CPU seconds).  Returns 2 when that build is not such a build
 # (another compiler or other flags, a log missing): then the -Werror build runs.
 gcc_logs_clean() {
-  local b=${BUILD:-build} gcc_path plain avx2 avx512 src obj log cmd first flags n=0 bad=0
+  local b=${BUILD:-build} gcc_path src obj log cmd first n=0 bad=0
   command -v gcc >/dev/null || return 2
   gcc_path=$(readlink -f "$(command -v gcc)")
-  { read -r plain; read -r avx2; read -r avx512; } < <(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
-      make -s --no-print-directory CC=gcc CFLAGS= print-cflags | tr -s ' ' | sed 's/ *$//')
-  [ -n "$plain" ] && [ -n "$avx512" ] || return 2
+  read_cflags gcc "" || return 2
   while read -r src; do
     obj=$b/${src%.c}.o; log=$obj.log
     [ -s "$log" ] && [ -e "$obj" ] && [ "$obj" -nt "$src" ] || return 2
     cmd=$(head -n 1 "$log" | tr -s ' ')
     first=${cmd%% *}
     [ "$(readlink -f "$(command -v "$first" 2>/dev/null)" 2>/dev/null)" = "$gcc_path" ] || return 2
-    case $src in *_avx2.c) flags=$avx2 ;; *_avx512.c) flags=$avx512 ;; *) flags=$plain ;; esac
-    [ "$cmd" = "$first $flags -MMD -MP -c $src -o $obj" ] || return 2
+    [ "$cmd" = "$first $(flags_of "$src") -MMD -MP -c $src -o $obj" ] || return 2
     if tail -n +2 "$log" | grep -qE 'warning:|error:'; then
       bad=$((bad + 1)); tail -n +2 "$log" | grep -E 'warning|error' | head -5
     fi
@@ -45,14 +50,11 @@ gcc_logs_clean() {
 # with the flags of its kind of object (plain, AVX2, AVX-512) and -Werror, two at a time;
 # prints the first messages of each file that has any.
 clang_syntax_clean() {
-  local plain avx2 avx512 src flags log f n bad=0
-  { read -r plain; read -r avx2; read -r avx512; } < <(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
-      make -s --no-print-directory CC=clang CFLAGS=-Werror print-cflags)
-  [ -n "$plain" ] && [ -n "$avx512" ] || { echo "  no flags from make print-cflags"; return 1; }
+  local src log f n bad=0
+  read_cflags clang -Werror || { echo "  no flags from make print-cflags"; return 1; }
   log=$(mktemp -d)
   while read -r src; do
-    case $src in *_avx2.c) flags=$avx2 ;; *_avx512.c) flags=$avx512 ;; *) flags=$plain ;; esac
-    printf '%s\0%s\0' "$flags" "$src"
+    printf '%s\0%s\0' "$(flags_of "$src")" "$src"
   done < <({ find src -name '*.c'; ls tests/unit/*.c bench/*.c; } | sort) |
     xargs -0 -n 2 -P 2 sh -c 'clang $1 -fsyntax-only "$2" >"$0/$(echo "$2" | tr / _).log" 2>&1' "$log"
   # (sh -c: $0 the log directory, $1 the flags, split on purpose, $2 the file)
