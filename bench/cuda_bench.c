@@ -80,22 +80,36 @@ struct shape {
     const char *model, *name;
     int n, k;
     enum cuda_epi epi;
+    int more_n[2]; /* q/k/v: k's and v's columns, launched as segments after q's n, as the backend does */
 };
 
+/* one product; q, k and v in one launch of three segments, as the backend runs them (the
+ * q and k/v rows alone are shapes the dense models never launch by themselves) */
+#define ONE(model, name, n, k, epi) {model, name, n, k, epi, {0, 0}}
+#define QKV(model, nq, nkv, k) {model, "q/k/v", nq, k, CUDA_EPI_STORE_F32, {nkv, nkv}}
 static const struct shape shapes[] = {
-    {"qwen3-0.6b", "q", 2048, 1024, CUDA_EPI_STORE_F32},       {"qwen3-0.6b", "k/v", 1024, 1024, CUDA_EPI_STORE_F32},
-    {"qwen3-0.6b", "o", 1024, 2048, CUDA_EPI_ADD_F32},          {"qwen3-0.6b", "gate/up", 3072, 1024, CUDA_EPI_SWIGLU_BF16},
-    {"qwen3-0.6b", "down", 1024, 3072, CUDA_EPI_ADD_F32},       {"qwen3-0.6b", "lm_head", 151936, 1024, CUDA_EPI_STORE_F32},
-    {"qwen3-8b", "q/o", 4096, 4096, CUDA_EPI_STORE_F32},        {"qwen3-8b", "k/v", 1024, 4096, CUDA_EPI_STORE_F32},
-    {"qwen3-8b", "gate/up", 12288, 4096, CUDA_EPI_SWIGLU_BF16}, {"qwen3-8b", "down", 4096, 12288, CUDA_EPI_ADD_F32},
-    {"qwen3-8b", "lm_head", 151936, 4096, CUDA_EPI_STORE_F32},
-    /* the MoE model's dense products (its experts run the grouped kernels): q, k and v in
-     * one launch of the summed width, as the backend runs them */
-    {"qwen3-30b-a3b", "q/k/v", 5120, 2048, CUDA_EPI_STORE_F32}, {"qwen3-30b-a3b", "o", 2048, 4096, CUDA_EPI_ADD_F32},
-    {"qwen3-30b-a3b", "lm_head", 151936, 2048, CUDA_EPI_STORE_F32},
-    {"qwen3-32b", "q/k/v", 10240, 5120, CUDA_EPI_STORE_F32},   {"qwen3-32b", "o", 5120, 8192, CUDA_EPI_ADD_F32},
-    {"qwen3-32b", "gate/up", 25600, 5120, CUDA_EPI_SWIGLU_BF16}, {"qwen3-32b", "down", 5120, 25600, CUDA_EPI_ADD_F32},
-    {"qwen3-32b", "lm_head", 151936, 5120, CUDA_EPI_STORE_F32},
+    QKV("qwen3-0.6b", 2048, 1024, 1024),
+    ONE("qwen3-0.6b", "q", 2048, 1024, CUDA_EPI_STORE_F32),
+    ONE("qwen3-0.6b", "k/v", 1024, 1024, CUDA_EPI_STORE_F32),
+    ONE("qwen3-0.6b", "o", 1024, 2048, CUDA_EPI_ADD_F32),
+    ONE("qwen3-0.6b", "gate/up", 3072, 1024, CUDA_EPI_SWIGLU_BF16),
+    ONE("qwen3-0.6b", "down", 1024, 3072, CUDA_EPI_ADD_F32),
+    ONE("qwen3-0.6b", "lm_head", 151936, 1024, CUDA_EPI_STORE_F32),
+    QKV("qwen3-8b", 4096, 1024, 4096),
+    ONE("qwen3-8b", "q/o", 4096, 4096, CUDA_EPI_STORE_F32),
+    ONE("qwen3-8b", "k/v", 1024, 4096, CUDA_EPI_STORE_F32),
+    ONE("qwen3-8b", "gate/up", 12288, 4096, CUDA_EPI_SWIGLU_BF16),
+    ONE("qwen3-8b", "down", 4096, 12288, CUDA_EPI_ADD_F32),
+    ONE("qwen3-8b", "lm_head", 151936, 4096, CUDA_EPI_STORE_F32),
+    /* the MoE model's dense products (its experts run the grouped kernels) */
+    QKV("qwen3-30b-a3b", 4096, 512, 2048),
+    ONE("qwen3-30b-a3b", "o", 2048, 4096, CUDA_EPI_ADD_F32),
+    ONE("qwen3-30b-a3b", "lm_head", 151936, 2048, CUDA_EPI_STORE_F32),
+    QKV("qwen3-32b", 8192, 1024, 5120),
+    ONE("qwen3-32b", "o", 5120, 8192, CUDA_EPI_ADD_F32),
+    ONE("qwen3-32b", "gate/up", 25600, 5120, CUDA_EPI_SWIGLU_BF16),
+    ONE("qwen3-32b", "down", 5120, 25600, CUDA_EPI_ADD_F32),
+    ONE("qwen3-32b", "lm_head", 151936, 5120, CUDA_EPI_STORE_F32),
 };
 static const int ms_list[] = {1, 8, 32, 128, 512, 4096};
 
@@ -120,8 +134,9 @@ static void bench_gemm(const struct cuda_kernels *K, double read_gbs, int only_m
         const struct shape *s = &shapes[si];
         if (only_model && strcmp(only_model, s->model))
             continue;
-        int sw = s->epi == CUDA_EPI_SWIGLU_BF16, mats = sw ? 2 : 1;
-        size_t wbytes = (size_t)s->n * s->k * 2 * mats;
+        int sw = s->epi == CUDA_EPI_SWIGLU_BF16, mats = sw ? 2 : 1, n_more = (s->more_n[0] > 0) + (s->more_n[1] > 0);
+        const int n = s->n + s->more_n[0] + s->more_n[1]; /* every segment's columns */
+        size_t wbytes = (size_t)n * s->k * 2 * mats;
         int copies = (int)(((size_t)512 << 20) / wbytes) + 1;
         if (copies > 32)
             copies = 32;
@@ -135,10 +150,10 @@ static void bench_gemm(const struct cuda_kernels *K, double read_gbs, int only_m
         void *y, *work = NULL;
         MUST(cuda_dev_alloc((void **)&x, (size_t)max_m * s->k * 2, err, sizeof err));
         MUST(cuda_dev_fill_bf16(x, (size_t)max_m * s->k, 5 + si, 1.0f, err, sizeof err));
-        size_t ybytes = (size_t)max_m * s->n * 4 * (sw ? 2 : 1);
+        size_t ybytes = (size_t)max_m * n * 4 * (sw ? 2 : 1);
         MUST(cuda_dev_alloc(&y, ybytes, err, sizeof err));
         MUST(cuda_dev_memset(y, 0, ybytes, err, sizeof err));
-        size_t wb = K->gemm_workspace(max_m, s->n, s->k, s->epi), ntk = K->gemm_tickets(max_m, s->n, s->k, s->epi);
+        size_t wb = K->gemm_workspace(max_m, n, s->k, s->epi), ntk = K->gemm_tickets(max_m, n, s->k, s->epi);
         int *tickets = NULL;
         if (wb)
             MUST(cuda_dev_alloc(&work, wb, err, sizeof err));
@@ -149,9 +164,9 @@ static void bench_gemm(const struct cuda_kernels *K, double read_gbs, int only_m
         size_t n_ms = only_m ? 1 : sizeof ms_list / sizeof ms_list[0];
         for (size_t mi = 0; mi < n_ms; mi++) {
             int m = only_m ? only_m : ms_list[mi]; /* --m: any m up to max_m */
-            double flops = 2.0 * m * s->n * s->k * mats;
+            double flops = 2.0 * m * n * s->k * mats;
             int out_e = s->epi == CUDA_EPI_STORE_BF16 || sw ? 2 : 4;
-            double bytes = (double)wbytes + (double)m * s->k * 2 + (double)m * s->n * out_e * (s->epi == CUDA_EPI_ADD_F32 ? 2 : 1);
+            double bytes = (double)wbytes + (double)m * s->k * 2 + (double)m * n * out_e * (s->epi == CUDA_EPI_ADD_F32 ? 2 : 1);
             int reps = (int)(2e-3 / fmax(bytes / (read_gbs * 1e9), flops / 600e12)) + 1; /* ~2 ms a trial */
             if (reps > 200)
                 reps = 200;
@@ -163,7 +178,13 @@ static void bench_gemm(const struct cuda_kernels *K, double read_gbs, int only_m
                     struct cuda_gemm g = {.epi = s->epi, .y = y, .x = x, .w = wc, .w_up = sw ? wc + wbytes / 4 : NULL,
                                           .m = m, .n = s->n, .k = s->k, .x_rows = max_m, .work = work,
                                           .work_bytes = wb,
-                                          .tickets = tickets, .n_tickets = ntk};
+                                          .tickets = tickets, .n_tickets = ntk, .n_more = n_more};
+                    /* the segments' weights and outputs follow q's in the same buffers */
+                    for (int i = 0, col = s->n; i < n_more; col += s->more_n[i], i++) {
+                        g.more_w[i] = wc + (size_t)col * s->k;
+                        g.more_y[i] = (float *)y + (size_t)m * col;
+                        g.more_n[i] = s->more_n[i];
+                    }
                     MUST(K->gemm(&g, NULL, err, sizeof err));
                 }
                 double ms = cuda_dev_timer_stop(timer) / reps;
@@ -180,7 +201,7 @@ static void bench_gemm(const struct cuda_kernels *K, double read_gbs, int only_m
                     for (int r = 0; r < reps; r++) {
                         const uint16_t *wc = w + (size_t)(r % copies) * (wbytes / 2);
                         /* SwiGLU: one product over both matrices (2n rows), no activation */
-                        bad |= cublas_run(y, out_e == 2 ? R_16BF : R_32F, x, wc, m, s->n * mats, s->k,
+                        bad |= cublas_run(y, out_e == 2 ? R_16BF : R_32F, x, wc, m, n * mats, s->k,
                                           s->epi == CUDA_EPI_ADD_F32 ? 1.0f : 0.0f);
                     }
                     double ms = cuda_dev_timer_stop(timer) / reps;
@@ -196,7 +217,7 @@ static void bench_gemm(const struct cuda_kernels *K, double read_gbs, int only_m
             printf("{\"variant\": \"%s\", \"model\": \"%s\", \"matrix\": \"%s\", \"epilogue\": \"%s\", \"n\": %d, "
                    "\"k\": %d, \"m\": %d, \"tile\": \"%s\", \"split\": %d, \"us\": %.2f, \"gbs\": %.0f, \"of_read_bw\": %.3f, "
                    "\"tflops\": %.1f, ",
-                   K->name, s->model, s->name, epi_name(s->epi), s->n, s->k, m, K->gemm_tile(s->n, s->k, s->epi), K->gemm_split(s->n, s->k, s->epi), us,
+                   K->name, s->model, s->name, epi_name(s->epi), n, s->k, m, K->gemm_tile(n, s->k, s->epi), K->gemm_split(n, s->k, s->epi), us,
                    bytes / (us * 1e-6) / 1e9, bytes / (us * 1e-6) / 1e9 / read_gbs, flops / (us * 1e-6) / 1e12);
             if (cb > 0)
                 printf("\"cublas_us\": %.2f, \"cublas_tflops\": %.1f, \"vs_cublas\": %.3f}", cb * 1e3,
