@@ -97,7 +97,8 @@ static const struct shape shapes[] = {
     {"30b-a3b qkv", 5120, 2048, CUDA_EPI_STORE_F32},   {"30b-a3b lm_head", 151936, 2048, CUDA_EPI_STORE_F32},
 };
 static const int row_counts[] = {1,  2,   3,   4,   5,   6,   7,   8,    9,   10,  11,  12,  13,  14,  15, 16,
-                                 17, 31,  32,  33,  63,  64,  65,  127,  128, 129, 255, 256, 257, 1024, 4097};
+                                 17, 31,  32,  33,  63,  64,  65,  127,  128, 129, 255, 256, 257, 448, 1024, 4097};
+/* (448: gemm_width's 256-wide tile where 128 x 64 blocks would overflow the slots) */
 #define GEMM_MAX_M 4097
 #define GEMM_ALONE 257 /* rows 0..GEMM_ALONE-1 are also run alone */
 
@@ -513,16 +514,16 @@ static void test_gemm_reference(void)
 
 /* q, k and v in one launch (segments): each segment's rows are the bytes of the same
  * columns of one GEMM over the stacked matrix [q; k; v] (the launch the segments stand
- * for), at m = 1..129 and m = 257 and for rows alone; row 0 against float64. */
+ * for), at m = 1..129, 257 and 448 and for rows alone; row 0 against float64. */
 static void test_gemm_segments(void)
 {
     static const struct {
         const char *name;
         int nq, nkv, k;
     } cases[] = {{"0.6b qkv", 2048, 1024, 1024}, {"8b qkv", 4096, 1024, 4096}, {"30b-a3b qkv", 4096, 512, 2048}};
-    static const int ms[] = {1, 7, 16, 17, 64, 65, 129, 257};
+    static const int ms[] = {1, 7, 16, 17, 64, 65, 129, 257, 448};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        int nq = cases[ci].nq, nkv = cases[ci].nkv, k = cases[ci].k, n = nq + 2 * nkv, M = 257;
+        int nq = cases[ci].nq, nkv = cases[ci].nkv, k = cases[ci].k, n = nq + 2 * nkv, M = 448;
         struct shape whole = {cases[ci].name, n, k, CUDA_EPI_STORE_F32};
         uint16_t *w = dmust((size_t)n * k * 2), *x = dmust((size_t)M * k * 2);
         CHECK_OK(cuda_dev_fill_bf16(w, (size_t)n * k, 31 + ci, 0.05f, err, sizeof err), err);

@@ -125,6 +125,10 @@ int g_narrow_min = 32;
  * at batch 1 against 5.78 at 32 (H200), and 40 would break the swizzle's 8-row period of
  * its gate and up halves. */
 bool g_balanced = true;
+/* 256-wide tiles where a narrow shape's 128 x 64 blocks come to more than one round of
+ * two-an-SM slots (gemm_width; HEARTH_CUDA_GEMM_WAVES=0 turns it off; a launch shape,
+ * the same sums) */
+bool g_waves = true;
 /* x's tensor map padded to whole 64-row boxes where its buffer allows (x_map_rows;
  * HEARTH_CUDA_GEMM_XPAD=0: not; a launch shape, rows past m are never stored) */
 bool g_xpad = true;
@@ -1248,6 +1252,8 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     g_balanced = !(bw && strcmp(bw, "0") == 0);
     const char *xp = getenv("HEARTH_CUDA_GEMM_XPAD");
     g_xpad = !(xp && strcmp(xp, "0") == 0);
+    const char *wv = getenv("HEARTH_CUDA_GEMM_WAVES");
+    g_waves = !(wv && strcmp(wv, "0") == 0);
     if (!width_ok || g_wide_rows < 1)
         return hr_err(err, errlen, HR_ERR_INVALID,
                       "HEARTH_CUDA_GEMM_WIDTH=%s / _WIDE_ROWS=%s: 0, 16, 32, 40, 48, 64, 96, 128 or 256 / >= 1",
@@ -1452,7 +1458,16 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
      * batch 1 (32 x 64), 39 at 128 rows (64 x 64), 60 at 256 (128 x 64), 137 at 1,024
      * (256).  128 x 128 lost wherever its blocks were one an SM (the 8B down at 512 rows:
      * 152 us against 110 at 128 x 64: three stages a block), and a cost of the busiest
-     * SM's flops alone picked narrow tiles at many rows (x loaded once a column tile). */
+     * SM's flops alone picked narrow tiles at many rows (x loaded once a column tile).
+     * Waves (g_waves): 256 also where 128 x 64's blocks outnumber the two-an-SM slots, so
+     * that some SMs run three 64-row blocks, one after the pair, against one 256 x 128
+     * block an SM on fewer SMs (the same flops on the busiest SM at 4/3 the work, but a
+     * 256-wide block runs ~1.6-1.8x the flops an SM of a pair of 64-row ones).  Measured
+     * on the H200 with the width forced (twenty-fifth session): at 512 rows the 32B o
+     * (320 blocks of 128 x 64 on 264 slots) 113.8 -> 84.2 us, its down 361.8 -> 242.4, the
+     * 30B-A3B's q/k/v (320) 26.4 -> 24.3, the 0.6B gate/up (384) 20.2 -> 17.2; where they
+     * fit the slots 256 lost (the 8B q/o and down at 512 rows, 256 blocks: 33.2 -> 41.4,
+     * 108.5 -> 117.6). */
     if (narrow_unsplit(n, epi)) {
         static const struct {
             int w, bm;
@@ -1464,6 +1479,8 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
                 continue;
             pick = {w, bm == 64};
             if ((long)n_tiles_of(n, epi, w) * ((m + bm - 1) / bm) >= fill)
+                break;
+            if (w == 256 && g_waves && (long)n_tiles_of(n, epi, 128) * ((m + 63) / 64) > slots)
                 break;
         }
         /* a few rows' narrow blocks past the SMs: the balanced width (g_balanced) */
