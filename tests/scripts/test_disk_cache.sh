@@ -79,24 +79,7 @@ for i in $(seq 0 $((N - 1))); do
     for(let k=0;k<n;k++){s=(s*1103515245+12345)%2147483648; a.push(100+s%5000);} console.log(JSON.stringify(a))' \
     "$i" >"$tmp/prompt$i"
 done
-# run_all TAG [SALT]: every prompt once, in turn; the output (tokens, logprobs) of prompt i
-# in $tmp/TAG.i, its usage.cached_tokens in $tmp/TAG.i.cached
-run_all() {
-  local tag=$1 salt=${2:-}
-  for i in $(seq 0 $((N - 1))); do
-    local extra=""
-    [ -n "$salt" ] && extra=",\"cache_salt\":\"$salt\""
-    curl -sS -m 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-      -d "{\"model\":\"tiny\",\"prompt\":$(cat "$tmp/prompt$i"),\"max_tokens\":8,\"temperature\":0,\"logprobs\":3,\"ignore_eos\":true$extra}" \
-      >"$tmp/$tag.$i.json" 2>/dev/null
-    node -e 'const j=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));
-      if(!j.choices){console.log("ERROR "+JSON.stringify(j));process.exit(0);}
-      console.log(JSON.stringify({text:j.choices[0].text,logprobs:j.choices[0].logprobs}));
-      require("fs").writeFileSync(process.argv[2], String(j.usage.prompt_tokens_details.cached_tokens));' \
-      "$tmp/$tag.$i.json" "$tmp/$tag.$i.cached" >"$tmp/$tag.$i" 2>/dev/null || echo "not json" >"$tmp/$tag.$i"
-  done
-}
-same_as() { for i in $(seq 0 $((N - 1))); do cmp -s "$tmp/$2.$i" "$tmp/$1.$i" || return 1; done; }
+source tests/scripts/cache_lib.sh # run_all, same_as
 same_as_off() { same_as "$1" off; }
 all_cached() { for i in $(seq 0 $((N - 1))); do [ "$(cat "$tmp/$1.$i.cached" 2>/dev/null)" -gt 0 ] || return 1; done; }
 none_cached() { for i in $(seq 0 $((N - 1))); do [ "$(cat "$tmp/$1.$i.cached" 2>/dev/null)" = 0 ] || return 1; done; }
