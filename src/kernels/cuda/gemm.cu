@@ -1461,8 +1461,9 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
      * SM's flops alone picked narrow tiles at many rows (x loaded once a column tile).
      * Waves (g_waves): 256 also where 128 x 64's blocks outnumber the two-an-SM slots, so
      * that some SMs run three 64-row blocks, one after the pair, against one 256 x 128
-     * block an SM on fewer SMs (the same flops on the busiest SM at 4/3 the work, but a
-     * 256-wide block runs ~1.6-1.8x the flops an SM of a pair of 64-row ones).  Measured
+     * block an SM on fewer SMs (three 128 x 64 blocks are 3/4 of a 256 x 128 block's
+     * flops, but a 256-wide block runs ~1.6-1.8x the flops an SM of a pair of 64-row
+     * ones: 8B q/o at 512 rows, 0.87 against 0.54 of an SM's peak).  Measured
      * on the H200 with the width forced (twenty-fifth session): at 512 rows the 32B o
      * (320 blocks of 128 x 64 on 264 slots) 113.8 -> 84.2 us, its down 361.8 -> 242.4, the
      * 30B-A3B's q/k/v (320) 26.4 -> 24.3, the 0.6B gate/up (384) 20.2 -> 17.2; where they
