@@ -171,21 +171,27 @@ static void bench_gemm(const struct cuda_kernels *K, double read_gbs, int only_m
             if (reps > 200)
                 reps = 200;
             double t_ours[TRIALS], t_cb[TRIALS];
+            /* the launch at the first weight copy; the segments' weights and outputs follow
+             * q's in the same buffers */
+            struct cuda_gemm g = {.epi = s->epi, .y = y, .x = x, .w = w, .w_up = sw ? w + wbytes / 4 : NULL,
+                                  .m = m, .n = s->n, .k = s->k, .x_rows = max_m, .work = work, .work_bytes = wb,
+                                  .tickets = tickets, .n_tickets = ntk, .n_more = n_more};
+            for (int i = 0, col = s->n; i < n_more; col += s->more_n[i], i++) {
+                g.more_w[i] = w + (size_t)col * s->k;
+                g.more_y[i] = (char *)y + (size_t)m * col * out_e;
+                g.more_n[i] = s->more_n[i];
+            }
             for (int tr = -1; tr < TRIALS; tr++) {
                 cuda_dev_timer_start(timer);
                 for (int r = 0; r < reps; r++) {
-                    const uint16_t *wc = w + (size_t)(r % copies) * (wbytes / 2);
-                    struct cuda_gemm g = {.epi = s->epi, .y = y, .x = x, .w = wc, .w_up = sw ? wc + wbytes / 4 : NULL,
-                                          .m = m, .n = s->n, .k = s->k, .x_rows = max_m, .work = work,
-                                          .work_bytes = wb,
-                                          .tickets = tickets, .n_tickets = ntk, .n_more = n_more};
-                    /* the segments' weights and outputs follow q's in the same buffers */
-                    for (int i = 0, col = s->n; i < n_more; col += s->more_n[i], i++) {
-                        g.more_w[i] = wc + (size_t)col * s->k;
-                        g.more_y[i] = (float *)y + (size_t)m * col;
-                        g.more_n[i] = s->more_n[i];
-                    }
-                    MUST(K->gemm(&g, NULL, err, sizeof err));
+                    const size_t c = (size_t)(r % copies) * (wbytes / 2); /* this rep's copy of the weights */
+                    struct cuda_gemm gr = g;
+                    gr.w += c;
+                    if (sw)
+                        gr.w_up += c;
+                    for (int i = 0; i < n_more; i++)
+                        gr.more_w[i] += c;
+                    MUST(K->gemm(&gr, NULL, err, sizeof err));
                 }
                 double ms = cuda_dev_timer_stop(timer) / reps;
                 if (tr >= 0)
