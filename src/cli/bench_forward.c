@@ -150,7 +150,7 @@ int bench_forward(int argc, char **argv)
                        sizeof err) != HR_OK ||
         model_kv_init(&r.kv, &r.be, &r.m.cfg, kvdt, BF_BS,
                       (size_t)n_blocks * BF_BS * model_kv_bytes_per_token(&r.m.cfg, kvdt), err, sizeof err) != HR_OK ||
-        qwen3_init(&r.q, &r.m, &r.be, max_tok, err, sizeof err) != HR_OK ||
+        qwen3_init(&r.q, &r.m, &r.be, max_tok, 0, err, sizeof err) != HR_OK ||
         batch_init(&r.b, BF_BS, max_b, max_tok, err, sizeof err) != HR_OK) {
         fprintf(stderr, "hearth bench forward: %s\n", err);
         goto out;

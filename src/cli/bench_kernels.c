@@ -225,7 +225,7 @@ int bench_kernels(int argc, char **argv)
         max_k = bk_shapes[s].k > max_k ? bk_shapes[s].k : max_k;
     /* The matmul scratch for max_m rows of max_k inputs (a geometry of that width). */
     struct model_config geo = {.hidden_size = max_k, .head_dim = 2};
-    if (be.ops->reserve(&be, &geo, max_m, err, sizeof err) != HR_OK) {
+    if (be.ops->reserve(&be, &geo, max_m, 0, err, sizeof err) != HR_OK) {
         fprintf(stderr, "hearth bench kernels: %s\n", err);
         backend_free(&be);
         return 1;

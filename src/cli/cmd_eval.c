@@ -296,7 +296,7 @@ int cli_eval(int argc, char **argv)
                        sizeof err) != HR_OK ||
         model_kv_init(&kv, &be, &m.cfg, o.kv_dtype, bs,
                       (size_t)n_blocks * bs * model_kv_bytes_per_token(&m.cfg, o.kv_dtype), err, sizeof err) != HR_OK ||
-        qwen3_init(&q, &m, &be, max_t, err, sizeof err) != HR_OK ||
+        qwen3_init(&q, &m, &be, max_t, 0, err, sizeof err) != HR_OK ||
         batch_init(&b, bs, 1, max_t, err, sizeof err) != HR_OK) {
         fprintf(stderr, "hearth eval: %s\n", err);
         goto out;
@@ -320,7 +320,7 @@ int cli_eval(int argc, char **argv)
                            &(struct backend_opts){.n_threads = o.threads, .kernel = rc_cpu ? NULL : be.isa,
                                                   .compute = "f32"},
                            err, sizeof err) != HR_OK ||
-            qwen3_init(&route.q32, &m, &route.be32, max_t, err, sizeof err) != HR_OK ||
+            qwen3_init(&route.q32, &m, &route.be32, max_t, 0, err, sizeof err) != HR_OK ||
             model_kv_init(&route.kv32, &route.be32, &m.cfg, KV_DTYPE_F32, bs,
                           (size_t)kv.n_blocks * bs * model_kv_bytes_per_token(&m.cfg, KV_DTYPE_F32), err,
                           sizeof err) != HR_OK) {

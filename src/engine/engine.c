@@ -934,11 +934,16 @@ static enum hr_status engine_kv_init(struct hearth_engine *e, enum kv_dtype kvd,
     return st;
 }
 
-/* The forward: the backend sized for steps of max_batched_tokens, the weights bound,
- * the scratch with room for the logits rows. */
+/* The forward: the backend sized for steps of max_batched_tokens at contexts up to
+ * the user's --max-model-len (the pool, sized after this, can only lower it; a device's
+ * attention workspace grows with the context), the weights bound, the scratch with
+ * room for the logits rows. */
 static enum hr_status engine_forward_init(struct hearth_engine *e, char *err, size_t errlen)
 {
-    enum hr_status st = qwen3_init(&e->fwd, &e->m, &e->be, e->p.max_batched_tokens, err, errlen);
+    int max_ctx = e->p.max_model_len > 0 && e->p.max_model_len < e->m.cfg.max_position_embeddings
+                      ? e->p.max_model_len
+                      : 0;
+    enum hr_status st = qwen3_init(&e->fwd, &e->m, &e->be, e->p.max_batched_tokens, max_ctx, err, errlen);
     if (st == HR_OK)
         st = qwen3_reserve_logits(&e->fwd, ENGINE_LOGIT_ROWS, err, errlen);
     return st;

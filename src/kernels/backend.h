@@ -35,10 +35,11 @@ struct backend_ops {
     /* ---- start-up (the step path allocates nothing) */
 
     /* Sizes the backend's own step state for a model of geometry cfg and steps of up to
-     * max_tok tokens: the batch copy, the RoPE table, matmul scratch (MoE rows count
-     * top_k per token).  cfg must outlive the backend's use of it. */
-    enum hr_status (*reserve)(struct backend *be, const struct model_config *cfg, int max_tok, char *err,
-                              size_t errlen);
+     * max_tok tokens at contexts up to max_ctx positions (<= 0: the model's whole
+     * context): the batch copy, the RoPE table, matmul scratch (MoE rows count top_k per
+     * token), attention's split workspace.  cfg must outlive the backend's use of it. */
+    enum hr_status (*reserve)(struct backend *be, const struct model_config *cfg, int max_tok, int max_ctx,
+                              char *err, size_t errlen);
     /* bytes of backend memory (64-byte aligned), or NULL with a message. */
     void *(*alloc)(struct backend *be, size_t bytes, char *err, size_t errlen);
     void (*mem_free)(struct backend *be, void *p);

@@ -34,10 +34,10 @@ static bool fault_hit(struct backend *be)
     return f->failed; /* after a device error nothing else of the step runs either */
 }
 
-static enum hr_status fault_reserve(struct backend *be, const struct model_config *cfg, int max_tok, char *err,
-                                    size_t errlen)
+static enum hr_status fault_reserve(struct backend *be, const struct model_config *cfg, int max_tok, int max_ctx,
+                                    char *err, size_t errlen)
 {
-    return inner_of(be)->ops->reserve(inner_of(be), cfg, max_tok, err, errlen);
+    return inner_of(be)->ops->reserve(inner_of(be), cfg, max_tok, max_ctx, err, errlen);
 }
 
 static void *fault_alloc(struct backend *be, size_t bytes, char *err, size_t errlen)

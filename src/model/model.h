@@ -64,10 +64,11 @@ struct qwen3 {
     int32_t pad_table[1];      /* the padding rows' block table: block 0, read, never written */
 };
 
-/* Sizes the backend for m and steps of max_tok tokens, binds m's weights, and takes
- * the forward's scratch from the backend. */
-enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend *be, int max_tok, char *err,
-                          size_t errlen);
+/* Sizes the backend for m and steps of max_tok tokens at contexts up to max_ctx
+ * positions (<= 0: the model's whole context), binds m's weights, and takes the
+ * forward's scratch from the backend. */
+enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend *be, int max_tok, int max_ctx,
+                          char *err, size_t errlen);
 void qwen3_free(struct qwen3 *q);
 /* Binds m's weights through the backend, then lets go of the weights bound before
  * (reload: m has the geometry of the model qwen3_init had). Nothing changes on failure. */

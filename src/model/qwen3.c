@@ -197,15 +197,15 @@ static const struct batch *qwen3_pad(struct qwen3 *q, const struct batch *b, int
     return p;
 }
 
-enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend *be, int max_tok, char *err,
-                          size_t errlen)
+enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend *be, int max_tok, int max_ctx,
+                          char *err, size_t errlen)
 {
     memset(q, 0, sizeof *q);
     if (max_tok < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "forward: max tokens per step must be >= 1");
     q->be = be;
     q->max_tok = max_tok;
-    enum hr_status st = be->ops->reserve(be, &m->cfg, max_tok, err, errlen);
+    enum hr_status st = be->ops->reserve(be, &m->cfg, max_tok, max_ctx, err, errlen);
     if (st == HR_OK)
         st = qwen3_bind(q, m, err, errlen);
     if (st == HR_OK)

@@ -74,6 +74,21 @@ for r in $([ "$dev" = cuda ] && echo 1 2); do
     >"$tmp/g$r" 2>/dev/null
 done
 [ "$dev" = cuda ] && check "sampling on the GPU: run to run the same bytes" "[ -s $tmp/g1 ] && cmp -s $tmp/g1 $tmp/g2"
+# --max-model-len sizes attention's split workspace for that context instead of the
+# model's 40,960 positions; a 700-token prompt (three splits of 256 at its end) gives
+# the same bytes either way (the workspace's layout is not in any sum).
+if [ "$dev" = cuda ]; then
+  PL=$(seq -s, 3 702)
+  for x in full 1100; do
+    "$bin" generate --device cuda --model "$m" --prompt-ids $PL --max-tokens 24 --temperature 0 --logprobs 2 \
+      $([ $x = 1100 ] && echo --max-model-len 1100) >"$tmp/ml_$x" 2>"$tmp/ml_$x.err"
+  done
+  grep -h "split workspace" "$tmp"/ml_*.err
+  check "--max-model-len 1100: the split workspace sized for 1,100 positions (the default: the model's 40,960)" \
+    "grep -q 'contexts up to 1100)' $tmp/ml_1100.err && grep -q 'contexts up to 40960)' $tmp/ml_full.err"
+  check "--max-model-len 1100: a 700-token prompt's tokens and logprobs the same bytes" \
+    "[ -s $tmp/ml_full ] && cmp -s $tmp/ml_full $tmp/ml_1100"
+fi
 # Sampling on the device (every request by default; --device-sampling-greedy-only sends
 # those with a temperature to the host, --no-device-sampling all of them): greedy
 # tokens equal the host's (plain, with penalties and n = 2, and n = 70: a fork over two

@@ -374,7 +374,7 @@ static void test_copy_order(void)
 int main(void)
 {
     CHECK_OK(backend_create(&be, "cpu", &(struct backend_opts){.n_threads = 1}, err, sizeof err), err);
-    CHECK_OK(be.ops->reserve(&be, &geo, 4, err, sizeof err), err);
+    CHECK_OK(be.ops->reserve(&be, &geo, 4, 0, err, sizeof err), err);
     TEST_RUN(test_alloc_release);
     TEST_RUN(test_all_or_nothing);
     TEST_RUN(test_copy_on_write);

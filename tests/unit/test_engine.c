@@ -272,7 +272,7 @@ static void test_prompt_logprobs(void)
     CHECK_OK(model_load(&m, dir, err, sizeof err), err);
     CHECK_OK(backend_cpu_init(&be, &(struct backend_opts){.n_threads = 1}, err, sizeof err), err);
     CHECK_OK(model_kv_init(&kv, &be, &m.cfg, KV_DTYPE_BF16, 16, rig_kv_bytes(16), err, sizeof err), err);
-    CHECK_OK(qwen3_init(&q, &m, &be, 150, err, sizeof err), err);
+    CHECK_OK(qwen3_init(&q, &m, &be, 150, 0, err, sizeof err), err);
     CHECK_OK(batch_init(&b, 16, 1, 150, err, sizeof err), err);
     int32_t table[16];
     for (int i = 0; i < 16; i++)

@@ -72,7 +72,7 @@ static int rig_init(struct rig *r, const char *fixture, const char *variant, int
         st = model_kv_init(&r->kv, &r->be, &r->m.cfg, dt, BS,
                            (size_t)POOL_BLOCKS * BS * model_kv_bytes_per_token(&r->m.cfg, dt), err, sizeof err);
     if (st == HR_OK)
-        st = qwen3_init(&r->q, &r->m, &r->be, MAX_TOK, err, sizeof err);
+        st = qwen3_init(&r->q, &r->m, &r->be, MAX_TOK, 0, err, sizeof err);
     if (st == HR_OK)
         st = batch_init(&r->b, BS, MAX_SEQ, MAX_TOK, err, sizeof err);
     if (st != HR_OK) {

@@ -504,8 +504,8 @@ static void test_backend_matmuls(void)
                  err);
         /* matmul scratch for M rows of up to max(K, N) inputs */
         struct model_config geo = {.hidden_size = K > N ? K : N, .head_dim = 2};
-        CHECK_OK(be1.ops->reserve(&be1, &geo, M, err, sizeof err), err);
-        CHECK_OK(be3.ops->reserve(&be3, &geo, M, err, sizeof err), err);
+        CHECK_OK(be1.ops->reserve(&be1, &geo, M, 0, err, sizeof err), err);
+        CHECK_OK(be3.ops->reserve(&be3, &geo, M, 0, err, sizeof err), err);
         /* rows alone and rows together, 1 and 3 threads */
         be1.ops->matmul(&be1, y, x, M, &mt.a);
         int bad = 0;
@@ -642,7 +642,7 @@ static void test_attn_prep_fused(void)
             CHECK_OK(backend_cpu_init(&be, &(struct backend_opts){.n_threads = 2, .kernel = names[vi]}, err,
                                       sizeof err),
                      err);
-            CHECK_OK(be.ops->reserve(&be, &cfg, T, err, sizeof err), err);
+            CHECK_OK(be.ops->reserve(&be, &cfg, T, 0, err, sizeof err), err);
             CHECK_OK(kv_store_layout(&a, 2, KVH, HD, kd, 4, bytes, err, sizeof err), err);
             CHECK_OK(kv_store_layout(&b2, 2, KVH, HD, kd, 4, bytes, err, sizeof err), err);
             CHECK_OK(be.ops->kv_alloc(&be, &a, err, sizeof err), err);

@@ -60,7 +60,7 @@ static void check_chunks(const char *fixture, const char *variant, int threads)
         st = model_kv_init(&kv, &be, &m.cfg, KV_DTYPE_BF16, BS,
                            (size_t)POOL * BS * model_kv_bytes_per_token(&m.cfg, KV_DTYPE_BF16), err, sizeof err);
     if (st == HR_OK)
-        st = qwen3_init(&q, &m, &be, 128, err, sizeof err);
+        st = qwen3_init(&q, &m, &be, 128, 0, err, sizeof err);
     if (st == HR_OK)
         st = qwen3_reserve_logits(&q, 24, err, sizeof err);
     if (st == HR_OK)

@@ -380,9 +380,10 @@ static void cpu_embed(struct backend *be, float *out, const struct weights_mat *
 
 /* ------------------------------------------------------------------ memory */
 
-static enum hr_status cpu_reserve(struct backend *be, const struct model_config *cfg, int max_tok, char *err,
-                                  size_t errlen)
+static enum hr_status cpu_reserve(struct backend *be, const struct model_config *cfg, int max_tok, int max_ctx,
+                                  char *err, size_t errlen)
 {
+    (void)max_ctx; /* nothing here grows with the context */
     struct cpu_backend *c = cpu_of(be);
     if (max_tok < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "cpu backend: steps of %d tokens", max_tok);

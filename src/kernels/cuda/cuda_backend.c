@@ -39,7 +39,7 @@ struct cuda_step_area {
  * position exit at once, so the cap changes no bit). */
 #define CB_GRAPH_BUCKETS 9
 #define CB_GRAPH_CAPS 3
-static const int cb_graph_caps[CB_GRAPH_CAPS - 1] = {4096, 16384}; /* then the model's context */
+static const int cb_graph_caps[CB_GRAPH_CAPS - 1] = {4096, 16384}; /* then max_ctx (none above it) */
 
 enum cb_mode {
     CB_EAGER,   /* ops launch kernels */
@@ -63,6 +63,7 @@ struct cuda_backend {
     struct cuda_dev_info info;
     const struct model_config *cfg;
     int max_tok;
+    int max_ctx; /* positions a step's row may reach: the model's context or the user's --max-model-len */
     /* GEMM: the bf16 input of a matmul, and the K split's workspace and tickets */
     uint16_t *xb;              /* [cb_x_rows, max_k] bf16 */
     size_t xb_elems;
@@ -229,7 +230,7 @@ static void cb_graph_start(struct cuda_backend *c, const struct batch *b, int ar
     int cap = 0;
     while (cap < CB_GRAPH_CAPS - 1 && c->ab.max_kv > cb_graph_caps[cap])
         cap++;
-    int cap_kv = cap < CB_GRAPH_CAPS - 1 ? cb_graph_caps[cap] : c->cfg->max_position_embeddings;
+    int cap_kv = cap < CB_GRAPH_CAPS - 1 && cb_graph_caps[cap] < c->max_ctx ? cb_graph_caps[cap] : c->max_ctx;
     if (c->ab.max_kv > cap_kv ||
         c->K->attn_workspace(b->n_tok, c->cfg->n_heads, c->cfg->head_dim, cap_kv) > c->attn_work_bytes)
         return;
@@ -331,7 +332,7 @@ static enum hr_status cb_size_step(struct cuda_backend *c, char *err, size_t err
         return HR_OK;
     struct cuda_step_area *a = &c->area;
     int max_tok = c->max_tok;
-    int64_t per_row = (int64_t)c->cfg->max_position_embeddings / c->kv_block_size + 2;
+    int64_t per_row = (int64_t)c->max_ctx / c->kv_block_size + 2;
     if (per_row > c->kv_blocks)
         per_row = c->kv_blocks;
     int64_t tables = (int64_t)max_tok * per_row;
@@ -355,9 +356,10 @@ static enum hr_status cb_size_step(struct cuda_backend *c, char *err, size_t err
     return cuda_dev_alloc(&a->dev, bytes, err, errlen);
 }
 
-/* Attention's split workspace for steps of max_tok tokens at the model's whole
- * context (the kernels lay it out by the step's longest context): sized at reserve,
- * before the KV pool, so that the pool can take what is left of the card. */
+/* Attention's split workspace for steps of max_tok tokens at contexts up to max_ctx
+ * (the kernels lay it out by the step's longest context: every token of a step may
+ * be a long prompt's last chunk): sized at reserve, before the KV pool, so that the
+ * pool can take what is left of the card. */
 static enum hr_status cb_size_attention(struct cuda_backend *c, char *err, size_t errlen)
 {
     cuda_dev_free(c->attn_work);
@@ -366,7 +368,9 @@ static enum hr_status cb_size_attention(struct cuda_backend *c, char *err, size_
     c->attn_tickets = NULL;
     c->attn_n_tickets = 0;
     c->attn_work_bytes =
-        c->K->attn_workspace(c->max_tok, c->cfg->n_heads, c->cfg->head_dim, c->cfg->max_position_embeddings);
+        c->K->attn_workspace(c->max_tok, c->cfg->n_heads, c->cfg->head_dim, c->max_ctx);
+    log_info("cuda: attention split workspace %.1f MiB (steps of %d tokens at contexts up to %d)",
+             (double)c->attn_work_bytes / 1048576.0, c->max_tok, c->max_ctx);
     if (!c->attn_work_bytes)
         return HR_OK;
     enum hr_status st = cuda_dev_alloc(&c->attn_work, c->attn_work_bytes, err, errlen);
@@ -438,8 +442,8 @@ static int cb_x_rows(const struct cuda_backend *c)
     return (c->max_tok + CUDA_GEMM_X_BOX - 1) / CUDA_GEMM_X_BOX * CUDA_GEMM_X_BOX;
 }
 
-static enum hr_status cb_reserve(struct backend *be, const struct model_config *cfg, int max_tok, char *err,
-                                 size_t errlen)
+static enum hr_status cb_reserve(struct backend *be, const struct model_config *cfg, int max_tok, int max_ctx,
+                                 char *err, size_t errlen)
 {
     struct cuda_backend *c = cb_of(be);
     if (max_tok < 1)
@@ -463,6 +467,7 @@ static enum hr_status cb_reserve(struct backend *be, const struct model_config *
                       cfg->hidden_size, cfg->moe_intermediate_size);
     c->cfg = cfg;
     c->max_tok = max_tok;
+    c->max_ctx = max_ctx > 0 && max_ctx < cfg->max_position_embeddings ? max_ctx : cfg->max_position_embeddings;
     /* the largest bf16 input of any matmul, in whole 64-row boxes of the GEMM's x copies
      * (cuda_gemm.x_rows), zeroed once so that no copy reads bytes never written */
     const size_t rows = (size_t)cb_x_rows(c);
