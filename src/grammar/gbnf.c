@@ -248,7 +248,8 @@ static void parse_class(struct gbnf *p, int r, int alt)
     if (gbnf_ok(p))
         p->i++; /* ] */
     if (gbnf_ok(p)) {
-        qsort(rs, (size_t)n, sizeof *rs, range_cmp);
+        if (n > 1) /* [] has no ranges (rs NULL): qsort's pointer must not be */
+            qsort(rs, (size_t)n, sizeof *rs, range_cmp);
         int m = 0;
         for (int k = 0; k < n; k++) {
             if (m > 0 && rs[k].lo <= rs[m - 1].hi + 1) {

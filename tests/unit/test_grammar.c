@@ -74,6 +74,7 @@ static void test_gbnf_errors(void)
     gbnf_fails("root ::= a \"x\"\na ::= b | \"y\"\nb ::= \"\" root\n", "left recursion");
     gbnf_fails("root ::= \"a\" root", "accepts nothing");
     gbnf_fails("root ::= [^\\x00-\\U0010FFFF]", "accepts nothing");
+    gbnf_fails("root ::= []", "accepts nothing"); /* an empty class matches no character */
     gbnf_fails("root ::= \"\xC3\"", "invalid UTF-8");
     char nul[] = "root ::= \"a\"\0";
     struct grammar g;
@@ -94,6 +95,20 @@ static void test_gbnf_language(void)
     CHECK(accepts(&g, "\xE2\x82\xAC", 3)); /* . takes one character, of any length */
     CHECK(!accepts(&g, "\xE2\x82", 2));
     CHECK(!accepts(&g, "\xED\xA0\x80", 3)); /* no surrogates */
+    grammar_free(&g);
+}
+
+/* Empty classes: [] matches no character, [^] any one. */
+static void test_gbnf_empty_class(void)
+{
+    struct grammar g;
+    const char *text = "root ::= \"a\" | [] \"b\" | \"c\" [^]";
+    CHECK_OK(gbnf_parse(text, strlen(text), &g, err, sizeof err), err);
+    CHECK(accepts(&g, "a", 1));
+    CHECK(!accepts(&g, "b", 1));
+    CHECK(accepts(&g, "cz", 2));
+    CHECK(accepts(&g, "c\xC3\xA9", 3));
+    CHECK(!accepts(&g, "c", 1));
     grammar_free(&g);
 }
 
@@ -544,6 +559,7 @@ int main(int argc, char **argv)
         return check_prefixes(argv[2]);
     TEST_RUN(test_gbnf_errors);
     TEST_RUN(test_gbnf_language);
+    TEST_RUN(test_gbnf_empty_class);
     TEST_RUN(test_schema_integers);
     TEST_RUN(test_schema_strings_and_values);
     TEST_RUN(test_schema_errors);
