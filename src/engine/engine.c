@@ -940,10 +940,8 @@ static enum hr_status engine_kv_init(struct hearth_engine *e, enum kv_dtype kvd,
  * room for the logits rows. */
 static enum hr_status engine_forward_init(struct hearth_engine *e, char *err, size_t errlen)
 {
-    int max_ctx = e->p.max_model_len > 0 && e->p.max_model_len < e->m.cfg.max_position_embeddings
-                      ? e->p.max_model_len
-                      : 0;
-    enum hr_status st = qwen3_init(&e->fwd, &e->m, &e->be, e->p.max_batched_tokens, max_ctx, err, errlen);
+    /* 0 (not given) or above the model's context: the backend takes the model's */
+    enum hr_status st = qwen3_init(&e->fwd, &e->m, &e->be, e->p.max_batched_tokens, e->p.max_model_len, err, errlen);
     if (st == HR_OK)
         st = qwen3_reserve_logits(&e->fwd, ENGINE_LOGIT_ROWS, err, errlen);
     return st;

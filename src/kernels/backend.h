@@ -35,8 +35,8 @@ struct backend_ops {
     /* ---- start-up (the step path allocates nothing) */
 
     /* Sizes the backend's own step state for a model of geometry cfg and steps of up to
-     * max_tok tokens at contexts up to max_ctx positions (<= 0: the model's whole
-     * context): the batch copy, the RoPE table, matmul scratch (MoE rows count top_k per
+     * max_tok tokens at contexts up to max_ctx positions (<= 0 or above the model's
+     * context: the model's): the batch copy, the RoPE table, matmul scratch (MoE rows count top_k per
      * token), attention's split workspace.  cfg must outlive the backend's use of it. */
     enum hr_status (*reserve)(struct backend *be, const struct model_config *cfg, int max_tok, int max_ctx,
                               char *err, size_t errlen);

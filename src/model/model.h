@@ -65,7 +65,7 @@ struct qwen3 {
 };
 
 /* Sizes the backend for m and steps of max_tok tokens at contexts up to max_ctx
- * positions (<= 0: the model's whole context), binds m's weights, and takes the
+ * positions (<= 0 or above it: the model's context), binds m's weights, and takes the
  * forward's scratch from the backend. */
 enum hr_status qwen3_init(struct qwen3 *q, const struct model *m, struct backend *be, int max_tok, int max_ctx,
                           char *err, size_t errlen);
