@@ -362,7 +362,7 @@ static void test_gemm_widths(void)
         return;
     }
     static const int ms[] = {300, 1, 37, 130};
-    static const char *const widths[] = {"128", "96", "256", "64", "48", "40", "32", "16", "0"};
+    static const char *const widths[] = {"128", "96", "256", "192", "64", "48", "40", "32", "16", "0"};
     const int M = 300;
     int cases = 0, shapes_n = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -404,7 +404,7 @@ static void test_gemm_widths(void)
         gemm_ops_free(&o);
     }
     CHECK(shapes_n > 0);
-    printf("  %s tile widths 16 / 32 / 40 / 48 / 64 / 96 / 128 / 256 / auto (40: not SwiGLU's, which then runs its "
+    printf("  %s tile widths 16 / 32 / 40 / 48 / 64 / 96 / 128 / 192 / 256 / auto (40: not SwiGLU's, which then runs its "
            "automatic width): %d shapes without a split, %d width x row-count cases, "
            "bytes equal\n",
            K->name, shapes_n, cases);

@@ -95,7 +95,7 @@ enum { CL_OFF, /* 0: combine_kernel */
 int g_cluster = CL_AUTO;
 int g_cluster_kt = 16; /* CL_AUTO: the longest part, in k tiles, added in a cluster (HEARTH_CUDA_GEMM_CLUSTER_KT) */
 /* The unsplit TMA tile's width (gemm_width; the sums are the same at every width):
- * HEARTH_CUDA_GEMM_WIDTH forces one of 16, 32, 40, 48, 64, 96, 128, 256 (0: by the rule;
+ * HEARTH_CUDA_GEMM_WIDTH forces one of 16, 32, 40, 48, 64, 96, 128, 192, 256 (0: by the rule;
  * 40 leaves SwiGLU products to the rule), and from HEARTH_CUDA_GEMM_WIDE_ROWS rows on the
  * rule takes 256. */
 int g_width = 0;
@@ -129,6 +129,9 @@ bool g_balanced = true;
  * two-an-SM slots (gemm_width; HEARTH_CUDA_GEMM_WAVES=0 turns it off; a launch shape,
  * the same sums) */
 bool g_waves = true;
+/* 192-wide tiles where 256's leave a wave's last round mostly idle (gemm_width;
+ * HEARTH_CUDA_GEMM_W192=0 turns it off; a launch shape, the same sums) */
+bool g_w192 = true;
 /* x's tensor map padded to whole 64-row boxes where its buffer allows (x_map_rows;
  * HEARTH_CUDA_GEMM_XPAD=0: not; a launch shape, rows past m are never stored) */
 bool g_xpad = true;
@@ -719,7 +722,8 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
      * (no split only, see gemm_width): 96 fills a wave's two-an-SM slots more evenly at
      * a few rows (at m <= 64 by one warpgroup with five stages: few_rows); 256 (one
      * block an SM, four stages) halves the x loads a flop and reads 1/6 fewer
-     * shared-memory bytes a flop at many rows. */
+     * shared-memory bytes a flop at many rows; 192 (one block an SM, five stages) where
+     * 256's blocks would leave a wave's last round of SMs mostly idle (gemm_width). */
     static_assert(NW == BN || (!FOLD && (WG == 2 || NW == 96 || NW <= 64)),
                   "other widths: the unsplit tile (96 and the narrow ones: few rows too)");
     static_assert(!DEEP || (WG == 1 && NW <= 64), "deep: the narrow one-warpgroup tile");
@@ -734,7 +738,7 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
                          STAGES = NW <= 64 ? NARROW_STAGES
                                   : WG == 1 ? (NW < BN ? 5 : 4)
                                   : FOLD    ? 6
-                                  : NW > BN ? 4
+                                  : NW > BN ? (NW == 192 ? 5 : 4)
                                             : 3;
     /* consumers, then the producer: a warpgroup that gives its registers to the
      * consumers (setmaxnreg), or, two 128-row blocks an SM, one warp (112 registers a
@@ -1135,6 +1139,8 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
         tma_launch_epi<2, false, 96>(tp, g->epi, st);
     else if (WG == 2 && nw == 256)
         tma_launch_epi<2, false, 256>(tp, g->epi, st);
+    else if (WG == 2 && nw == 192)
+        tma_launch_epi<2, false, 192>(tp, g->epi, st);
     else if (p.split > 1 && !p.cluster)
         tma_launch_epi<WG, true>(tp, g->epi, st);
     else
@@ -1247,16 +1253,18 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     g_width = gw && *gw ? atoi(gw) : 0;
     g_wide_rows = wr && *wr ? atoi(wr) : 129;
     const bool width_ok = g_width == 0 || g_width == 16 || g_width == 32 || g_width == 40 || g_width == 48 ||
-                          g_width == 64 || g_width == 96 || g_width == 128 || g_width == 256;
+                          g_width == 64 || g_width == 96 || g_width == 128 || g_width == 192 || g_width == 256;
     const char *bw = getenv("HEARTH_CUDA_GEMM_BALANCED");
     g_balanced = !(bw && strcmp(bw, "0") == 0);
     const char *xp = getenv("HEARTH_CUDA_GEMM_XPAD");
     g_xpad = !(xp && strcmp(xp, "0") == 0);
     const char *wv = getenv("HEARTH_CUDA_GEMM_WAVES");
     g_waves = !(wv && strcmp(wv, "0") == 0);
+    const char *w192 = getenv("HEARTH_CUDA_GEMM_W192");
+    g_w192 = !(w192 && strcmp(w192, "0") == 0);
     if (!width_ok || g_wide_rows < 1)
         return hr_err(err, errlen, HR_ERR_INVALID,
-                      "HEARTH_CUDA_GEMM_WIDTH=%s / _WIDE_ROWS=%s: 0, 16, 32, 40, 48, 64, 96, 128 or 256 / >= 1",
+                      "HEARTH_CUDA_GEMM_WIDTH=%s / _WIDE_ROWS=%s: 0, 16, 32, 40, 48, 64, 96, 128, 192 or 256 / >= 1",
                       gw ? gw : "", wr ? wr : "");
     if (g_cluster < 0 || g_cluster_kt < 1)
         return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_CLUSTER=%s / _CLUSTER_KT=%s: 0, 1 or all / >= 1",
@@ -1323,6 +1331,7 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     tma_set_smem<2, false>();
     tma_set_smem<2, false, 96>();
     tma_set_smem<2, false, 256>();
+    tma_set_smem<2, false, 192>();
     tma_set_smem<1, true>();
     tma_set_smem<1, false>();
     tma_set_smem<1, false, 96>();
@@ -1447,7 +1456,7 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
     const enum cuda_epi epi = g->epi;
     const int r128 = (m + 127) / 128, fill = g_sm_count * 7 / 8;
     if (g_width && (epi != CUDA_EPI_SWIGLU_BF16 || swiglu_width(g_width))) { /* (40: not SwiGLU's) */
-        const bool wg1 = g_width <= 64 || (g_width != 256 && (g_bm ? g_bm == 64 : g_width == 96 && few_rows(m)));
+        const bool wg1 = g_width <= 64 || (g_width < 192 && (g_bm ? g_bm == 64 : g_width == 96 && few_rows(m)));
         return {g_width, wg1};
     }
     const int slots = 2 * g_sm_count, t128 = n_tiles_of(n, epi, BN), t96 = n_tiles_of(n, epi, 96);
@@ -1496,8 +1505,15 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
             }
         return pick;
     }
-    if (m >= g_wide_rows && n_tiles_of(n, epi, 256) * r128 >= fill) /* 256 where its blocks fill */
-        return {256, false};
+    if (m >= g_wide_rows && n_tiles_of(n, epi, 256) * r128 >= fill) { /* 256 where its blocks fill */
+        /* 192 where the busiest SM streams clearly fewer columns (waves x width, one block
+         * an SM both): the 8B gate/up at 129-384 rows, 96 x 128-row blocks a row tile
+         * against 128 of 192, in 132 SMs (two rounds of 256 where the second holds 60 of
+         * 192 blocks) */
+        const long w256 = ((long)seg_tiles(g, n_seg, 256) * r128 + g_sm_count - 1) / g_sm_count,
+                   w192 = ((long)seg_tiles(g, n_seg, 192) * r128 + g_sm_count - 1) / g_sm_count;
+        return {g_w192 && 10 * 192 * w192 <= 9 * 256 * w256 ? 192 : 256, false};
+    }
     if (m > 128 || t128 > slots || t96 > slots)
         return {BN, false};
     if (20 * (t96 - t128) > slots) /* 96 fills 5% more of the wave */
