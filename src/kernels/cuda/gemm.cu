@@ -1506,13 +1506,17 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
         return pick;
     }
     if (m >= g_wide_rows && n_tiles_of(n, epi, 256) * r128 >= fill) { /* 256 where its blocks fill */
-        /* 192 where the busiest SM streams clearly fewer columns (waves x width, one block
-         * an SM both): the 8B gate/up at 129-384 rows, 96 x 128-row blocks a row tile
-         * against 128 of 192, in 132 SMs (two rounds of 256 where the second holds 60 of
-         * 192 blocks) */
+        /* 192 at two or three row tiles where the busiest SM streams clearly fewer columns
+         * (waves x width, one block an SM both): the 8B gate/up at 129-384 rows, 96
+         * 256-wide tiles a row tile against 128 of 192 in 132 SMs (two rounds of 256 where
+         * the second holds 60 of 192 blocks).  Measured on the H200 (bench/notes/cuda.md,
+         * twenty-eighth session), forced widths: 94-97 -> 80-83 us at 129-256 rows,
+         * 133-145 -> 117-120 at 320-384; at six and seven row tiles, where the same count
+         * also picks 192, 256 was as fast or faster (704 rows 228 against 237 us, 832
+         * 259 against 276), and the lm_heads tie by the count and ran 256 faster. */
         const long w256 = ((long)seg_tiles(g, n_seg, 256) * r128 + g_sm_count - 1) / g_sm_count,
                    w192 = ((long)seg_tiles(g, n_seg, 192) * r128 + g_sm_count - 1) / g_sm_count;
-        return {g_w192 && 10 * 192 * w192 <= 9 * 256 * w256 ? 192 : 256, false};
+        return {g_w192 && r128 <= 3 && 10 * 192 * w192 <= 9 * 256 * w256 ? 192 : 256, false};
     }
     if (m > 128 || t128 > slots || t96 > slots)
         return {BN, false};
