@@ -97,7 +97,7 @@ int g_cluster_kt = 16; /* CL_AUTO: the longest part, in k tiles, added in a clus
 /* The unsplit TMA tile's width (gemm_width; the sums are the same at every width):
  * HEARTH_CUDA_GEMM_WIDTH forces one of 16, 32, 40, 48, 64, 96, 128, 192, 256 (0: by the rule;
  * 40 leaves SwiGLU products to the rule), and from HEARTH_CUDA_GEMM_WIDE_ROWS rows on the
- * rule takes 256. */
+ * rule takes 256 (or 192, g_w192). */
 int g_width = 0;
 int g_wide_rows = 129;
 /* SwiGLU's gate and up halves of an nw-wide tile are boxes of nw / 2 rows of 128 bytes:
@@ -1514,9 +1514,10 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
          * 133-145 -> 117-120 at 320-384; at six and seven row tiles, where the same count
          * also picks 192, 256 was as fast or faster (704 rows 228 against 237 us, 832
          * 259 against 276), and the lm_heads tie by the count and ran 256 faster. */
-        const long w256 = ((long)seg_tiles(g, n_seg, 256) * r128 + g_sm_count - 1) / g_sm_count,
-                   w192 = ((long)seg_tiles(g, n_seg, 192) * r128 + g_sm_count - 1) / g_sm_count;
-        return {g_w192 && r128 <= 3 && 10 * 192 * w192 <= 9 * 256 * w256 ? 192 : 256, false};
+        auto cols = [&](int w) { /* the busiest SM's columns: rounds of one block an SM x w */
+            return ((long)seg_tiles(g, n_seg, w) * r128 + g_sm_count - 1) / g_sm_count * w;
+        };
+        return {g_w192 && r128 <= 3 && 10 * cols(192) <= 9 * cols(256) ? 192 : 256, false};
     }
     if (m > 128 || t128 > slots || t96 > slots)
         return {BN, false};
