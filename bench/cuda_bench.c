@@ -459,7 +459,7 @@ int main(int argc, char **argv)
     const char *variant = "all", *only_model = NULL; /* --model: that model's GEMM shapes alone */
     int only_m = 0, gemm_only = 0, ceilings_only = 0, sample_only = 0, attn_only = 0;
     int one_attn[4] = {0}; /* --attn H,KV,ROWS,CTX: that decode case alone (profilers) */
-    int one_prefill = 0;   /* --attn-prefill H,KV,CTX: one prompt's prefill of CTX tokens alone */
+    int one_prefill = 0;   /* --attn-prefill H,KV,CTX[,PROMPTS]: the prefill of PROMPTS (1) prompts of CTX tokens */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--variant") && i + 1 < argc)
             variant = argv[++i];
@@ -501,17 +501,18 @@ int main(int argc, char **argv)
             attn_only = 1;
         } else if (!strcmp(argv[i], "--attn-prefill") && i + 1 < argc) {
             int *a = one_attn;
-            a[2] = 1;
-            if (sscanf(argv[++i], "%d,%d,%d", &a[0], &a[1], &a[3]) != 3 || a[1] < 1 || a[0] < a[1] || a[0] % a[1] ||
-                a[3] < 1 || a[3] > 32768) {
-                fprintf(stderr, "cuda_bench: --attn-prefill takes HEADS,KV_HEADS,CONTEXT (heads a multiple of kv "
-                                "heads; context 1..32768)\n");
+            a[2] = 1; /* prompts: a mixed step's several (`4`: the 256-concurrent workload's 512-token ones) */
+            int n = sscanf(argv[++i], "%d,%d,%d,%d", &a[0], &a[1], &a[3], &a[2]);
+            if ((n != 3 && n != 4) || a[1] < 1 || a[0] < a[1] || a[0] % a[1] || a[3] < 1 || a[3] > 32768 || a[2] < 1 ||
+                a[2] > 64) {
+                fprintf(stderr, "cuda_bench: --attn-prefill takes HEADS,KV_HEADS,CONTEXT[,PROMPTS] (heads a multiple "
+                                "of kv heads; context 1..32768; prompts 1..64)\n");
                 return 2;
             }
             attn_only = one_prefill = 1;
         } else {
             fprintf(stderr, "usage: cuda_bench [--variant sm90a|sm80|all] [--m M] [--model NAME] [--gemm-only | --ceilings-only | "
-                            "--sample-only | --attn-only | --attn H,KV,ROWS,CTX | --attn-prefill H,KV,CTX]\n");
+                            "--sample-only | --attn-only | --attn H,KV,ROWS,CTX | --attn-prefill H,KV,CTX[,PROMPTS]]\n");
             return 2;
         }
     }

@@ -793,6 +793,7 @@ static void dbatch_free(struct dbatch *d)
 }
 
 static int g_attn_chunk; /* run_attn's cuda_attention.chunk (0: the launch picks) */
+static int g_attn_qs;    /* run_attn's cuda_attention.q_smem (0: HEARTH_CUDA_ATTN_QS) */
 
 /* out[n_tok, nh, HD] f32 of the batch's query rows q[n_tok, nh, HD] (device). */
 static void run_attn(const struct kv_fixture *f, const struct dbatch *d, const float *q, float *out, uint16_t *outb,
@@ -807,7 +808,8 @@ static void run_attn(const struct kv_fixture *f, const struct dbatch *d, const f
     CHECK_OK(cuda_dev_memset(tickets, 0, nt * sizeof(int), err, sizeof err), err);
     struct cuda_attention a = {.out_f32 = out, .out_bf16 = outb, .q = q, .n_heads = nh, .layer = 1,
                                .scale = (float)(1.0 / sqrt((double)HD)), .kv = f->kv, .b = &d->b, .work = work,
-                               .work_bytes = wb, .tickets = tickets, .n_tickets = nt, .chunk = g_attn_chunk};
+                               .work_bytes = wb, .tickets = tickets, .n_tickets = nt, .chunk = g_attn_chunk,
+                               .q_smem = g_attn_qs};
     for (int rep = 0; rep < 2; rep++) /* twice: the second launch uses the tickets the first left */
         CHECK_OK(K->attention(&a, NULL, err, sizeof err), err);
     CHECK_OK(cuda_dev_sync(err, sizeof err), err);
@@ -863,36 +865,44 @@ static void attn_case(int nh, int nkv, int L)
     CHECK_MSG(memcmp(got, ref, (size_t)L * rowf * 4) == 0, "G=%d: a second run differs", group);
 
     /* a prompt's blocks walking 1, 2, 3 or all of their splits (the launch picks one or
-     * all by its block count) */
+     * all by its block count), with q in registers and from shared memory (q_smem) */
     static const int walks[] = {1, 2, 3, 64};
-    for (size_t wi = 0; wi < sizeof walks / sizeof walks[0]; wi++) {
-        g_attn_chunk = walks[wi];
-        dbatch_init(&d, &full, 1, group);
-        CHECK_OK(cuda_dev_memset(out, 0xff, (size_t)L * rowf * 4, err, sizeof err), err);
-        run_attn(&f, &d, q, out, NULL, nh);
-        dbatch_free(&d);
-        g_attn_chunk = 0;
-        down(got, out, (size_t)L * rowf * 4);
-        CHECK_MSG(memcmp(got, ref, (size_t)L * rowf * 4) == 0, "G=%d L=%d: blocks walking %d splits each differ",
-                  group, L, walks[wi]);
-    }
+    for (int qs = -1; qs <= 1; qs += 2)
+        for (size_t wi = 0; wi < sizeof walks / sizeof walks[0]; wi++) {
+            g_attn_chunk = walks[wi];
+            g_attn_qs = qs;
+            dbatch_init(&d, &full, 1, group);
+            CHECK_OK(cuda_dev_memset(out, 0xff, (size_t)L * rowf * 4, err, sizeof err), err);
+            run_attn(&f, &d, q, out, NULL, nh);
+            dbatch_free(&d);
+            g_attn_chunk = g_attn_qs = 0;
+            down(got, out, (size_t)L * rowf * 4);
+            CHECK_MSG(memcmp(got, ref, (size_t)L * rowf * 4) == 0,
+                      "G=%d L=%d: blocks walking %d splits each (q_smem %d) differ", group, L, walks[wi], qs);
+        }
 
     /* prompt chunks (1 and 3: blocks of at most 16 rows, the split walk's; a block of 3
-     * tokens holds three positions) */
+     * tokens holds three positions); the longer ones both ways of holding q */
     static const int chunks[] = {1, 3, 15, 16, 17, 512};
-    for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
-        int c = chunks[ci], bad = 0;
-        for (int p = 0; p < L; p += c) {
-            int qn = L - p < c ? L - p : c;
-            struct hrow part = {table, nt, p, qn};
-            dbatch_init(&d, &part, 1, group);
-            run_attn(&f, &d, q + (size_t)p * rowf, out, NULL, nh);
-            dbatch_free(&d);
-            down(got, out, (size_t)qn * rowf * 4);
-            bad += memcmp(got, ref + (size_t)p * rowf, (size_t)qn * rowf * 4) != 0;
+    for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++)
+        for (int qs = -1; qs <= 1; qs += 2) {
+            int c = chunks[ci], bad = 0;
+            if (c * group <= 16 && qs > 0)
+                continue; /* no block of the walk q_smem changes */
+            g_attn_qs = qs;
+            for (int p = 0; p < L; p += c) {
+                int qn = L - p < c ? L - p : c;
+                struct hrow part = {table, nt, p, qn};
+                dbatch_init(&d, &part, 1, group);
+                run_attn(&f, &d, q + (size_t)p * rowf, out, NULL, nh);
+                dbatch_free(&d);
+                down(got, out, (size_t)qn * rowf * 4);
+                bad += memcmp(got, ref + (size_t)p * rowf, (size_t)qn * rowf * 4) != 0;
+            }
+            g_attn_qs = 0;
+            CHECK_MSG(bad == 0, "G=%d L=%d: %d chunks of %d (q_smem %d) differ from the one-chunk prefill", group, L,
+                      bad, c, qs);
         }
-        CHECK_MSG(bad == 0, "G=%d L=%d: %d chunks of %d differ from the one-chunk prefill", group, L, bad, c);
-    }
 
     /* with neighbours: decode tokens of row A at probe positions amid a prefill row B
      * and a short decode row, in both orders */
@@ -996,8 +1006,8 @@ static void attn_case(int nh, int nkv, int L)
         }
     }
     CHECK_MSG(worst <= 1e-4, "G=%d: attention off float64 by %.3g (limit 1e-4)", group, worst);
-    printf("  %s attention heads %d/%d, %d positions: chunks, splits a block, neighbours, blocks, rerun bitwise "
-           "equal; max |error| vs float64 %.3g (limit 1e-4)\n",
+    printf("  %s attention heads %d/%d, %d positions: chunks, splits a block, q in registers or shared memory, "
+           "neighbours, blocks, rerun bitwise equal; max |error| vs float64 %.3g (limit 1e-4)\n",
            K->name, nh, nkv, L, worst);
     free(sc);
     free(hs);

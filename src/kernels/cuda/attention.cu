@@ -133,9 +133,11 @@ static_assert(2 * MR * LDS <= 2 * TILE_ELEMS, "q's hi and lo halves fit in the s
 static_assert(CUDA_ATTN_SPLIT % KT == 0, "splits end on tile boundaries");
 
 /* cp.async of the K and V rows of positions p0 .. p0 + KT - 1 (zeros past p_end: they
- * weigh 0 and must not be NaN) into one stage.  Thread t copies chunk t % 16 of rows
- * t / 16 + 8u.  srow[i] is the slab row (of HD elements) of position p_begin + i's K,
- * worked out once at the block's start (split_rows): no division or table read here. */
+ * weigh 0 and must not be NaN) into one stage; WHICH 1: K alone, 2: V alone, 3: both.
+ * Thread t copies chunk t % 16 of rows t / 16 + 8u.  srow[i] is the slab row (of HD
+ * elements) of position p_begin + i's K, worked out once at the block's start
+ * (split_rows): no division or table read here. */
+template <int WHICH = 3>
 __device__ __forceinline__ void tile_load(uint16_t *sk, uint16_t *sv, const struct cuda_attention &a,
                                           const uint32_t *srow, int p_begin, int p0, int p_end)
 {
@@ -147,8 +149,10 @@ __device__ __forceinline__ void tile_load(uint16_t *sk, uint16_t *sv, const stru
         int p = p0 + j0 + RSTEP * u, j = j0 + RSTEP * u;
         bool ok = p < p_end;
         const uint16_t *src = a.kv.slab + (ok ? (size_t)srow[p - p_begin] * HD + ch * 8 : 0);
-        cp16(sk + j * LDS + ch * 8, src, ok);
-        cp16(sv + j * LDS + ch * 8, ok ? src + v_off : src, ok);
+        if (WHICH & 1)
+            cp16(sk + j * LDS + ch * 8, src, ok);
+        if (WHICH & 2)
+            cp16(sv + j * LDS + ch * 8, ok ? src + v_off : src, ok);
     }
 }
 
@@ -532,13 +536,22 @@ __device__ __forceinline__ void merge_held(const struct cuda_attention &a, const
  * registers), else by the query block's last chunk block to finish (ticket).  The same
  * operations as a block a split and a merge, so the same bits.  A tile wholly at or
  * below the lowest position of a warp's rows is not masked: no place of it is past a
- * row. */
+ * row.
+ *
+ * QS: q's fragments are read from shared memory (sq: the hi rows, then the lo rows,
+ * where the prologue put them) at each k16 step instead of held in 64 registers, and
+ * K and V have one stage each (the first stage; q keeps the second): the next tile's K
+ * is copied in while this one's softmax and P . V run, its V while the next scores
+ * do, as the decode walk does.  So the kernel fits 168 registers, three blocks an SM
+ * instead of two (the walk is latency-bound: bench/notes/cuda.md).  The same values
+ * reach the same mma steps in the same order: the same bits. */
+template <bool QS>
 __device__ __forceinline__ void walk_long(const struct cuda_attention &a, const struct cuda_attn_batch &b,
                                           uint16_t *skv, uint32_t (*srow)[CUDA_ATTN_SPLIT], const int32_t *table,
                                           const unsigned (&qh)[HD / 16][4], const unsigned (&ql)[HD / 16][4],
-                                          const int (&pos_r)[2], bool active, int wrow, int pos_last, int sp0,
-                                          int chunk, int kvh, int t0, int group, int rows, int max_splits,
-                                          float *work, int *ticket)
+                                          const uint16_t *sq, const int (&pos_r)[2], bool active, int wrow,
+                                          int pos_last, int sp0, int chunk, int kvh, int t0, int group, int rows,
+                                          int max_splits, float *work, int *ticket)
 {
     const int lane = threadIdx.x & 31, c4 = lane & 3;
     int wmin = min(pos_r[0], pos_r[1]); /* -1 where a row is past the block's: every tile masked */
@@ -568,7 +581,21 @@ __device__ __forceinline__ void walk_long(const struct cuda_attention &a, const 
         l[0] = l[1] = 0.0f;
         for (int i = 0; i < nt; i++, it++) {
             const int p0 = pb + i * KT;
-            if (p0 + KT < p_stop) { /* the next tile: this split's, or the next one's first */
+            /* QS: the next tile's K or V into its one stage, this split's or the next one's first */
+            auto load_next = [&](bool k) {
+                if (p0 + KT >= p_stop)
+                    return;
+                const bool here = i + 1 < nt;
+                const uint32_t *r = srow[((here ? sp : sp + 1) - sp0) & 1];
+                const int b0 = here ? pb : nb, n0 = here ? p0 + KT : nb, e0 = here ? pe : ne;
+                if (k)
+                    tile_load<1>(skv, nullptr, a, r, b0, n0, e0);
+                else
+                    tile_load<2>(nullptr, skv + TILE_ELEMS, a, r, b0, n0, e0);
+            };
+            if constexpr (QS) {
+                cp_wait<1>(); /* K(it); V(it) may still be on its way */
+            } else if (p0 + KT < p_stop) { /* the next tile: this split's, or the next one's first */
                 uint16_t *nk = skv + ((it + 1) & 1) * 2 * TILE_ELEMS;
                 if (i + 1 < nt)
                     tile_load(nk, nk + TILE_ELEMS, a, srow[(sp - sp0) & 1], pb, p0 + KT, pe);
@@ -580,108 +607,147 @@ __device__ __forceinline__ void walk_long(const struct cuda_attention &a, const 
                 cp_wait<0>();
             }
             __syncthreads();
-            const uint16_t *sk = skv + (it & 1) * 2 * TILE_ELEMS, *sv = sk + TILE_ELEMS;
-            if (active) {
+            const uint16_t *sk = QS ? skv : skv + (it & 1) * 2 * TILE_ELEMS, *sv = sk + TILE_ELEMS;
+            if (QS || active) { /* QS: every warp to the barrier between scores and softmax */
                 /* S = q . K^T: 8 n-tiles of 8 positions; k16 steps over d in order, hi then lo */
                 float sc[KT / 8][4];
-#pragma unroll
-                for (int j = 0; j < KT / 8; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        sc[j][e] = 0.0f;
-                /* per k16 step: the hi half into all eight accumulators, then the lo half
-                 * (each accumulator still takes hi, then lo, step after step) */
-#pragma unroll
-                for (int kk = 0; kk < HD / 16; kk++) {
-                    unsigned kb[KT / 8][2];
-#pragma unroll
-                    for (int j2 = 0; j2 < KT / 16; j2++)
-                        ldsm_x4(kb[2 * j2][0], kb[2 * j2][1], kb[2 * j2 + 1][0], kb[2 * j2 + 1][1],
-                                sk + (j2 * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk * 16 +
-                                    ((lane >> 3) & 1) * 8);
+                if (!QS || active) {
 #pragma unroll
                     for (int j = 0; j < KT / 8; j++)
-                        mma16816(sc[j], qh[kk], kb[j]);
 #pragma unroll
-                    for (int j = 0; j < KT / 8; j++)
-                        mma16816(sc[j], ql[kk], kb[j]);
-                }
-                /* scale, mask, online softmax: element e of n-tile j is row g + 8 (e / 2),
-                 * position p0 + 8 j + 2 c4 + e % 2 */
-                const bool unmasked = p0 + KT - 1 <= wmin; /* warp-uniform */
-                float corr[2];
+                        for (int e = 0; e < 4; e++)
+                            sc[j][e] = 0.0f;
+                    /* per k16 step: the hi half into all eight accumulators, then the lo half
+                     * (each accumulator still takes hi, then lo, step after step) */
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    float mx = -INFINITY;
-                    if (unmasked) {
+                    for (int kk = 0; kk < HD / 16; kk++) {
+                        if constexpr (QS) { /* K a pair of n-tiles at a time (registers) */
+                            unsigned fh[4], fl[4];
+                            const int off = (wrow + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8;
+                            ldsm_x4(fh[0], fh[1], fh[2], fh[3], sq + off);
+                            ldsm_x4(fl[0], fl[1], fl[2], fl[3], sq + MR * LDS + off);
 #pragma unroll
-                        for (int j = 0; j < KT / 8; j++)
-#pragma unroll
-                            for (int e = 0; e < 2; e++) {
-                                float v = __fmul_rn(sc[j][2 * h + e], a.scale);
-                                sc[j][2 * h + e] = v;
-                                mx = fmaxf(mx, v);
+                            for (int j2 = 0; j2 < KT / 16; j2++) {
+                                unsigned k2[2][2];
+                                ldsm_x4(k2[0][0], k2[0][1], k2[1][0], k2[1][1],
+                                        sk + (j2 * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk * 16 +
+                                            ((lane >> 3) & 1) * 8);
+                                mma16816(sc[2 * j2], fh, k2[0]);
+                                mma16816(sc[2 * j2 + 1], fh, k2[1]);
+                                mma16816(sc[2 * j2], fl, k2[0]);
+                                mma16816(sc[2 * j2 + 1], fl, k2[1]);
                             }
-                    } else {
+                        } else {
+                            unsigned kb[KT / 8][2];
 #pragma unroll
-                        for (int j = 0; j < KT / 8; j++)
+                            for (int j2 = 0; j2 < KT / 16; j2++)
+                                ldsm_x4(kb[2 * j2][0], kb[2 * j2][1], kb[2 * j2 + 1][0], kb[2 * j2 + 1][1],
+                                        sk + (j2 * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk * 16 +
+                                            ((lane >> 3) & 1) * 8);
 #pragma unroll
-                            for (int e = 0; e < 2; e++) {
-                                int p = p0 + 8 * j + 2 * c4 + e;
-                                float v = p <= pos_r[h] ? __fmul_rn(sc[j][2 * h + e], a.scale) : -INFINITY;
-                                sc[j][2 * h + e] = v;
-                                mx = fmaxf(mx, v);
-                            }
-                    }
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                    float m_new = fmaxf(m[h], mx);
-                    float sum = 0.0f;
+                            for (int j = 0; j < KT / 8; j++)
+                                mma16816(sc[j], qh[kk], kb[j]);
 #pragma unroll
-                    for (int j = 0; j < KT / 8; j++)
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            float pj = m_new == -INFINITY ? 0.0f : expf(__fsub_rn(sc[j][2 * h + e], m_new));
-                            sc[j][2 * h + e] = pj;
-                            sum = __fadd_rn(sum, pj);
+                            for (int j = 0; j < KT / 8; j++)
+                                mma16816(sc[j], ql[kk], kb[j]);
                         }
-                    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-                    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-                    corr[h] = m_new == -INFINITY ? 1.0f : expf(__fsub_rn(m[h], m_new));
-                    l[h] = __fadd_rn(__fmul_rn(l[h], corr[h]), sum);
-                    m[h] = m_new;
+                    }
                 }
-#pragma unroll
-                for (int j = 0; j < HD / 8; j++) {
-                    o[j][0] = __fmul_rn(o[j][0], corr[0]);
-                    o[j][1] = __fmul_rn(o[j][1], corr[0]);
-                    o[j][2] = __fmul_rn(o[j][2], corr[1]);
-                    o[j][3] = __fmul_rn(o[j][3], corr[1]);
+                if constexpr (QS) {
+                    cp_wait<0>();    /* V(it) */
+                    __syncthreads(); /* V(it) seen by all; every warp's scores done: K's stage is free */
+                    load_next(true);
+                    cp_commit();
                 }
-                /* O += P . V: k16 steps over the tile's positions in order, hi then lo; P's
-                 * A fragments are S's accumulators of n-tiles 2t and 2t + 1 */
+                if (!QS || active) {
+                    /* scale, mask, online softmax: element e of n-tile j is row g + 8 (e / 2),
+                     * position p0 + 8 j + 2 c4 + e % 2 */
+                    const bool unmasked = p0 + KT - 1 <= wmin; /* warp-uniform */
+                    float corr[2];
 #pragma unroll
-                for (int t = 0; t < KT / 16; t++) {
-                    unsigned ph[4], pl[4];
-                    const float *s0 = sc[2 * t], *s1 = sc[2 * t + 1];
-                    const float f[8] = {s0[0], s0[1], s0[2], s0[3], s1[0], s1[1], s1[2], s1[3]};
-                    p_frags(f, ph, pl);
-                    unsigned vb[HD / 8][2];
+                    for (int h = 0; h < 2; h++) {
+                        float mx = -INFINITY;
+                        if (unmasked) {
 #pragma unroll
-                    for (int jd = 0; jd < HD / 8; jd += 2) {
-                        const int mi = lane >> 3;
-                        ldsm_x4_t(vb[jd][0], vb[jd][1], vb[jd + 1][0], vb[jd + 1][1],
-                                  sv + (t * 16 + (mi & 1) * 8 + (lane & 7)) * LDS + jd * 8 + (mi >> 1) * 8);
+                            for (int j = 0; j < KT / 8; j++)
+#pragma unroll
+                                for (int e = 0; e < 2; e++) {
+                                    float v = __fmul_rn(sc[j][2 * h + e], a.scale);
+                                    sc[j][2 * h + e] = v;
+                                    mx = fmaxf(mx, v);
+                                }
+                        } else {
+#pragma unroll
+                            for (int j = 0; j < KT / 8; j++)
+#pragma unroll
+                                for (int e = 0; e < 2; e++) {
+                                    int p = p0 + 8 * j + 2 * c4 + e;
+                                    float v = p <= pos_r[h] ? __fmul_rn(sc[j][2 * h + e], a.scale) : -INFINITY;
+                                    sc[j][2 * h + e] = v;
+                                    mx = fmaxf(mx, v);
+                                }
+                        }
+                        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                        float m_new = fmaxf(m[h], mx);
+                        float sum = 0.0f;
+#pragma unroll
+                        for (int j = 0; j < KT / 8; j++)
+#pragma unroll
+                            for (int e = 0; e < 2; e++) {
+                                float pj = m_new == -INFINITY ? 0.0f : expf(__fsub_rn(sc[j][2 * h + e], m_new));
+                                sc[j][2 * h + e] = pj;
+                                sum = __fadd_rn(sum, pj);
+                            }
+                        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+                        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+                        corr[h] = m_new == -INFINITY ? 1.0f : expf(__fsub_rn(m[h], m_new));
+                        l[h] = __fadd_rn(__fmul_rn(l[h], corr[h]), sum);
+                        m[h] = m_new;
                     }
 #pragma unroll
-                    for (int jd = 0; jd < HD / 8; jd++)
-                        mma16816(o[jd], ph, vb[jd]);
+                    for (int j = 0; j < HD / 8; j++) {
+                        o[j][0] = __fmul_rn(o[j][0], corr[0]);
+                        o[j][1] = __fmul_rn(o[j][1], corr[0]);
+                        o[j][2] = __fmul_rn(o[j][2], corr[1]);
+                        o[j][3] = __fmul_rn(o[j][3], corr[1]);
+                    }
+                    /* O += P . V: k16 steps over the tile's positions in order, hi then lo; P's
+                     * A fragments are S's accumulators of n-tiles 2t and 2t + 1 */
 #pragma unroll
-                    for (int jd = 0; jd < HD / 8; jd++)
-                        mma16816(o[jd], pl, vb[jd]);
+                    for (int t = 0; t < KT / 16; t++) {
+                        unsigned ph[4], pl[4];
+                        const float *s0 = sc[2 * t], *s1 = sc[2 * t + 1];
+                        const float f[8] = {s0[0], s0[1], s0[2], s0[3], s1[0], s1[1], s1[2], s1[3]};
+                        p_frags(f, ph, pl);
+                        /* QS: V's fragments in two halves of the columns (registers); each
+                         * accumulator still takes hi, then lo, at every k16 step */
+                        constexpr int VH = QS ? 2 : 1, NV = HD / 8 / VH;
+#pragma unroll
+                        for (int hv = 0; hv < VH; hv++) {
+                            unsigned vb[NV][2];
+#pragma unroll
+                            for (int jd = 0; jd < NV; jd += 2) {
+                                const int mi = lane >> 3;
+                                ldsm_x4_t(vb[jd][0], vb[jd][1], vb[jd + 1][0], vb[jd + 1][1],
+                                          sv + (t * 16 + (mi & 1) * 8 + (lane & 7)) * LDS + (hv * NV + jd) * 8 +
+                                              (mi >> 1) * 8);
+                            }
+#pragma unroll
+                            for (int jd = 0; jd < NV; jd++)
+                                mma16816(o[hv * NV + jd], ph, vb[jd]);
+#pragma unroll
+                            for (int jd = 0; jd < NV; jd++)
+                                mma16816(o[hv * NV + jd], pl, vb[jd]);
+                        }
+                    }
                 }
             }
             __syncthreads(); /* this stage is used up before the next load refills it */
+            if constexpr (QS) {
+                load_next(false);
+                cp_commit();
+            }
         }
         if (active && (n_split == 1 || !whole || sp + 1 < n_split)) /* a whole walk's last split stays here */
             walk_out<HD / 8>(a, o, m, l, pos_r, wrow, 0, true, rows, pb, t0, group, kvh, sp, max_splits, work);
@@ -703,9 +769,10 @@ __device__ __forceinline__ void walk_long(const struct cuda_attention &a, const 
  * only walk_split is compiled: fewer registers, three blocks an SM.  Else a block of
  * more than SPLIT_ROWS rows walks its z-th chunk of `chunk` splits (walk_long; z past
  * its splits has nothing to do), and a small one takes split z as in the SMALL build.
+ * QS: walk_long's q from shared memory (three blocks an SM; see walk_long).
  * Query blocks run last first: a prompt's later blocks have the longer walks. */
-template <bool SMALL>
-__global__ void __launch_bounds__(ATTN_THREADS, SMALL ? 3 : 1)
+template <bool SMALL, bool QS>
+__global__ void __launch_bounds__(ATTN_THREADS, SMALL || QS ? 3 : 1)
     attn_kernel(struct cuda_attention a, struct cuda_attn_batch b, int group, int max_splits, int chunk,
                 float *work, int *tickets)
 {
@@ -735,7 +802,13 @@ __global__ void __launch_bounds__(ATTN_THREADS, SMALL ? 3 : 1)
     const int n_tiles = (p_end - p_begin + KT - 1) / KT;
     __syncthreads(); /* srow */
 
-    tile_load(skv, skv + TILE_ELEMS, a, srow[0], p_begin, p_begin, p_end);
+    if (QS && !split) { /* walk_long's K and V in copy groups of their own */
+        tile_load<1>(skv, skv + TILE_ELEMS, a, srow[0], p_begin, p_begin, p_end);
+        cp_commit();
+        tile_load<2>(skv, skv + TILE_ELEMS, a, srow[0], p_begin, p_begin, p_end);
+    } else {
+        tile_load(skv, skv + TILE_ELEMS, a, srow[0], p_begin, p_begin, p_end);
+    }
     cp_commit();
     /* q rows as bf16 hi and lo halves; rows past the block's are zero.  Thread t takes
      * float4 t % 32 of rows t / 32 + 4u, all loads issued before any is used. */
@@ -778,6 +851,8 @@ __global__ void __launch_bounds__(ATTN_THREADS, SMALL ? 3 : 1)
     if (active) {
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
+            if (QS && !split)
+                break; /* walk_long reads them from shared memory */
             const int off = (wrow + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8;
             ldsm_x4(qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], sqh + off);
             ldsm_x4(ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3], sql + off);
@@ -789,15 +864,15 @@ __global__ void __launch_bounds__(ATTN_THREADS, SMALL ? 3 : 1)
                 pos_r[h] = b.positions[t0 + r / group];
         }
     }
-    __syncthreads(); /* q is in registers: the second stage is free for tile 1 */
+    __syncthreads(); /* q is in registers: the second stage is free for tile 1 (QS: q stays there) */
     if (split) { /* its splits merged by the last of them (ticket) */
         walk_split(a, b, skv, qh, ql, pos_r, p_begin, p_end, n_tiles, srow[0], kvh, t0, group, rows, s, max_splits,
                    work, tickets + (size_t)qb * gridDim.y + kvh, pos_last / CUDA_ATTN_SPLIT + 1);
         return;
     }
     if constexpr (!SMALL)
-        walk_long(a, b, skv, srow, table, qh, ql, pos_r, active, wrow, pos_last, s_first, chunk, kvh, t0, group,
-                  rows, max_splits, work, tickets + (size_t)qb * gridDim.y + kvh);
+        walk_long<QS>(a, b, skv, srow, table, qh, ql, sqh, pos_r, active, wrow, pos_last, s_first, chunk, kvh, t0,
+                      group, rows, max_splits, work, tickets + (size_t)qb * gridDim.y + kvh);
 }
 
 /* The decode walk: a block of at most DR rows (a decode token's query heads of one KV
@@ -1084,16 +1159,22 @@ enum hr_status check_kv(const struct cuda_kv *kv, int layer, const char *what, c
 
 } // namespace
 
-/* The SMs, and HEARTH_CUDA_ATTN_CHUNK (benchmarks: a forced chunk for every launch). */
-int g_attn_sms = 132, g_attn_chunk = 0;
+/* The SMs, HEARTH_CUDA_ATTN_CHUNK (benchmarks: a forced chunk for every launch), and
+ * HEARTH_CUDA_ATTN_QS=1 (walk_long's q from shared memory: cuda_attention.q_smem). */
+int g_attn_sms = 132, g_attn_chunk = 0, g_attn_qs = 0;
 
 enum hr_status attn_prepare(int sm_count, char *err, size_t errlen)
 {
     g_attn_sms = sm_count > 0 ? sm_count : 132;
     const char *c = getenv("HEARTH_CUDA_ATTN_CHUNK");
     g_attn_chunk = c ? atoi(c) : 0;
-    cudaFuncSetAttribute(attn_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_SMEM);
-    cudaFuncSetAttribute(attn_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_SMEM);
+    const char *qs = getenv("HEARTH_CUDA_ATTN_QS");
+    g_attn_qs = qs && atoi(qs) > 0;
+    cudaFuncSetAttribute(attn_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_SMEM);
+    cudaFuncSetAttribute(attn_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_SMEM);
+    /* three blocks of 76 KB an SM: all of its memory as shared */
+    cudaFuncSetAttribute(attn_kernel<false, true>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    cudaFuncSetAttribute(attn_kernel<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATTN_SMEM);
     /* six blocks of 37 KB an SM: all of its memory as shared */
     cudaFuncSetAttribute(attn_dec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
     return launch_status("attention prepare", err, errlen);
@@ -1180,19 +1261,23 @@ enum hr_status attention(const struct cuda_attention *a, void *stream, char *err
      * on the H200 (`cuda_bench --attn-prefill`, HEARTH_CUDA_ATTN_CHUNK): at 2,048 tokens
      * the 8B shape 437 us all, 442 three, 505 one; 30B-A3B 382 all, 438 three; 0.6B 240
      * three, 274 all, 263 one; at 512 the 0.6B 36 one, 41 two. */
+    const bool qs = a->q_smem ? a->q_smem > 0 : g_attn_qs;
     int chunk = a->chunk > 0 ? a->chunk : g_attn_chunk;
     if (chunk <= 0) {
-        double w = (double)n_rest * a->kv.n_kv_heads * ns / 2 / (2.0 * g_attn_sms);
+        double w = (double)n_rest * a->kv.n_kv_heads * ns / 2 / ((qs ? 3.0 : 2.0) * g_attn_sms);
         chunk = w >= ns ? ns : w < 0.75 ? 1 : 3;
     }
     chunk = chunk < ns ? chunk : ns;
     bool all_small = b->max_qtok > 0 && (long)b->max_qtok * group <= SPLIT_ROWS;
     if (all_small)
-        klaunch(attn_kernel<true>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, br, group, ns, chunk, (float *)a->work,
+        klaunch(attn_kernel<true, false>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, br, group, ns, chunk, (float *)a->work,
                 tickets);
+    else if (qs)
+        klaunch(attn_kernel<false, true>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, br, group, ns, chunk,
+                (float *)a->work, tickets);
     else
-        klaunch(attn_kernel<false>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, br, group, ns, chunk, (float *)a->work,
-                tickets);
+        klaunch(attn_kernel<false, false>, grid, ATTN_THREADS, ATTN_SMEM, s, *a, br, group, ns, chunk,
+                (float *)a->work, tickets);
     st = launch_status("attention", err, errlen);
     return st;
 }

@@ -136,6 +136,8 @@ struct cuda_attention {
     size_t n_tickets;
     int chunk;            /* splits a block of a prompt's query block walks one after another (0: the launch
                            * picks); a launch shape, the same bits whatever it is */
+    int q_smem;           /* a prompt's walk reads q from shared memory, three blocks an SM (1), or holds it in
+                           * registers, two (-1); 0: HEARTH_CUDA_ATTN_QS.  The same bits either way */
 };
 
 /* Copies every layer of block pairs[i][0] to block pairs[i][1]; no destination may
