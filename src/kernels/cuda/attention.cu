@@ -144,7 +144,9 @@ __device__ __forceinline__ void tile_load(uint16_t *sk, uint16_t *sv, const stru
     constexpr int CH = HD / 8, RSTEP = ATTN_THREADS / CH; /* 16-byte chunks a row; rows a pass */
     const int ch = threadIdx.x % CH, j0 = threadIdx.x / CH;
     const size_t v_off = (size_t)a.kv.n_kv_heads * a.kv.block_size * HD; /* V's slice follows K's */
-#pragma unroll
+    /* one of K and V (the QS walk, its scores' or its output's registers live): two rows
+     * at a time, which keeps it from spilling (ptxas) */
+#pragma unroll(WHICH == 3 ? KT / RSTEP : 2)
     for (int u = 0; u < KT / RSTEP; u++) {
         int p = p0 + j0 + RSTEP * u, j = j0 + RSTEP * u;
         bool ok = p < p_end;
