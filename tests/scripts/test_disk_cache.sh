@@ -46,6 +46,7 @@ if ! "$bin" mkmodel --shape tiny --tokenizer tests/.cache/qwen3 --out "$tmp/mode
   fail "mkmodel"; cat "$tmp/mkmodel.log"; finish
 fi
 
+source tests/scripts/server_lib.sh # server_ready
 # start_server NAME ARGS...: sets port and pid once /health answers 200
 start_server() {
   local name=$1; shift
@@ -54,21 +55,8 @@ start_server() {
     >"$tmp/$name.out" 2>"$tmp/$name.err" &
   pid=$!
   pids+=("$pid")
-  port=""
-  for _ in $(seq 1 300); do
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/$name.out")
-    [ -n "$port" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  if [ -z "$port" ]; then fail "server $name did not start"; cat "$tmp/$name.err"; finish; fi
-  local code=""
-  for _ in $(seq 1 600); do
-    code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")
-    [ "$code" = 200 ] && break
-    sleep 0.05
-  done
-  if [ "$code" != 200 ]; then fail "server $name never became healthy"; cat "$tmp/$name.err"; finish; fi
+  server_ready "$name" "$pid" 0.05
+  port=$server_port
 }
 stop_server() { kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }
 

@@ -50,29 +50,17 @@ check "bad --tool-call-parser: exit 2" startup_fails 2 '--tool-call-parser' --mo
 check "bad --port: exit 2" startup_fails 2 '--port' --model "$tmp/model" --port 70000
 check "missing model: exit 1 with the reason" startup_fails 1 'did not load' --model "$tmp/no-such-model" --port 0
 
+source tests/scripts/server_lib.sh # server_ready
 # start_server NAME ARGS...: sets port_NAME and pid_NAME once /health answers 200
 start_server() {
   local name=$1; shift
   "$bin" serve --model "$tmp/model" --served-model-name "$model" --host 127.0.0.1 --port 0 --threads 2 \
     --kv-cache-mib 64 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-  local pid=$! port=""
+  local pid=$!
   pids+=("$pid")
   eval "pid_$name=$pid"
-  for _ in $(seq 1 300); do
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/$name.out")
-    [ -n "$port" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [ -z "$port" ]; then fail "server $name did not start"; cat "$tmp/$name.err"; finish; fi
-  eval "port_$name=$port"
-  local code=""
-  for _ in $(seq 1 600); do
-    code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")
-    [ "$code" = 200 ] && break
-    sleep 0.1
-  done
-  if [ "$code" != 200 ]; then fail "server $name never became healthy (/health $code)"; cat "$tmp/$name.err"; finish; fi
+  server_ready "$name" "$pid"
+  eval "port_$name=$server_port"
 }
 
 # req METHOD URL [curl args]: the body goes to $tmp/body, headers to $tmp/headers, the status to $code

@@ -36,29 +36,17 @@ if ! "$bin" mkmodel --shape tiny --tokenizer tests/.cache/qwen3 --out "$tmp/mode
 fi
 json=(-H "Content-Type: application/json")
 
+source tests/scripts/server_lib.sh # server_ready
 # start_server NAME MODEL_DIR ARGS...: sets port_NAME and pid_NAME once /health answers 200
 start_server() {
   local name=$1 dir=$2; shift 2
   "$bin" serve --model "$dir" --served-model-name tiny --host 127.0.0.1 --port 0 --threads 2 \
     --kv-cache-mib 64 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-  local pid=$! port=""
+  local pid=$!
   pids+=("$pid")
   eval "pid_$name=$pid"
-  for _ in $(seq 1 300); do
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/$name.out")
-    [ -n "$port" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [ -z "$port" ]; then fail "server $name did not start"; cat "$tmp/$name.err"; finish; fi
-  eval "port_$name=$port"
-  local code=""
-  for _ in $(seq 1 600); do
-    code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")
-    [ "$code" = 200 ] && break
-    sleep 0.1
-  done
-  if [ "$code" != 200 ]; then fail "server $name never became healthy (/health $code)"; cat "$tmp/$name.err"; finish; fi
+  server_ready "$name" "$pid"
+  eval "port_$name=$server_port"
 }
 # req METHOD URL [curl args]: body to $tmp/body, headers to $tmp/headers, status to $code
 req() { # METHOD URL CURL-ARGS...: the reply in $tmp/body, its status in $code (REQ_MAX: seconds, default 30)

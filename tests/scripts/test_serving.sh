@@ -42,29 +42,17 @@ if ! "$bin" mkmodel --shape tiny --tokenizer tests/.cache/qwen3 --out "$tmp/mode
 fi
 model=tiny
 
+source tests/scripts/server_lib.sh # server_ready
 # start_server NAME ARGS...: sets port_NAME and pid_NAME once /health answers 200
 start_server() {
   local name=$1; shift
   "$bin" serve --model "$tmp/model" --served-model-name "$model" --host 127.0.0.1 --threads 2 "$@" \
     >"$tmp/$name.out" 2>"$tmp/$name.err" &
-  local pid=$! port=""
+  local pid=$!
   pids+=("$pid")
   eval "pid_$name=$pid"
-  for _ in $(seq 1 300); do
-    port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/$name.out")
-    [ -n "$port" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [ -z "$port" ]; then fail "server $name did not start"; cat "$tmp/$name.err"; finish; fi
-  eval "port_$name=$port"
-  local code=""
-  for _ in $(seq 1 600); do
-    code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")
-    [ "$code" = 200 ] && break
-    sleep 0.1
-  done
-  if [ "$code" != 200 ]; then fail "server $name never became healthy (/health $code)"; cat "$tmp/$name.err"; finish; fi
+  server_ready "$name" "$pid"
+  eval "port_$name=$server_port"
 }
 req() { # METHOD URL [curl args]: body in $tmp/body, headers in $tmp/headers, status in $code
   local m=$1 u=$2; shift 2

@@ -34,22 +34,13 @@ if ! "$bin" mkmodel --shape tiny --tokenizer tests/.cache/qwen3 --out "$tmp/mode
   fail "mkmodel"; cat "$tmp/mkmodel.log"; finish
 fi
 
+source tests/scripts/server_lib.sh # server_ready
 : >"$tmp/serve.out"
 "$bin" serve --model "$tmp/model" --served-model-name tiny --host 127.0.0.1 --port 0 --threads 2 \
   --kv-cache-mib 128 --tool-call-parser qwen3 >"$tmp/serve.out" 2>"$tmp/serve.err" &
 pid=$!
-port=""
-for _ in $(seq 1 300); do
-  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/serve.out")
-  [ -n "$port" ] && break
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.1
-done
-if [ -z "$port" ]; then fail "server did not start"; cat "$tmp/serve.err"; finish; fi
-for _ in $(seq 1 600); do
-  [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")" = 200 ] && break
-  sleep 0.1
-done
+server_ready serve "$pid"
+port=$server_port
 
 # The corpus's seeds: 3 per schema; under the sanitizers 1 (every schema is still compiled,
 # masked and matched there, and the validity of 3 samples each is make test's; the other
