@@ -6,6 +6,62 @@
 
 #define MATCHER_MAX_EXPAND 100000 /* expansion steps per pushed stack (a guard against blow-up) */
 
+/* One expansion's bookkeeping.  Every path through an empty alternative goes on with the
+ * stack below it, stk[0..d); where two paths reach that with the same stack (a repeated
+ * group of two nullable alternatives: (a?|b?){20}), the second would add exactly the stacks
+ * the first did, so it is skipped: without that the paths double at every repetition.  The
+ * stack is the same when nothing below d was written since the first path's expansion
+ * ended (each level restores what it wrote, so at that end stk[0..d) is as it was at its
+ * start); `gen` dates the writes.  Only skips work: the set of stacks is the same. */
+struct expand_ctx {
+    int budget;
+    int32_t clock;                       /* writes to stk so far */
+    int hi;                              /* done[0..hi] hold values of this call */
+    int32_t gen[MATCHER_MAX_DEPTH + 2];  /* [i]: the clock of stk[i]'s last write */
+    int32_t done[MATCHER_MAX_DEPTH + 2]; /* [d]: the clock when an expansion of stk[0..d) from an
+                                          * empty alternative last ended (-1: none) */
+};
+
+static void ctx_init(struct expand_ctx *x)
+{
+    x->clock = 0;
+    x->hi = -1;
+}
+
+/* stk[i] = v, dated */
+static inline void ctx_write(struct expand_ctx *x, int32_t *stk, int i, int32_t v)
+{
+    stk[i] = v;
+    x->gen[i] = ++x->clock;
+}
+
+/* A stack copied into stk[0..depth) for a new expansion: its positions written now. */
+static void ctx_load(struct expand_ctx *x, int depth)
+{
+    ++x->clock;
+    for (int i = 0; i < depth; i++)
+        x->gen[i] = x->clock;
+    x->budget = MATCHER_MAX_EXPAND;
+}
+
+/* stk[0..d) was expanded from an empty alternative and is unchanged since */
+static bool ctx_seen(const struct expand_ctx *x, int d)
+{
+    if (d > x->hi || x->done[d] < 0)
+        return false;
+    for (int i = 0; i < d; i++)
+        if (x->gen[i] > x->done[d])
+            return false;
+    return true;
+}
+
+static void ctx_mark(struct expand_ctx *x, int d)
+{
+    while (x->hi < d)
+        x->done[++x->hi] = -1;
+    x->done[d] = x->clock;
+}
+
 enum hr_status matcher_set_init(struct matcher_set *s, int cap, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
@@ -69,11 +125,11 @@ static void set_add(struct matcher_set *out, const int32_t *e, int depth)
 /* stk[0..depth) with a rule reference or nothing on top: expands until every stack's top is
  * a byte class (or the sentinel, or the stack is empty). stk has room for MATCHER_MAX_DEPTH + 1;
  * each level restores stk[depth - 1] on return, so the caller's stack is unchanged. */
-static void expand(const struct grammar *g, int32_t *stk, int depth, struct matcher_set *out, int *budget)
+static void expand(const struct grammar *g, int32_t *stk, int depth, struct matcher_set *out, struct expand_ctx *x)
 {
     if (out->overflow)
         return;
-    if (--*budget < 0) {
+    if (--x->budget < 0) {
         out->overflow = true;
         return;
     }
@@ -89,25 +145,28 @@ static void expand(const struct grammar *g, int32_t *stk, int depth, struct matc
     }
     int base = depth - 1;
     if (g->elems[pos + 1].kind != GRAMMAR_ELEM_END)
-        stk[base++] = pos + 1;
+        ctx_write(x, stk, base++, pos + 1);
     if (base >= MATCHER_MAX_DEPTH) {
         out->overflow = true;
-        stk[depth - 1] = pos;
+        ctx_write(x, stk, depth - 1, pos);
         return;
     }
     int r = e->arg;
     for (int a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
         int32_t start = g->alt_start[a];
         if (g->elems[start].kind == GRAMMAR_ELEM_END) {
-            expand(g, stk, base, out, budget);
+            if (!ctx_seen(x, base)) {
+                expand(g, stk, base, out, x);
+                ctx_mark(x, base);
+            }
         } else {
             int32_t saved = stk[base];
-            stk[base] = start;
-            expand(g, stk, base + 1, out, budget);
-            stk[base] = saved;
+            ctx_write(x, stk, base, start);
+            expand(g, stk, base + 1, out, x);
+            ctx_write(x, stk, base, saved);
         }
     }
-    stk[depth - 1] = pos;
+    ctx_write(x, stk, depth - 1, pos);
 }
 
 void matcher_push_stack(const struct grammar *g, const int32_t *stack, int depth, struct matcher_set *out)
@@ -118,8 +177,10 @@ void matcher_push_stack(const struct grammar *g, const int32_t *stack, int depth
         return;
     }
     memcpy(stk, stack, (size_t)depth * sizeof *stk);
-    int budget = MATCHER_MAX_EXPAND;
-    expand(g, stk, depth, out, &budget);
+    struct expand_ctx x;
+    ctx_init(&x);
+    ctx_load(&x, depth);
+    expand(g, stk, depth, out, &x);
 }
 
 void matcher_start(const struct grammar *g, struct matcher_set *out)
@@ -133,6 +194,8 @@ bool matcher_advance(const struct grammar *g, const struct matcher_set *in, uint
 {
     matcher_set_clear(out);
     int32_t stk[MATCHER_MAX_DEPTH + 2];
+    struct expand_ctx x;
+    ctx_init(&x);
     for (int off = 0; off < in->len; off = matcher_stack_next(in, off)) {
         int depth = in->buf[off];
         if (depth == 0)
@@ -148,8 +211,8 @@ bool matcher_advance(const struct grammar *g, const struct matcher_set *in, uint
             d--;
         else
             stk[d - 1] = top + 1;
-        int budget = MATCHER_MAX_EXPAND;
-        expand(g, stk, d, out, &budget);
+        ctx_load(&x, d);
+        expand(g, stk, d, out, &x);
         if (out->overflow)
             break;
     }

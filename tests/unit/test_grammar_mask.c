@@ -202,6 +202,39 @@ static void test_finite_nullable_rules(void)
     lang_free(&l);
 }
 
+/* Repeated groups of nullable alternatives: every repetition may end either way, so the
+ * matcher's paths through them double at each one; it must still expand them (it skips a
+ * path that reaches the stack another one already expanded), and the masks agree. */
+static void test_finite_nullable_repeat(void)
+{
+    struct lang l = {0};
+    lang_add(&l, "o");
+    lang_add(&l, "ox");
+    check_finite("root ::= \"o\" (\"\" | \"\"){40} \"x\"?", &l, "oxa", 200);
+    lang_free(&l);
+    struct lang m = {0};
+    char s[32] = "o";
+    for (int n = 0; n <= 20; n++) {
+        s[1 + n] = 0;
+        lang_add(&m, s);
+        s[1 + n] = 'a';
+    }
+    check_finite("root ::= \"o\" (\"a\"? | \"a\"?){20}", &m, "oax", 300);
+    lang_free(&m);
+    struct lang k = {0};
+    char t[16];
+    for (int n = 0; n <= 8; n++)
+        for (int x = 0; x < (1 << n); x++) {
+            for (int i = 0; i < n; i++)
+                t[i] = (x >> i) & 1 ? 'b' : 'a';
+            t[n] = '.';
+            t[n + 1] = 0;
+            lang_add(&k, t);
+        }
+    check_finite("root ::= (\"a\"? | \"b\"?){8} \".\"", &k, "ab.", 300);
+    lang_free(&k);
+}
+
 static void test_finite_utf8(void)
 {
     /* é = C3 A9, ê = C3 AA, ü = C3 BC; the vocabulary splits them. */
@@ -481,6 +514,7 @@ int main(void)
     TEST_RUN(test_finite_alternatives);
     TEST_RUN(test_finite_repeat);
     TEST_RUN(test_finite_nullable_rules);
+    TEST_RUN(test_finite_nullable_repeat);
     TEST_RUN(test_finite_utf8);
     TEST_RUN(test_finite_nested_rules);
     TEST_RUN(test_json_masks_and_sentences);
