@@ -610,138 +610,136 @@ __device__ __forceinline__ void walk_long(const struct cuda_attention &a, const 
             }
             __syncthreads();
             const uint16_t *sk = QS ? skv : skv + (it & 1) * 2 * TILE_ELEMS, *sv = sk + TILE_ELEMS;
-            if (QS || active) { /* QS: every warp to the barrier between scores and softmax */
-                /* S = q . K^T: 8 n-tiles of 8 positions; k16 steps over d in order, hi then lo */
-                float sc[KT / 8][4];
-                if (!QS || active) {
+            /* S = q . K^T: 8 n-tiles of 8 positions; k16 steps over d in order, hi then lo */
+            float sc[KT / 8][4];
+            if (active) {
 #pragma unroll
-                    for (int j = 0; j < KT / 8; j++)
+                for (int j = 0; j < KT / 8; j++)
 #pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            sc[j][e] = 0.0f;
-                    /* per k16 step: the hi half into all eight accumulators, then the lo half
-                     * (each accumulator still takes hi, then lo, step after step) */
+                    for (int e = 0; e < 4; e++)
+                        sc[j][e] = 0.0f;
+                /* per k16 step: the hi half into all eight accumulators, then the lo half
+                 * (each accumulator still takes hi, then lo, step after step) */
 #pragma unroll
-                    for (int kk = 0; kk < HD / 16; kk++) {
-                        if constexpr (QS) { /* K a pair of n-tiles at a time (registers) */
-                            unsigned fh[4], fl[4];
-                            const int off = (wrow + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8;
-                            ldsm_x4(fh[0], fh[1], fh[2], fh[3], sq + off);
-                            ldsm_x4(fl[0], fl[1], fl[2], fl[3], sq + MR * LDS + off);
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    if constexpr (QS) { /* K a pair of n-tiles at a time (registers) */
+                        unsigned fh[4], fl[4];
+                        const int off = (wrow + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8;
+                        ldsm_x4(fh[0], fh[1], fh[2], fh[3], sq + off);
+                        ldsm_x4(fl[0], fl[1], fl[2], fl[3], sq + MR * LDS + off);
 #pragma unroll
-                            for (int j2 = 0; j2 < KT / 16; j2++) {
-                                unsigned k2[2][2];
-                                ldsm_x4(k2[0][0], k2[0][1], k2[1][0], k2[1][1],
-                                        sk + (j2 * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk * 16 +
-                                            ((lane >> 3) & 1) * 8);
-                                mma16816(sc[2 * j2], fh, k2[0]);
-                                mma16816(sc[2 * j2 + 1], fh, k2[1]);
-                                mma16816(sc[2 * j2], fl, k2[0]);
-                                mma16816(sc[2 * j2 + 1], fl, k2[1]);
-                            }
-                        } else {
-                            unsigned kb[KT / 8][2];
-#pragma unroll
-                            for (int j2 = 0; j2 < KT / 16; j2++)
-                                ldsm_x4(kb[2 * j2][0], kb[2 * j2][1], kb[2 * j2 + 1][0], kb[2 * j2 + 1][1],
-                                        sk + (j2 * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk * 16 +
-                                            ((lane >> 3) & 1) * 8);
-#pragma unroll
-                            for (int j = 0; j < KT / 8; j++)
-                                mma16816(sc[j], qh[kk], kb[j]);
-#pragma unroll
-                            for (int j = 0; j < KT / 8; j++)
-                                mma16816(sc[j], ql[kk], kb[j]);
+                        for (int j2 = 0; j2 < KT / 16; j2++) {
+                            unsigned k2[2][2];
+                            ldsm_x4(k2[0][0], k2[0][1], k2[1][0], k2[1][1],
+                                    sk + (j2 * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk * 16 +
+                                        ((lane >> 3) & 1) * 8);
+                            mma16816(sc[2 * j2], fh, k2[0]);
+                            mma16816(sc[2 * j2 + 1], fh, k2[1]);
+                            mma16816(sc[2 * j2], fl, k2[0]);
+                            mma16816(sc[2 * j2 + 1], fl, k2[1]);
                         }
+                    } else {
+                        unsigned kb[KT / 8][2];
+#pragma unroll
+                        for (int j2 = 0; j2 < KT / 16; j2++)
+                            ldsm_x4(kb[2 * j2][0], kb[2 * j2][1], kb[2 * j2 + 1][0], kb[2 * j2 + 1][1],
+                                    sk + (j2 * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + kk * 16 +
+                                        ((lane >> 3) & 1) * 8);
+#pragma unroll
+                        for (int j = 0; j < KT / 8; j++)
+                            mma16816(sc[j], qh[kk], kb[j]);
+#pragma unroll
+                        for (int j = 0; j < KT / 8; j++)
+                            mma16816(sc[j], ql[kk], kb[j]);
                     }
                 }
-                if constexpr (QS) {
-                    cp_wait<0>();    /* V(it) */
-                    __syncthreads(); /* V(it) seen by all; every warp's scores done: K's stage is free */
-                    load_next(true);
-                    cp_commit();
-                }
-                if (!QS || active) {
-                    /* scale, mask, online softmax: element e of n-tile j is row g + 8 (e / 2),
-                     * position p0 + 8 j + 2 c4 + e % 2 */
-                    const bool unmasked = p0 + KT - 1 <= wmin; /* warp-uniform */
-                    float corr[2];
+            }
+            if constexpr (QS) { /* every warp, active or not, to the barrier */
+                cp_wait<0>();    /* V(it) */
+                __syncthreads(); /* V(it) seen by all; every warp's scores done: K's stage is free */
+                load_next(true);
+                cp_commit();
+            }
+            if (active) {
+                /* scale, mask, online softmax: element e of n-tile j is row g + 8 (e / 2),
+                 * position p0 + 8 j + 2 c4 + e % 2 */
+                const bool unmasked = p0 + KT - 1 <= wmin; /* warp-uniform */
+                float corr[2];
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        float mx = -INFINITY;
-                        if (unmasked) {
-#pragma unroll
-                            for (int j = 0; j < KT / 8; j++)
-#pragma unroll
-                                for (int e = 0; e < 2; e++) {
-                                    float v = __fmul_rn(sc[j][2 * h + e], a.scale);
-                                    sc[j][2 * h + e] = v;
-                                    mx = fmaxf(mx, v);
-                                }
-                        } else {
-#pragma unroll
-                            for (int j = 0; j < KT / 8; j++)
-#pragma unroll
-                                for (int e = 0; e < 2; e++) {
-                                    int p = p0 + 8 * j + 2 * c4 + e;
-                                    float v = p <= pos_r[h] ? __fmul_rn(sc[j][2 * h + e], a.scale) : -INFINITY;
-                                    sc[j][2 * h + e] = v;
-                                    mx = fmaxf(mx, v);
-                                }
-                        }
-                        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                        float m_new = fmaxf(m[h], mx);
-                        float sum = 0.0f;
+                for (int h = 0; h < 2; h++) {
+                    float mx = -INFINITY;
+                    if (unmasked) {
 #pragma unroll
                         for (int j = 0; j < KT / 8; j++)
 #pragma unroll
                             for (int e = 0; e < 2; e++) {
-                                float pj = m_new == -INFINITY ? 0.0f : expf(__fsub_rn(sc[j][2 * h + e], m_new));
-                                sc[j][2 * h + e] = pj;
-                                sum = __fadd_rn(sum, pj);
+                                float v = __fmul_rn(sc[j][2 * h + e], a.scale);
+                                sc[j][2 * h + e] = v;
+                                mx = fmaxf(mx, v);
                             }
-                        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-                        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-                        corr[h] = m_new == -INFINITY ? 1.0f : expf(__fsub_rn(m[h], m_new));
-                        l[h] = __fadd_rn(__fmul_rn(l[h], corr[h]), sum);
-                        m[h] = m_new;
-                    }
+                    } else {
 #pragma unroll
-                    for (int j = 0; j < HD / 8; j++) {
-                        o[j][0] = __fmul_rn(o[j][0], corr[0]);
-                        o[j][1] = __fmul_rn(o[j][1], corr[0]);
-                        o[j][2] = __fmul_rn(o[j][2], corr[1]);
-                        o[j][3] = __fmul_rn(o[j][3], corr[1]);
-                    }
-                    /* O += P . V: k16 steps over the tile's positions in order, hi then lo; P's
-                     * A fragments are S's accumulators of n-tiles 2t and 2t + 1 */
+                        for (int j = 0; j < KT / 8; j++)
 #pragma unroll
-                    for (int t = 0; t < KT / 16; t++) {
-                        unsigned ph[4], pl[4];
-                        const float *s0 = sc[2 * t], *s1 = sc[2 * t + 1];
-                        const float f[8] = {s0[0], s0[1], s0[2], s0[3], s1[0], s1[1], s1[2], s1[3]};
-                        p_frags(f, ph, pl);
-                        /* QS: V's fragments in two halves of the columns (registers); each
-                         * accumulator still takes hi, then lo, at every k16 step */
-                        constexpr int VH = QS ? 2 : 1, NV = HD / 8 / VH;
-#pragma unroll
-                        for (int hv = 0; hv < VH; hv++) {
-                            unsigned vb[NV][2];
-#pragma unroll
-                            for (int jd = 0; jd < NV; jd += 2) {
-                                const int mi = lane >> 3;
-                                ldsm_x4_t(vb[jd][0], vb[jd][1], vb[jd + 1][0], vb[jd + 1][1],
-                                          sv + (t * 16 + (mi & 1) * 8 + (lane & 7)) * LDS + (hv * NV + jd) * 8 +
-                                              (mi >> 1) * 8);
+                            for (int e = 0; e < 2; e++) {
+                                int p = p0 + 8 * j + 2 * c4 + e;
+                                float v = p <= pos_r[h] ? __fmul_rn(sc[j][2 * h + e], a.scale) : -INFINITY;
+                                sc[j][2 * h + e] = v;
+                                mx = fmaxf(mx, v);
                             }
+                    }
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    float m_new = fmaxf(m[h], mx);
+                    float sum = 0.0f;
 #pragma unroll
-                            for (int jd = 0; jd < NV; jd++)
-                                mma16816(o[hv * NV + jd], ph, vb[jd]);
+                    for (int j = 0; j < KT / 8; j++)
 #pragma unroll
-                            for (int jd = 0; jd < NV; jd++)
-                                mma16816(o[hv * NV + jd], pl, vb[jd]);
+                        for (int e = 0; e < 2; e++) {
+                            float pj = m_new == -INFINITY ? 0.0f : expf(__fsub_rn(sc[j][2 * h + e], m_new));
+                            sc[j][2 * h + e] = pj;
+                            sum = __fadd_rn(sum, pj);
                         }
+                    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+                    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+                    corr[h] = m_new == -INFINITY ? 1.0f : expf(__fsub_rn(m[h], m_new));
+                    l[h] = __fadd_rn(__fmul_rn(l[h], corr[h]), sum);
+                    m[h] = m_new;
+                }
+#pragma unroll
+                for (int j = 0; j < HD / 8; j++) {
+                    o[j][0] = __fmul_rn(o[j][0], corr[0]);
+                    o[j][1] = __fmul_rn(o[j][1], corr[0]);
+                    o[j][2] = __fmul_rn(o[j][2], corr[1]);
+                    o[j][3] = __fmul_rn(o[j][3], corr[1]);
+                }
+                /* O += P . V: k16 steps over the tile's positions in order, hi then lo; P's
+                 * A fragments are S's accumulators of n-tiles 2t and 2t + 1 */
+#pragma unroll
+                for (int t = 0; t < KT / 16; t++) {
+                    unsigned ph[4], pl[4];
+                    const float *s0 = sc[2 * t], *s1 = sc[2 * t + 1];
+                    const float f[8] = {s0[0], s0[1], s0[2], s0[3], s1[0], s1[1], s1[2], s1[3]};
+                    p_frags(f, ph, pl);
+                    /* QS: V's fragments in two halves of the columns (registers); each
+                     * accumulator still takes hi, then lo, at every k16 step */
+                    constexpr int VH = QS ? 2 : 1, NV = HD / 8 / VH;
+#pragma unroll
+                    for (int hv = 0; hv < VH; hv++) {
+                        unsigned vb[NV][2];
+#pragma unroll
+                        for (int jd = 0; jd < NV; jd += 2) {
+                            const int mi = lane >> 3;
+                            ldsm_x4_t(vb[jd][0], vb[jd][1], vb[jd + 1][0], vb[jd + 1][1],
+                                      sv + (t * 16 + (mi & 1) * 8 + (lane & 7)) * LDS + (hv * NV + jd) * 8 +
+                                          (mi >> 1) * 8);
+                        }
+#pragma unroll
+                        for (int jd = 0; jd < NV; jd++)
+                            mma16816(o[hv * NV + jd], ph, vb[jd]);
+#pragma unroll
+                        for (int jd = 0; jd < NV; jd++)
+                            mma16816(o[hv * NV + jd], pl, vb[jd]);
                     }
                 }
             }
@@ -852,9 +850,7 @@ __global__ void __launch_bounds__(ATTN_THREADS, SMALL || QS ? 3 : 1)
     int pos_r[2] = {-1, -1}; /* the positions of this thread's rows g and g + 8 (-1: no row) */
     if (active) {
 #pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            if (QS && !split)
-                break; /* walk_long reads them from shared memory */
+        for (int kk = 0; kk < HD / 16 && (!QS || split); kk++) { /* (QS: walk_long reads them from shared memory) */
             const int off = (wrow + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8;
             ldsm_x4(qh[kk][0], qh[kk][1], qh[kk][2], qh[kk][3], sqh + off);
             ldsm_x4(ql[kk][0], ql[kk][1], ql[kk][2], ql[kk][3], sql + off);
