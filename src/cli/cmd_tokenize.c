@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/fileio.h"
+#include "base/hex.h"
 #include "cli/cli.h"
 #include "tokenizer/tokenizer.h"
 
@@ -55,17 +56,6 @@ static void print_ids(const struct tokenizer_ids *ids)
     putchar('\n');
 }
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static int run_batch(const struct tokenizer *tk, const char *path, bool add_special)
 {
     char err[HR_ERRLEN];
@@ -89,7 +79,7 @@ static int run_batch(const struct tokenizer *tk, const char *path, bool add_spec
         size_t n = 0;
         bool ok = true;
         for (char *p = line; p + 1 < eol + 1 && p < eol; p += 2) {
-            int hi = hexval((unsigned char)p[0]), lo = p + 1 < eol ? hexval((unsigned char)p[1]) : -1;
+            int hi = hex_digit((unsigned char)p[0]), lo = p + 1 < eol ? hex_digit((unsigned char)p[1]) : -1;
             if (hi < 0 || lo < 0) {
                 ok = false;
                 break;

@@ -1,5 +1,6 @@
 /* The GBNF parser: recursive descent straight into the grammar builder. */
 #include "grammar/gbnf.h"
+#include "base/hex.h"
 #include "grammar/gbuf.h"
 
 #include <stdarg.h>
@@ -70,17 +71,6 @@ static void skip_space(struct gbnf *p, bool newlines)
 static bool is_name_char(int c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
-}
-
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 /* One UTF-8 character of the source, validated. */
@@ -161,7 +151,7 @@ static uint32_t read_char(struct gbnf *p)
     }
     uint32_t v = 0;
     for (int k = 0; k < digits; k++) {
-        int h = hexval(peek(p));
+        int h = hex_digit(peek(p));
         if (h < 0) {
             gbnf_fail(p, "escape needs %d hex digits", digits);
             return 0;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "template/template_internal.h"
+#include "base/hex.h"
 
 struct lexer {
     const char *src; /* [n] normalised source */
@@ -137,17 +138,6 @@ static size_t rstrip_len(const struct lexer *lx, size_t a, size_t b)
 
 /* ------------------------------------------------------------------ string literals */
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Python's unicode-escape decoding of a literal's body src[a..b) into out. */
 static bool unescape(struct lexer *lx, size_t a, size_t b, struct template_buf *out)
 {
@@ -196,7 +186,7 @@ static bool unescape(struct lexer *lx, size_t a, size_t b, struct template_buf *
             int digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
             uint32_t v = 0;
             for (int k = 0; k < digits; k++) {
-                int h = (i + 2 + (size_t)k < b) ? hexval(lx->src[i + 2 + (size_t)k]) : -1;
+                int h = (i + 2 + (size_t)k < b) ? hex_digit(lx->src[i + 2 + (size_t)k]) : -1;
                 if (h < 0)
                     return lex_fail(lx, i, "truncated \\%c escape in a string literal", e);
                 v = v * 16 + (uint32_t)h;
@@ -311,9 +301,9 @@ static bool lex_number(struct lexer *lx)
     } else {
         while (j < lx->n) {
             char c = lx->src[j];
-            int d = hexval(c);
-            if (c == '_' && digits && j + 1 < lx->n && hexval(lx->src[j + 1]) >= 0 &&
-                hexval(lx->src[j + 1]) < base) {
+            int d = hex_digit(c);
+            if (c == '_' && digits && j + 1 < lx->n && hex_digit(lx->src[j + 1]) >= 0 &&
+                hex_digit(lx->src[j + 1]) < base) {
                 j++;
                 continue;
             }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hex.h"
 #include "tokenizer/utf8.h"
 
 #define TKJSON_MAX_DEPTH 256
@@ -57,24 +58,13 @@ static uint32_t push(struct parser *p, uint8_t type, uint32_t off, uint32_t len)
     return i;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static bool read_hex4(struct parser *p, uint32_t *out)
 {
     if (p->len - p->pos < 4)
         return false;
     uint32_t v = 0;
     for (int k = 0; k < 4; k++) {
-        int h = hexval(p->buf[p->pos + (size_t)k]);
+        int h = hex_digit(p->buf[p->pos + (size_t)k]);
         if (h < 0)
             return false;
         v = v << 4 | (uint32_t)h;
