@@ -354,7 +354,9 @@ static void env_pop(const struct env_keep *k)
  * tile: rows of 1, 37, 130 and 300 at every shape without a K split, compared with the
  * 300-row product at width 128 row by row.  The narrow widths run 64-row blocks, deep
  * where their blocks fit one an SM (m = 1 and 37 at 64 wide on 4,096 columns) and two an
- * SM elsewhere.  (The row sweep crosses the default rule's widths as m grows.) */
+ * SM elsewhere; 128 and 192 also on 192-row blocks (HEARTH_CUDA_GEMM_BM=192: three
+ * consumer warpgroups; at 300 rows the second row tile's third has no rows).  (The row
+ * sweep crosses the default rule's widths as m grows.) */
 static void test_gemm_widths(void)
 {
     if (strcmp(K->name, "sm90a") != 0) {
@@ -362,7 +364,12 @@ static void test_gemm_widths(void)
         return;
     }
     static const int ms[] = {300, 1, 37, 130};
-    static const char *const widths[] = {"128", "96", "256", "192", "64", "48", "40", "32", "16", "0"};
+    /* width, rows a block (HEARTH_CUDA_GEMM_BM; 192: the three-warpgroup build, 128 and
+     * 192 wide only) */
+    static const struct {
+        const char *w, *bm;
+    } widths[] = {{"128", ""},   {"96", ""}, {"256", ""}, {"192", ""}, {"64", ""}, {"48", ""},
+                  {"40", ""},    {"32", ""}, {"16", ""},  {"0", ""},   {"192", "192"}, {"128", "192"}};
     const int M = 300;
     int cases = 0, shapes_n = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -378,8 +385,9 @@ static void test_gemm_widths(void)
         gemm_ws_init(&ws, s, M);
         int bad = 0;
         for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
-            struct env_keep kw;
-            env_push(&kw, "HEARTH_CUDA_GEMM_WIDTH", widths[wi]);
+            struct env_keep kw, kb;
+            env_push(&kw, "HEARTH_CUDA_GEMM_WIDTH", widths[wi].w);
+            env_push(&kb, "HEARTH_CUDA_GEMM_BM", widths[wi].bm);
             CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
             for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
                 int m = ms[mi];
@@ -390,10 +398,11 @@ static void test_gemm_widths(void)
                     continue;
                 for (int r = 0; r < m; r++)
                     if (memcmp(got + (size_t)r * row_bytes, ref + (size_t)r * row_bytes, row_bytes) && !bad++)
-                        fprintf(stderr, "  %s %s: width %s, row %d of m=%d differs from width 128\n", K->name,
-                                s->name, widths[wi], r, m);
+                        fprintf(stderr, "  %s %s: width %s (rows a block %s), row %d of m=%d differs from width 128\n",
+                                K->name, s->name, widths[wi].w, *widths[wi].bm ? widths[wi].bm : "auto", r, m);
                 cases++;
             }
+            env_pop(&kb);
             env_pop(&kw);
         }
         CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
@@ -405,7 +414,7 @@ static void test_gemm_widths(void)
     }
     CHECK(shapes_n > 0);
     printf("  %s tile widths 16 / 32 / 40 / 48 / 64 / 96 / 128 / 192 / 256 / auto (40: not SwiGLU's, which then runs its "
-           "automatic width): %d shapes without a split, %d width x row-count cases, "
+           "automatic width), 128 and 192 on 192-row blocks: %d shapes without a split, %d width x row-count cases, "
            "bytes equal\n",
            K->name, shapes_n, cases);
 }

@@ -135,9 +135,16 @@ bool g_w192 = true;
 /* x's tensor map padded to whole 64-row boxes where its buffer allows (x_map_rows;
  * HEARTH_CUDA_GEMM_XPAD=0: not; a launch shape, rows past m are never stored) */
 bool g_xpad = true;
-/* the unsplit tile's rows a block, forced (HEARTH_CUDA_GEMM_BM 64 or 128; 0: gemm_width
- * picks; the narrow widths always 64, 256 always 128): a launch shape, for benchmarks */
+/* the unsplit tile's rows a block, forced (HEARTH_CUDA_GEMM_BM 64, 128 or 192; 0: gemm_width
+ * picks; the narrow widths always 64, 256 always 128, 192 only at widths 128 and 192):
+ * a launch shape, for benchmarks */
 int g_bm = 0;
+/* 192-row blocks (three consumer warpgroups) where a 192-wide shape's rows come to two
+ * 128-row tiles of which the second has at most one warpgroup's rows (129-192 rows;
+ * gemm_width; HEARTH_CUDA_GEMM_WG3=0 turns it off; a launch shape, the same sums).
+ * Measured on an H100 (bench/notes/cuda.md, thirtieth session): the 8B gate/up at 160
+ * and 185 rows 91.5 -> 77.3 and 77.8 us (cuBLAS 80.7, 82.0). */
+bool g_wg3 = true;
 #if defined(CUK_HOPPER)
 /* the clusters of 2, 4, 8 blocks (two an SM) that can run at once: [WG - 1][log2 - 1] */
 int g_max_clusters[2][3];
@@ -158,6 +165,7 @@ struct params {
     int ext;      /* 1: a part a block writes its partials only; combine_kernel adds them (no tickets) */
     int cluster;  /* 1: a part a block, a cluster of par blocks a tile adds them in its shared memory */
     int few;      /* 1: the 128-row TMA tile's launch runs the one-warpgroup build (few_rows; host only) */
+    int wg3;      /* 1: the unsplit TMA tile's launch runs the three-warpgroup (192-row) build (host only) */
     int deep;     /* 1: the narrow tile's blocks fit one an SM: its deep build (host only) */
     int raster;   /* the TMA tile's block order: groups of this many row tiles (tile_at) */
 };
@@ -724,10 +732,14 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
      * block an SM, four stages) halves the x loads a flop and reads 1/6 fewer
      * shared-memory bytes a flop at many rows; 192 (one block an SM, five stages) where
      * 256's blocks would leave a wave's last round of SMs mostly idle (gemm_width). */
-    static_assert(NW == BN || (!FOLD && (WG == 2 || NW == 96 || NW <= 64)),
+    static_assert(NW == BN || (!FOLD && (WG >= 2 || NW == 96 || NW <= 64)),
                   "other widths: the unsplit tile (96 and the narrow ones: few rows too)");
+    /* WG 3: 192 rows a block (three consumer warpgroups, one block an SM), unsplit, 128
+     * or 192 wide: at 129-192 rows one row tile instead of two 128-row ones, the second
+     * of which has one warpgroup of work (gemm_width) */
+    static_assert(WG < 3 || (WG == 3 && !FOLD && (NW == BN || NW == 192)), "the 192-row tile: unsplit, 128 or 192 wide");
     static_assert(!DEEP || (WG == 1 && NW <= 64), "deep: the narrow one-warpgroup tile");
-    static constexpr bool TWO = (WG == 1 || !FOLD) && NW <= BN && !DEEP; /* two blocks an SM */
+    static constexpr bool TWO = (WG == 1 || !FOLD) && NW <= BN && !DEEP && WG < 3; /* two blocks an SM */
     /* the narrow tiles (16 to 64: the unsplit shapes' many blocks at a few rows) keep
      * ~96 KB of stages in flight, two blocks an SM, or, where the blocks fit one an SM
      * (DEEP), ~216 KB: a 64-row x stage is most of a 16- or 32-wide tile's stage, and at
@@ -737,6 +749,7 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
     static constexpr int BM = 64 * WG, BK = 64,
                          STAGES = NW <= 64 ? NARROW_STAGES
                                   : WG == 1 ? (NW < BN ? 5 : 4)
+                                  : WG == 3 ? (NW > BN ? 4 : 5)
                                   : FOLD    ? 6
                                   : NW > BN ? (NW == 192 ? 5 : 4)
                                             : 3;
@@ -745,7 +758,7 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
      * thread for all: the compiler's budget for the wgmma is the launch's) */
     static constexpr bool REGS = WG == 1 || FOLD || !TWO;
     static constexpr int NC = 128 * WG, NT = NC + (REGS ? 128 : 32);
-    static constexpr int REG_P = 40, REG_C = WG == 1 ? 216 : 232;
+    static constexpr int REG_P = 40, REG_C = WG == 1 ? 216 : WG == 2 ? 232 : 152;
     static_assert(!REGS || (NC * REG_C + 128 * REG_P) * (TWO ? 2 : 1) <= 65536, "registers");
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = NW * BK * 2, STAGE = A_BYTES + B_BYTES;
     static constexpr int BOX = NW / 2 * BK * 2; /* SwiGLU's gate or up copy: NW / 2 rows x 64 bf16 */
@@ -1129,7 +1142,11 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
         else
             tma_launch_epi<1, false, 16, DP>(tp, g->epi, st);
     };
-    if (WG == 2 && p.few && nw == 96)
+    if (WG == 2 && p.wg3 && nw == 192)
+        tma_launch_epi<3, false, 192>(tp, g->epi, st);
+    else if (WG == 2 && p.wg3)
+        tma_launch_epi<3, false>(tp, g->epi, st);
+    else if (WG == 2 && p.few && nw == 96)
         tma_launch_epi<1, false, 96>(tp, g->epi, st);
     else if (WG == 2 && nw <= 64)
         p.deep ? narrow(std::true_type{}) : narrow(std::false_type{});
@@ -1241,8 +1258,10 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     g_narrow_min = nm && *nm ? atoi(nm) : 32;
     const char *bm = getenv("HEARTH_CUDA_GEMM_BM");
     g_bm = bm && *bm ? atoi(bm) : 0;
-    if (g_bm != 0 && g_bm != 64 && g_bm != 128)
-        return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_BM=%s: 0, 64 or 128", bm);
+    if (g_bm != 0 && g_bm != 64 && g_bm != 128 && g_bm != 192)
+        return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_BM=%s: 0, 64, 128 or 192", bm);
+    const char *w3 = getenv("HEARTH_CUDA_GEMM_WG3");
+    g_wg3 = !(w3 && strcmp(w3, "0") == 0);
     if (g_narrow_min != 16 && g_narrow_min != 32 && g_narrow_min != 64)
         return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_NARROW_MIN=%s: 16, 32 or 64", nm);
     const char *ra = getenv("HEARTH_CUDA_GEMM_RASTER");
@@ -1332,6 +1351,8 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     tma_set_smem<2, false, 96>();
     tma_set_smem<2, false, 256>();
     tma_set_smem<2, false, 192>();
+    tma_set_smem<3, false>();
+    tma_set_smem<3, false, 192>();
     tma_set_smem<1, true>();
     tma_set_smem<1, false>();
     tma_set_smem<1, false, 96>();
@@ -1440,6 +1461,7 @@ static bool few_rows(int m)
 struct width {
     int nw;   /* the tile's columns */
     bool wg1; /* 64-row blocks: the one-warpgroup build */
+    bool wg3; /* 192-row blocks (128 or 192 wide): the three-warpgroup build */
 };
 /* The column tiles of a launch's n_seg products at width w: each product's own. */
 static int seg_tiles(const struct cuda_gemm *g, int n_seg, int w)
@@ -1457,7 +1479,7 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
     const int r128 = (m + 127) / 128, fill = g_sm_count * 7 / 8;
     if (g_width && (epi != CUDA_EPI_SWIGLU_BF16 || swiglu_width(g_width))) { /* (40: not SwiGLU's) */
         const bool wg1 = g_width <= 64 || (g_width < 192 && (g_bm ? g_bm == 64 : g_width == 96 && few_rows(m)));
-        return {g_width, wg1};
+        return {g_width, wg1, g_bm == 192 && (g_width == BN || g_width == 192)};
     }
     const int slots = 2 * g_sm_count, t128 = n_tiles_of(n, epi, BN), t96 = n_tiles_of(n, epi, 96);
     /* A shape without a split only thanks to the narrow tiles (narrow_unsplit): the
@@ -1482,12 +1504,12 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
         static const struct {
             int w, bm;
         } cand[] = {{256, 128}, {128, 64}, {64, 64}, {32, 64}, {16, 64}};
-        struct width pick = {0, true};
+        struct width pick = {0, true, false};
         for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
             const int w = cand[i].w, bm = cand[i].bm;
             if ((w == 256 && m < g_wide_rows) || w < g_narrow_min)
                 continue;
-            pick = {w, bm == 64};
+            pick = {w, bm == 64, false};
             if ((long)n_tiles_of(n, epi, w) * ((m + bm - 1) / bm) >= fill)
                 break;
             if (w == 256 && g_waves && (long)n_tiles_of(n, epi, 128) * ((m + 63) / 64) > slots)
@@ -1513,17 +1535,23 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
          * twenty-eighth session), forced widths: 94-97 -> 80-83 us at 129-256 rows,
          * 133-145 -> 117-120 at 320-384; at six and seven row tiles, where the same count
          * also picks 192, 256 was as fast or faster (704 rows 228 against 237 us, 832
-         * 259 against 276), and the lm_heads tie by the count and ran 256 faster. */
+         * 259 against 276), and the lm_heads tie by the count and ran 256 faster.  At
+         * 129-192 rows the 192-wide tile runs 192 rows a block (g_wg3): one row tile, each
+         * SM one block of three busy warpgroups instead of a 128-row block and, for most
+         * SMs, a second one of one busy warpgroup. */
         auto cols = [&](int w) { /* the busiest SM's columns: rounds of one block an SM x w */
             return ((long)seg_tiles(g, n_seg, w) * r128 + g_sm_count - 1) / g_sm_count * w;
         };
-        return {g_w192 && r128 <= 3 && 10 * cols(192) <= 9 * cols(256) ? 192 : 256, false};
+        const int w = g_w192 && r128 <= 3 && 10 * cols(192) <= 9 * cols(256) ? 192 : 256;
+        if (w == 192 && (g_bm == 192 || (g_wg3 && !g_bm && m <= 192)))
+            return {192, false, true};
+        return {w, false, false};
     }
     if (m > 128 || t128 > slots || t96 > slots)
-        return {BN, false};
+        return {BN, false, g_bm == 192};
     if (20 * (t96 - t128) > slots) /* 96 fills 5% more of the wave */
-        return {96, few_rows(m)};
-    return {BN, false};
+        return {96, few_rows(m), false};
+    return {BN, false, false};
 }
 
 /* The most rows of m for which a tile's parts go to a block each (the weight stream
@@ -1639,7 +1667,7 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     p.split = gemm_split(n, g->k, g->epi);
     p.par = gemm_par(g->m, n, g->k, g->epi);
     /* the tiles' width: BN but for the unsplit TMA tile (gemm_width) */
-    const struct width wd = t == TILE_TMA && p.split == 1 ? gemm_width(g, n_seg, n) : width{BN, false};
+    const struct width wd = t == TILE_TMA && p.split == 1 ? gemm_width(g, n_seg, n) : width{BN, false, false};
     const int nw = wd.nw;
     int t0 = 0;
     for (int i = 0; i < n_seg; i++) {
@@ -1658,6 +1686,7 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
         p.cluster = tma_tile && p.par > 1 &&
                     (few_cl || in_cluster(t == TILE_TMA ? 1 : 0, clusters, p.par, kt, g_cluster_kt));
         p.few = p.par > 1 ? few_cl : wd.wg1;
+        p.wg3 = p.par == 1 && wd.wg3;
         p.deep = nw <= 64 && (long)t0 * ((g->m + 63) / 64) <= g_sm_count;
     }
 #endif
