@@ -34,10 +34,13 @@ struct cuda_step_area {
     int max_tok, max_tables, max_qblocks, max_copies;
 };
 
-/* Decode steps replay captured graphs: one per bucket of rows (1, 2, 4, .. 256) and
- * KV cap (the attention grid covers the cap's positions; splits past a row's own
- * position exit at once, so the cap changes no bit). */
-#define CB_GRAPH_BUCKETS 9
+/* Decode steps replay captured graphs: one per bucket of rows (1, 2, 4, .. 32, then
+ * every multiple of 32 to 256: cb_bucket_rows) and KV cap (the attention grid covers
+ * the cap's positions; splits past a row's own position exit at once, so the cap
+ * changes no bit). */
+#define CB_GRAPH_BUCKETS 13
+#define CB_GRAPH_MAX_ROWS 256
+_Static_assert(4 + CB_GRAPH_MAX_ROWS / 32 < CB_GRAPH_BUCKETS, "cb_bucket's indices fit graphs[]");
 #define CB_GRAPH_CAPS 3
 static const int cb_graph_caps[CB_GRAPH_CAPS - 1] = {4096, 16384}; /* then max_ctx (none above it) */
 
@@ -100,6 +103,7 @@ struct cuda_backend {
     bool pending;              /* submitted and not yet waited for (cb_submit) */
     bool wait_always;          /* HEARTH_CUDA_SUBMIT=0: submit waits as sync does (comparisons) */
     bool replay_late;          /* HEARTH_CUDA_REPLAY_EARLY=0: a replay launches at the step's end */
+    bool graph_pow2;           /* HEARTH_CUDA_GRAPH_POW2=1: buckets of powers of two only (comparisons) */
     /* every kernel runs on this stream (it orders with cudaMemcpy's default stream) */
     void *stream;
     /* CUDA graphs of decode steps, per (rows bucket, KV cap) */
@@ -196,10 +200,26 @@ static bool cb_op(struct cuda_backend *c, int op, uint64_t a, uint64_t b, uint64
 }
 #define CB_P(p) ((uint64_t)(uintptr_t)(p))
 
-static int cb_bucket(int n) /* index of the smallest power of two >= n */
+/* The rows a decode step of n tokens runs as under a graph: the next power of two up to
+ * 32, then the next multiple of 32 (pow2: powers of two throughout, as before the
+ * thirtieth session).  A padding row costs every matmul its share of the product (the
+ * 8B's 129-192-row steps ran at 256), attention and the lm_head next to nothing. */
+static int cb_bucket_rows(int n, bool pow2)
 {
+    int r = 1;
+    while (r < n && (r < 32 || pow2))
+        r *= 2;
+    return r >= n ? r : (n + 31) / 32 * 32;
+}
+
+/* A bucket's index in graphs[]: 0..5 for 1..32 rows, then 4 + rows / 32 (6..12 for
+ * 64..256). */
+static int cb_bucket(int rows)
+{
+    if (rows > 32)
+        return 4 + rows / 32;
     int i = 0;
-    while ((1 << i) < n)
+    while ((1 << i) < rows)
         i++;
     return i;
 }
@@ -210,10 +230,10 @@ static int cb_graph_rows(struct backend *be, const struct batch *b)
     c->graph_next = 0;
     if (!c->graphs_on || !c->cfg || b->n_tok < 1 || b->n_tok != b->n_rows || b->n_copies > c->area.max_copies)
         return 0; /* not every row a single token: a prefill or a mixed step */
-    int k = cb_bucket(b->n_tok);
-    if (k >= CB_GRAPH_BUCKETS || (1 << k) > c->max_tok)
+    const int rows = cb_bucket_rows(b->n_tok, c->graph_pow2);
+    if (rows > CB_GRAPH_MAX_ROWS || rows > c->max_tok)
         return 0;
-    c->graph_next = 1 << k;
+    c->graph_next = rows;
     return c->graph_next;
 }
 
@@ -1472,10 +1492,11 @@ enum hr_status backend_cuda_init(struct backend *be, const struct backend_opts *
         return st;
     }
     const char *prof = getenv("HEARTH_CUDA_PROFILE"), *sub = getenv("HEARTH_CUDA_SUBMIT"),
-               *early = getenv("HEARTH_CUDA_REPLAY_EARLY");
+               *early = getenv("HEARTH_CUDA_REPLAY_EARLY"), *pow2 = getenv("HEARTH_CUDA_GRAPH_POW2");
     c->profile = prof && strcmp(prof, "1") == 0;
     c->wait_always = sub && strcmp(sub, "0") == 0;
     c->replay_late = early && strcmp(early, "0") == 0;
+    c->graph_pow2 = pow2 && strcmp(pow2, "1") == 0;
     c->prof_op = -1;
     c->graphs_on = !o->enforce_eager && !c->profile; /* a graph's ops cannot be timed one by one */
     be->ops = &cuda_ops;
