@@ -39,7 +39,9 @@ static uint32_t rnd(uint32_t n)
 }
 
 /* When set, rig_init gives the CPU backend a graph_rows that asks for every decode
- * step padded to the next power of two, as a device replaying graphs does. */
+ * step padded, as a device replaying graphs does: 1, to the next power of two; 2, to
+ * the next multiple of 3 (buckets that are not powers of two, as the CUDA backend's
+ * multiples of 32 above 32 rows). */
 static int pad_decode;
 static struct backend_ops pad_ops;
 
@@ -49,6 +51,8 @@ static int pad_graph_rows(struct backend *be, const struct batch *b)
     int B = 1;
     while (B < b->n_tok)
         B *= 2;
+    if (pad_decode == 2)
+        B = (b->n_tok + 2) / 3 * 3;
     return b->n_tok == b->n_rows ? B : 0;
 }
 
@@ -474,24 +478,26 @@ static int make_odd_model(char *dir, size_t n)
 }
 
 /* Decode steps padded to a graph's rows (rows of token 0 at position 0 that store
- * nothing): every real row's logits are the bytes of the unpadded run, dense and MoE. */
+ * nothing), to powers of two and to multiples of 3: every real row's logits are the
+ * bytes of the unpadded run, dense and MoE. */
 static void test_padded_decode(void)
 {
     static const char *const fx[] = {"qwen3-tiny-bf16", "qwen3moe-tiny-bf16"};
-    for (int f = 0; f < 2; f++) {
+    for (int f = 0; f < 4; f++) {
         struct rig plain, pad;
         pad_decode = 0;
-        int ok = rig_init(&plain, fx[f], NULL, 2, KV_DTYPE_BF16);
-        pad_decode = 1;
-        ok = rig_init(&pad, fx[f], NULL, 2, KV_DTYPE_BF16) && ok;
-        pad_decode = 0;
-        CHECK_MSG(ok && pad.q.pad.rows && !plain.q.pad.rows, "%s: rigs", fx[f]);
+        int ok = rig_init(&plain, fx[f % 2], NULL, 2, KV_DTYPE_BF16);
+        pad_decode = 1 + f / 2;
+        ok = rig_init(&pad, fx[f % 2], NULL, 2, KV_DTYPE_BF16) && ok;
+        CHECK_MSG(ok && pad.q.pad.rows && !plain.q.pad.rows, "%s: rigs", fx[f % 2]);
         if (ok) {
             int V = plain.m.cfg.vocab_size;
             struct set st;
             float *ref[MAX_SEQ];
             make_set(&st, MAX_SEQ, V);
-            for (int n = 3; n <= 7; n += 2) { /* padded to 4 and 8, then as it dwindles to 2 and 1 */
+            /* powers of two: padded to 4 and 8, then as it dwindles to 2 and 1; multiples
+             * of 3: 5 and 7 to 6 and 9, then to 3 */
+            for (int n = 3; n <= 7; n += 2) {
                 place(st.s, n, 1);
                 CHECK(run_seqs(&plain, st.s, n, chunk_one));
                 for (int i = 0; i < n; i++) {
@@ -502,12 +508,14 @@ static void test_padded_decode(void)
                 CHECK(run_seqs(&pad, st.s, n, chunk_one));
                 struct set sub = st;
                 sub.n = n;
-                CHECK_MSG(same(&pad, &sub, ref, "padded decode"), "%s: %d sequences", fx[f], n);
+                CHECK_MSG(same(&pad, &sub, ref, "padded decode"), "%s: %d sequences, padding rule %d", fx[f % 2],
+                          n, pad_decode);
                 for (int i = 0; i < n; i++)
                     free(ref[i]);
             }
             free_set(&st);
         }
+        pad_decode = 0;
         rig_free(&plain);
         rig_free(&pad);
     }
