@@ -737,7 +737,8 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
     /* WG 3: 192 rows a block (three consumer warpgroups, one block an SM), unsplit, 128
      * or 192 wide: at 129-192 rows one row tile instead of two 128-row ones, the second
      * of which has one warpgroup of work (gemm_width) */
-    static_assert(WG < 3 || (WG == 3 && !FOLD && (NW == BN || NW == 192)), "the 192-row tile: unsplit, 128 or 192 wide");
+    static_assert(WG < 3 || (WG == 3 && !FOLD && (NW == BN || NW == 192)),
+                  "the 192-row tile: unsplit, 128 or 192 wide");
     static_assert(!DEEP || (WG == 1 && NW <= 64), "deep: the narrow one-warpgroup tile");
     static constexpr bool TWO = (WG == 1 || !FOLD) && NW <= BN && !DEEP && WG < 3; /* two blocks an SM */
     /* the narrow tiles (16 to 64: the unsplit shapes' many blocks at a few rows) keep
