@@ -49,10 +49,11 @@ static int pad_graph_rows(struct backend *be, const struct batch *b)
 {
     (void)be;
     int B = 1;
-    while (B < b->n_tok)
-        B *= 2;
     if (pad_decode == 2)
         B = (b->n_tok + 2) / 3 * 3;
+    else
+        while (B < b->n_tok)
+            B *= 2;
     return b->n_tok == b->n_rows ? B : 0;
 }
 

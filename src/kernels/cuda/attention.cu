@@ -184,6 +184,19 @@ __device__ __forceinline__ void hilo_pack(float x, float y, unsigned &hi, unsign
     lo = pack_bf16(__fsub_rn(x, bf16_to_f32(f32_to_bf16(x))), __fsub_rn(y, bf16_to_f32(f32_to_bf16(y))));
 }
 
+/* The output accumulators scaled by their rows' online-softmax corrections: elements 0
+ * and 1 of each n-tile are row g's, 2 and 3 row g + 8's (the mma's C layout). */
+template <int NJ> __device__ __forceinline__ void scale_out(float (&o)[NJ][4], const float (&corr)[2])
+{
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        o[j][0] = __fmul_rn(o[j][0], corr[0]);
+        o[j][1] = __fmul_rn(o[j][1], corr[0]);
+        o[j][2] = __fmul_rn(o[j][2], corr[1]);
+        o[j][3] = __fmul_rn(o[j][3], corr[1]);
+    }
+}
+
 /* P's A fragments from the thread's eight values in fragment order (hilo_pack). */
 __device__ __forceinline__ void p_frags(const float (&f)[8], unsigned (&ph)[4], unsigned (&pl)[4])
 {
@@ -441,13 +454,7 @@ __device__ __forceinline__ void walk_split(const struct cuda_attention &a, const
             l[h] = __fadd_rn(__fmul_rn(l[h], corr[h]), sum);
             m[h] = m_new[h];
         }
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            o[i][0] = __fmul_rn(o[i][0], corr[0]);
-            o[i][1] = __fmul_rn(o[i][1], corr[0]);
-            o[i][2] = __fmul_rn(o[i][2], corr[1]);
-            o[i][3] = __fmul_rn(o[i][3], corr[1]);
-        }
+        scale_out(o, corr);
 #pragma unroll
         for (int t = 0; t < KT / 16; t++) {
             if (p0 + 16 * t >= p_end)
@@ -706,13 +713,7 @@ __device__ __forceinline__ void walk_long(const struct cuda_attention &a, const 
                     l[h] = __fadd_rn(__fmul_rn(l[h], corr[h]), sum);
                     m[h] = m_new;
                 }
-#pragma unroll
-                for (int j = 0; j < HD / 8; j++) {
-                    o[j][0] = __fmul_rn(o[j][0], corr[0]);
-                    o[j][1] = __fmul_rn(o[j][1], corr[0]);
-                    o[j][2] = __fmul_rn(o[j][2], corr[1]);
-                    o[j][3] = __fmul_rn(o[j][3], corr[1]);
-                }
+                scale_out(o, corr);
                 /* O += P . V: k16 steps over the tile's positions in order, hi then lo; P's
                  * A fragments are S's accumulators of n-tiles 2t and 2t + 1 */
 #pragma unroll

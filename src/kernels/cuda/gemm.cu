@@ -1687,7 +1687,7 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
         p.cluster = tma_tile && p.par > 1 &&
                     (few_cl || in_cluster(t == TILE_TMA ? 1 : 0, clusters, p.par, kt, g_cluster_kt));
         p.few = p.par > 1 ? few_cl : wd.wg1;
-        p.wg3 = p.par == 1 && wd.wg3;
+        p.wg3 = wd.wg3; /* (an unsplit shape's: one block a tile) */
         p.deep = nw <= 64 && (long)t0 * ((g->m + 63) / 64) <= g_sm_count;
     }
 #endif
