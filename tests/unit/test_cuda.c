@@ -365,11 +365,13 @@ static void test_gemm_widths(void)
     }
     static const int ms[] = {300, 1, 37, 130};
     /* width, rows a block (HEARTH_CUDA_GEMM_BM; 192: the three-warpgroup build, 128 and
-     * 192 wide only) */
+     * 192 wide only; 64 and 128 at widths 96 and 128: their deep builds where the blocks
+     * fit one an SM, the two-an-SM ones elsewhere) */
     static const struct {
         const char *w, *bm;
-    } widths[] = {{"128", ""},   {"96", ""}, {"256", ""}, {"192", ""}, {"64", ""}, {"48", ""},
-                  {"40", ""},    {"32", ""}, {"16", ""},  {"0", ""},   {"192", "192"}, {"128", "192"}};
+    } widths[] = {{"128", ""},     {"96", ""},    {"256", ""},  {"192", ""},    {"64", ""},
+                  {"48", ""},      {"40", ""},    {"32", ""},   {"16", ""},     {"0", ""},
+                  {"192", "192"},  {"128", "192"}, {"96", "64"}, {"128", "64"}, {"128", "128"}};
     const int M = 300;
     int cases = 0, shapes_n = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -414,7 +416,7 @@ static void test_gemm_widths(void)
     }
     CHECK(shapes_n > 0);
     printf("  %s tile widths 16 / 32 / 40 / 48 / 64 / 96 / 128 / 192 / 256 / auto (40: not SwiGLU's, which then runs its "
-           "automatic width), 128 and 192 on 192-row blocks: %d shapes without a split, %d width x row-count cases, "
+           "automatic width), 128 and 192 on 192-row blocks, 96 and 128 on 64-row blocks, 128 on 128-row blocks: %d shapes without a split, %d width x row-count cases, "
            "bytes equal\n",
            K->name, shapes_n, cases);
 }
@@ -523,14 +525,14 @@ static void test_gemm_reference(void)
 
 /* q, k and v in one launch (segments): each segment's rows are the bytes of the same
  * columns of one GEMM over the stacked matrix [q; k; v] (the launch the segments stand
- * for), at m = 1..129, 257 and 448 and for rows alone; row 0 against float64. */
+ * for), at m = 1..129, 200, 257 and 448 and for rows alone; row 0 against float64. */
 static void test_gemm_segments(void)
 {
     static const struct {
         const char *name;
         int nq, nkv, k;
     } cases[] = {{"0.6b qkv", 2048, 1024, 1024}, {"8b qkv", 4096, 1024, 4096}, {"30b-a3b qkv", 4096, 512, 2048}};
-    static const int ms[] = {1, 7, 16, 17, 64, 65, 129, 257, 448};
+    static const int ms[] = {1, 7, 16, 17, 64, 65, 129, 200, 257, 448};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int nq = cases[ci].nq, nkv = cases[ci].nkv, k = cases[ci].k, n = nq + 2 * nkv, M = 448;
         struct shape whole = {cases[ci].name, n, k, CUDA_EPI_STORE_F32};

@@ -139,12 +139,23 @@ bool g_xpad = true;
  * picks; the narrow widths always 64, 256 always 128, 192 only at widths 128 and 192):
  * a launch shape, for benchmarks */
 int g_bm = 0;
-/* 192-row blocks (three consumer warpgroups) where a 192-wide shape's rows come to two
- * 128-row tiles of which the second has at most one warpgroup's rows (129-192 rows;
- * gemm_width; HEARTH_CUDA_GEMM_WG3=0 turns it off; a launch shape, the same sums).
- * Measured on an H100 (bench/notes/cuda.md, thirtieth session): the 8B gate/up at 160
- * and 185 rows 91.5 -> 77.3 and 77.8 us (cuBLAS 80.7, 82.0). */
-bool g_wg3 = true;
+/* 192-row blocks (three consumer warpgroups, 192 wide) at 129-192 rows, where the rows
+ * come to two 128-row tiles of which the second has at most one warpgroup's rows
+ * (gemm_width; a launch shape, the same sums): HEARTH_CUDA_GEMM_WG3=0 never, 1 where the
+ * wide rule picks 192 (the thirtieth session's rule), 2 (the default) also where the
+ * busiest SM's rounds of 192 x 192 blocks come to clearly fewer multiply-adds than the
+ * wide rule's rounds of 128-row blocks (the lm_heads: 6 rounds of 192 x 192 against 9 of
+ * 128 x 256).  Measured on an H100 (bench/notes/cuda.md, thirtieth session): the 8B
+ * gate/up at 160 and 185 rows 91.5 -> 77.3 and 77.8 us (cuBLAS 80.7, 82.0). */
+int g_wg3 = 2;
+/* The fit rule (gemm_width): a narrow-unsplit shape at 65..g_fit_rows rows takes, of the
+ * 64 x 64, 96 x 64, 128 x 64 and 128 x 128 tiles whose blocks fit one an SM, the one
+ * that loads the fewest bytes a block (rows + columns a k step), deep (g_deepw)
+ * (HEARTH_CUDA_GEMM_FIT_ROWS; 0 turns it off; a launch shape, the same sums). */
+int g_fit_rows = 256;
+/* the 96- and 128-wide deep builds where the fit rule's or a forced width's blocks fit
+ * one an SM (HEARTH_CUDA_GEMM_DEEPW=0: their two-an-SM builds; a launch shape) */
+bool g_deepw = true;
 #if defined(CUK_HOPPER)
 /* the clusters of 2, 4, 8 blocks (two an SM) that can run at once: [WG - 1][log2 - 1] */
 int g_max_clusters[2][3];
@@ -166,7 +177,7 @@ struct params {
     int cluster;  /* 1: a part a block, a cluster of par blocks a tile adds them in its shared memory */
     int few;      /* 1: the 128-row TMA tile's launch runs the one-warpgroup build (few_rows; host only) */
     int wg3;      /* 1: the unsplit TMA tile's launch runs the three-warpgroup (192-row) build (host only) */
-    int deep;     /* 1: the narrow tile's blocks fit one an SM: its deep build (host only) */
+    int deep;     /* 1: the tile's blocks fit one an SM: its deep build (host only; gemm_width) */
     int raster;   /* the TMA tile's block order: groups of this many row tiles (tile_at) */
 };
 
@@ -739,7 +750,11 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
      * of which has one warpgroup of work (gemm_width) */
     static_assert(WG < 3 || (WG == 3 && !FOLD && (NW == BN || NW == 192)),
                   "the 192-row tile: unsplit, 128 or 192 wide");
-    static_assert(!DEEP || (WG == 1 && NW <= 64), "deep: the narrow one-warpgroup tile");
+    /* DEEP: one block an SM with ~216 KB of stages in flight, where the blocks fit one an
+     * SM: the narrow one-warpgroup tiles, and (gemm_width's fit rule) the 96- and 128-wide
+     * one-warpgroup tiles and the 128 x 128 one */
+    static_assert(!DEEP || (WG == 1 && (NW <= 64 || NW == 96 || NW == BN)) || (WG == 2 && NW == BN && !FOLD),
+                  "deep: a one-warpgroup tile up to 128 wide, or the unsplit 128 x 128");
     static constexpr bool TWO = (WG == 1 || !FOLD) && NW <= BN && !DEEP && WG < 3; /* two blocks an SM */
     /* the narrow tiles (16 to 64: the unsplit shapes' many blocks at a few rows) keep
      * ~96 KB of stages in flight, two blocks an SM, or, where the blocks fit one an SM
@@ -748,7 +763,7 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
      * 128 blocks of 32 columns: 44 us with eight stages) */
     static constexpr int NARROW_STAGES = (DEEP ? 216 : 96) * 1024 / (64 * WG * 64 * 2 + NW * 64 * 2);
     static constexpr int BM = 64 * WG, BK = 64,
-                         STAGES = NW <= 64 ? NARROW_STAGES
+                         STAGES = NW <= 64 || DEEP ? NARROW_STAGES
                                   : WG == 1 ? (NW < BN ? 5 : 4)
                                   : WG == 3 ? (NW > BN ? 4 : 5)
                                   : FOLD    ? 6
@@ -1148,11 +1163,13 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
     else if (WG == 2 && p.wg3)
         tma_launch_epi<3, false>(tp, g->epi, st);
     else if (WG == 2 && p.few && nw == 96)
-        tma_launch_epi<1, false, 96>(tp, g->epi, st);
+        p.deep ? tma_launch_epi<1, false, 96, true>(tp, g->epi, st) : tma_launch_epi<1, false, 96>(tp, g->epi, st);
     else if (WG == 2 && nw <= 64)
         p.deep ? narrow(std::true_type{}) : narrow(std::false_type{});
     else if (WG == 2 && p.few)
-        tma_launch_epi<1, false>(tp, g->epi, st);
+        p.deep ? tma_launch_epi<1, false, BN, true>(tp, g->epi, st) : tma_launch_epi<1, false>(tp, g->epi, st);
+    else if (WG == 2 && nw == BN && p.deep && p.split == 1)
+        tma_launch_epi<2, false, BN, true>(tp, g->epi, st);
     else if (WG == 2 && nw == 96)
         tma_launch_epi<2, false, 96>(tp, g->epi, st);
     else if (WG == 2 && nw == 256)
@@ -1262,7 +1279,14 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     if (g_bm != 0 && g_bm != 64 && g_bm != 128 && g_bm != 192)
         return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_BM=%s: 0, 64, 128 or 192", bm);
     const char *w3 = getenv("HEARTH_CUDA_GEMM_WG3");
-    g_wg3 = !(w3 && strcmp(w3, "0") == 0);
+    g_wg3 = w3 && *w3 ? atoi(w3) : 2;
+    if (g_wg3 < 0 || g_wg3 > 2)
+        return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_WG3=%s: 0, 1 or 2", w3);
+    const char *fr = getenv("HEARTH_CUDA_GEMM_FIT_ROWS"), *dw = getenv("HEARTH_CUDA_GEMM_DEEPW");
+    g_fit_rows = fr && *fr ? atoi(fr) : 256;
+    g_deepw = !(dw && strcmp(dw, "0") == 0);
+    if (g_fit_rows < 0)
+        return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_FIT_ROWS=%s: >= 0 (0: off)", fr);
     if (g_narrow_min != 16 && g_narrow_min != 32 && g_narrow_min != 64)
         return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_NARROW_MIN=%s: 16, 32 or 64", nm);
     const char *ra = getenv("HEARTH_CUDA_GEMM_RASTER");
@@ -1342,7 +1366,9 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     /* the most any TMA build takes: the folding tile or a deep narrow one */
     constexpr int tma_smem = std::max({tma<2, true>::SMEM, tma<1, false, 16, true>::SMEM,
                                        tma<1, false, 32, true>::SMEM, tma<1, false, 40, true>::SMEM,
-                                       tma<1, false, 48, true>::SMEM, tma<1, false, 64, true>::SMEM});
+                                       tma<1, false, 48, true>::SMEM, tma<1, false, 64, true>::SMEM,
+                                       tma<1, false, 96, true>::SMEM, tma<1, false, BN, true>::SMEM,
+                                       tma<2, false, BN, true>::SMEM});
     if (optin < tma_smem)
         return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
                       "cuda gemm (%s): the TMA tile needs %d bytes of shared memory a block, the device gives %d",
@@ -1367,6 +1393,9 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     tma_set_smem<1, false, 40, true>();
     tma_set_smem<1, false, 32, true>();
     tma_set_smem<1, false, 16, true>();
+    tma_set_smem<1, false, 96, true>();
+    tma_set_smem<1, false, BN, true>();
+    tma_set_smem<2, false, BN, true>();
     for (int cz = 2, l = 0; cz <= CLUSTER_MAX; cz *= 2, l++) {
         g_max_clusters[1][l] = tma_max_clusters<2>(cz);
         g_max_clusters[0][l] = tma_max_clusters<1>(cz);
@@ -1463,6 +1492,8 @@ struct width {
     int nw;   /* the tile's columns */
     bool wg1; /* 64-row blocks: the one-warpgroup build */
     bool wg3; /* 192-row blocks (128 or 192 wide): the three-warpgroup build */
+    bool deep; /* a 96- or 128-wide tile whose blocks fit one an SM: its deep build (the
+                * narrow widths' deep build follows their blocks alone, in gemm) */
 };
 /* The column tiles of a launch's n_seg products at width w: each product's own. */
 static int seg_tiles(const struct cuda_gemm *g, int n_seg, int w)
@@ -1480,7 +1511,10 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
     const int r128 = (m + 127) / 128, fill = g_sm_count * 7 / 8;
     if (g_width && (epi != CUDA_EPI_SWIGLU_BF16 || swiglu_width(g_width))) { /* (40: not SwiGLU's) */
         const bool wg1 = g_width <= 64 || (g_width < 192 && (g_bm ? g_bm == 64 : g_width == 96 && few_rows(m)));
-        return {g_width, wg1, g_bm == 192 && (g_width == BN || g_width == 192)};
+        const bool wg3 = g_bm == 192 && (g_width == BN || g_width == 192);
+        const bool deep_ok = wg1 ? g_width == 96 || g_width == BN : g_width == BN && !wg3;
+        const long blocks = (long)seg_tiles(g, n_seg, g_width) * ((m + (wg1 ? 63 : 127)) / (wg1 ? 64 : 128));
+        return {g_width, wg1, wg3, g_deepw && deep_ok && blocks <= g_sm_count};
     }
     const int slots = 2 * g_sm_count, t128 = n_tiles_of(n, epi, BN), t96 = n_tiles_of(n, epi, 96);
     /* A shape without a split only thanks to the narrow tiles (narrow_unsplit): the
@@ -1501,16 +1535,38 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
      * 30B-A3B's q/k/v (320) 26.4 -> 24.3, the 0.6B gate/up (384) 20.2 -> 17.2; where they
      * fit the slots 256 lost (the 8B q/o and down at 512 rows, 256 blocks: 33.2 -> 41.4,
      * 108.5 -> 117.6). */
+    if (narrow_unsplit(n, epi) && m > 64 && m <= g_fit_rows) {
+        /* The fit rule (g_fit_rows).  A block of these tiles streams its x and weight rows
+         * at a rate an SM sets (~80 GB/s on the H200, one block or two: the 8B down's 128
+         * x 64 blocks 57.1 us at 128 rows (64 blocks), 59.5 at 256 (128); bench/notes/
+         * cuda.md, twentieth and thirty-first sessions), so the busiest SM's time goes
+         * with its blocks x (rows + columns): of the tiles whose blocks fit one an SM, the
+         * fewest rows + columns.  The 8B down and q/o at 129-192 rows: 96 x 64 (129
+         * blocks, 160) instead of 64 x 64 (192 blocks, two an SM on 60 SMs: 256); the
+         * 8B q/k/v at 129-256 rows 128 x 128 (96 blocks, 256) instead of 128 x 64 (144
+         * or 192 blocks: 384). */
+        static const struct {
+            int w, bm;
+        } fit[] = {{64, 64}, {96, 64}, {128, 64}, {128, 128}};
+        int best = -1;
+        for (int i = 0; i < (int)(sizeof fit / sizeof fit[0]); i++) {
+            const long blocks = (long)seg_tiles(g, n_seg, fit[i].w) * ((m + fit[i].bm - 1) / fit[i].bm);
+            if (blocks <= g_sm_count && (best < 0 || fit[i].w + fit[i].bm < fit[best].w + fit[best].bm))
+                best = i;
+        }
+        if (best >= 0)
+            return {fit[best].w, fit[best].bm == 64, false, g_deepw};
+    }
     if (narrow_unsplit(n, epi)) {
         static const struct {
             int w, bm;
         } cand[] = {{256, 128}, {128, 64}, {64, 64}, {32, 64}, {16, 64}};
-        struct width pick = {0, true, false};
+        struct width pick = {0, true, false, false};
         for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
             const int w = cand[i].w, bm = cand[i].bm;
             if ((w == 256 && m < g_wide_rows) || w < g_narrow_min)
                 continue;
-            pick = {w, bm == 64, false};
+            pick = {w, bm == 64, false, false};
             if ((long)n_tiles_of(n, epi, w) * ((m + bm - 1) / bm) >= fill)
                 break;
             if (w == 256 && g_waves && (long)n_tiles_of(n, epi, 128) * ((m + 63) / 64) > slots)
@@ -1545,14 +1601,19 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
         };
         const int w = g_w192 && r128 <= 3 && 10 * cols(192) <= 9 * cols(256) ? 192 : 256;
         if (w == 192 && (g_bm == 192 || (g_wg3 && !g_bm && m <= 192)))
-            return {192, false, true};
-        return {w, false, false};
+            return {192, false, true, false};
+        if (g_wg3 == 2 && g_w192 && !g_bm && m <= 192) { /* rounds x rows x columns a block */
+            const long wg3 = (seg_tiles(g, n_seg, 192) + g_sm_count - 1) / g_sm_count * 192L * 192;
+            if (10 * wg3 <= 9 * cols(w) * 128)
+                return {192, false, true, false};
+        }
+        return {w, false, false, false};
     }
     if (m > 128 || t128 > slots || t96 > slots)
-        return {BN, false, g_bm == 192};
+        return {BN, false, g_bm == 192, false};
     if (20 * (t96 - t128) > slots) /* 96 fills 5% more of the wave */
-        return {96, few_rows(m), false};
-    return {BN, false, false};
+        return {96, few_rows(m), false, false};
+    return {BN, false, false, false};
 }
 
 /* The most rows of m for which a tile's parts go to a block each (the weight stream
@@ -1668,7 +1729,7 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     p.split = gemm_split(n, g->k, g->epi);
     p.par = gemm_par(g->m, n, g->k, g->epi);
     /* the tiles' width: BN but for the unsplit TMA tile (gemm_width) */
-    const struct width wd = t == TILE_TMA && p.split == 1 ? gemm_width(g, n_seg, n) : width{BN, false, false};
+    const struct width wd = t == TILE_TMA && p.split == 1 ? gemm_width(g, n_seg, n) : width{BN, false, false, false};
     const int nw = wd.nw;
     int t0 = 0;
     for (int i = 0; i < n_seg; i++) {
@@ -1688,7 +1749,7 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
                     (few_cl || in_cluster(t == TILE_TMA ? 1 : 0, clusters, p.par, kt, g_cluster_kt));
         p.few = p.par > 1 ? few_cl : wd.wg1;
         p.wg3 = wd.wg3; /* (an unsplit shape's: one block a tile) */
-        p.deep = nw <= 64 && (long)t0 * ((g->m + 63) / 64) <= g_sm_count;
+        p.deep = wd.deep || (nw <= 64 && (long)t0 * ((g->m + 63) / 64) <= g_sm_count);
     }
 #endif
     p.ext = p.par > 1 && !p.cluster && (g->m > g_ext_rows || tma_tile);
