@@ -416,7 +416,8 @@ static void test_gemm_widths(void)
     }
     CHECK(shapes_n > 0);
     printf("  %s tile widths 16 / 32 / 40 / 48 / 64 / 96 / 128 / 192 / 256 / auto (40: not SwiGLU's, which then runs its "
-           "automatic width), 128 and 192 on 192-row blocks, 96 and 128 on 64-row blocks, 128 on 128-row blocks: %d shapes without a split, %d width x row-count cases, "
+           "automatic width), 128 and 192 on 192-row blocks, 96 and 128 on 64-row blocks, 128 on 128-row blocks: %d "
+           "shapes without a split, %d width x row-count cases, "
            "bytes equal\n",
            K->name, shapes_n, cases);
 }
@@ -547,25 +548,41 @@ static void test_gemm_segments(void)
         float *ref = hmust((size_t)M * n * 4), *got = hmust((size_t)M * n * 4);
         down(ref, ycat, (size_t)M * n * 4);
         int bad = 0, runs = 0;
-        for (size_t mi = 0; mi <= sizeof ms / sizeof ms[0]; mi++) {
-            int m = mi < sizeof ms / sizeof ms[0] ? ms[mi] : 1, r0 = mi < sizeof ms / sizeof ms[0] ? 0 : 100;
-            struct cuda_gemm g = {.epi = CUDA_EPI_STORE_F32, .y = yq, .x = x + (size_t)r0 * k, .w = w, .m = m, .n = nq,
-                                  .k = k, .work = ws.work, .work_bytes = ws.work_bytes, .tickets = ws.tickets,
-                                  .n_tickets = ws.n_tickets, .n_more = 2,
-                                  .more_w = {w + (size_t)nq * k, w + (size_t)(nq + nkv) * k},
-                                  .more_y = {yk, yv}, .more_n = {nkv, nkv}};
-            CHECK_OK(cuda_dev_memset(yq, 0xff, (size_t)m * nq * 4, err, sizeof err), err);
-            CHECK_OK(K->gemm(&g, NULL, err, sizeof err), err);
-            runs++;
-            const float *segs[3] = {yq, yk, yv};
-            const int off[3] = {0, nq, nq + nkv}, wid[3] = {nq, nkv, nkv};
-            for (int sg = 0; sg < 3; sg++) {
-                down(got, segs[sg], (size_t)m * wid[sg] * 4);
-                for (int r = 0; r < m; r++)
-                    if (memcmp(got + (size_t)r * wid[sg], ref + (size_t)(r0 + r) * n + off[sg], (size_t)wid[sg] * 4) &&
-                        !bad++)
-                        fprintf(stderr, "  %s %s: segment %d row %d of m=%d differs from the stacked GEMM\n", K->name,
-                                cases[ci].name, sg, r0 + r, m);
+        /* the default launches (the fit rule's: the 8B's at 129-256 rows 128 x 128, deep),
+         * then those before it (HEARTH_CUDA_GEMM_FIT_ROWS=0, HEARTH_CUDA_GEMM_WG3=1) */
+        for (int old = 0; old < 2; old++) {
+            struct env_keep kf, k3;
+            if (old) {
+                env_push(&kf, "HEARTH_CUDA_GEMM_FIT_ROWS", "0");
+                env_push(&k3, "HEARTH_CUDA_GEMM_WG3", "1");
+                CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
+            }
+            for (size_t mi = 0; mi <= sizeof ms / sizeof ms[0]; mi++) {
+                int m = mi < sizeof ms / sizeof ms[0] ? ms[mi] : 1, r0 = mi < sizeof ms / sizeof ms[0] ? 0 : 100;
+                struct cuda_gemm g = {.epi = CUDA_EPI_STORE_F32, .y = yq, .x = x + (size_t)r0 * k, .w = w, .m = m,
+                                      .n = nq, .k = k, .work = ws.work, .work_bytes = ws.work_bytes,
+                                      .tickets = ws.tickets, .n_tickets = ws.n_tickets, .n_more = 2,
+                                      .more_w = {w + (size_t)nq * k, w + (size_t)(nq + nkv) * k},
+                                      .more_y = {yk, yv}, .more_n = {nkv, nkv}};
+                CHECK_OK(cuda_dev_memset(yq, 0xff, (size_t)m * nq * 4, err, sizeof err), err);
+                CHECK_OK(K->gemm(&g, NULL, err, sizeof err), err);
+                runs++;
+                const float *segs[3] = {yq, yk, yv};
+                const int off[3] = {0, nq, nq + nkv}, wid[3] = {nq, nkv, nkv};
+                for (int sg = 0; sg < 3; sg++) {
+                    down(got, segs[sg], (size_t)m * wid[sg] * 4);
+                    for (int r = 0; r < m; r++)
+                        if (memcmp(got + (size_t)r * wid[sg], ref + (size_t)(r0 + r) * n + off[sg],
+                                   (size_t)wid[sg] * 4) &&
+                            !bad++)
+                            fprintf(stderr, "  %s %s: segment %d row %d of m=%d differs from the stacked GEMM%s\n",
+                                    K->name, cases[ci].name, sg, r0 + r, m, old ? " (the old rule)" : "");
+                }
+            }
+            if (old) {
+                env_pop(&k3);
+                env_pop(&kf);
+                CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
             }
         }
         /* row 0 of the stacked product against float64 (every 5th column) */

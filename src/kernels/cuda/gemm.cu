@@ -142,19 +142,25 @@ int g_bm = 0;
 /* 192-row blocks (three consumer warpgroups, 192 wide) at 129-192 rows, where the rows
  * come to two 128-row tiles of which the second has at most one warpgroup's rows
  * (gemm_width; a launch shape, the same sums): HEARTH_CUDA_GEMM_WG3=0 never, 1 where the
- * wide rule picks 192 (the thirtieth session's rule), 2 (the default) also where the
- * busiest SM's rounds of 192 x 192 blocks come to clearly fewer multiply-adds than the
- * wide rule's rounds of 128-row blocks (the lm_heads: 6 rounds of 192 x 192 against 9 of
- * 128 x 256).  Measured on an H100 (bench/notes/cuda.md, thirtieth session): the 8B
- * gate/up at 160 and 185 rows 91.5 -> 77.3 and 77.8 us (cuBLAS 80.7, 82.0). */
+ * wide rule picks 192 (the thirtieth session's rule: the 8B gate/up at 160 and 185 rows
+ * 91.5 -> 77.3 and 77.8 us on an H100), 2 (the default) also where the busiest SM's
+ * rounds of 192 x 192 blocks come to clearly fewer multiply-adds than the wide rule's
+ * rounds of 128-row blocks: the lm_heads, 6 rounds of 192 x 192 against 9 of 128 x 256
+ * (the 8B's at 160 and 185 rows 526.8 -> 471.5 and 527.1 -> 480.4 us, cuBLAS 492.6 and
+ * 514.1; H100, bench/notes/cuda.md, thirty-first session). */
 int g_wg3 = 2;
 /* The fit rule (gemm_width): a narrow-unsplit shape at 65..g_fit_rows rows takes, of the
  * 64 x 64, 96 x 64, 128 x 64 and 128 x 128 tiles whose blocks fit one an SM, the one
  * that loads the fewest bytes a block (rows + columns a k step), deep (g_deepw)
- * (HEARTH_CUDA_GEMM_FIT_ROWS; 0 turns it off; a launch shape, the same sums). */
+ * (HEARTH_CUDA_GEMM_FIT_ROWS; 0 turns it off; a launch shape, the same sums).  Measured
+ * on an H100 (thirty-first session), old rule -> fit, us: the 8B down at 160 / 185 rows
+ * 72.0 / 71.4 -> 54.1 / 54.0 (cuBLAS 51.4 / 47.1), q/o 20.8 / 20.6 -> 18.5 / 18.5, q/k/v
+ * 31.1 / 32.1 -> 28.8 / 30.0; at 256 rows 63.6 -> 63.5, 23.1 -> 21.2, 33.5 -> 32.6. */
 int g_fit_rows = 256;
 /* the 96- and 128-wide deep builds where the fit rule's or a forced width's blocks fit
- * one an SM (HEARTH_CUDA_GEMM_DEEPW=0: their two-an-SM builds; a launch shape) */
+ * one an SM (HEARTH_CUDA_GEMM_DEEPW=0: their two-an-SM builds, measured slower: the 8B
+ * q/k/v at 160 rows 43.8 us at 128 x 128 against 28.8 deep, its down 57.6 at 96 x 64
+ * against 54.1; a launch shape) */
 bool g_deepw = true;
 #if defined(CUK_HOPPER)
 /* the clusters of 2, 4, 8 blocks (two an SM) that can run at once: [WG - 1][log2 - 1] */
@@ -1286,7 +1292,8 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     g_fit_rows = fr && *fr ? atoi(fr) : 256;
     g_deepw = !(dw && strcmp(dw, "0") == 0);
     if (g_fit_rows < 0)
-        return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_FIT_ROWS=%s: >= 0 (0: off)", fr);
+        return hr_err(err, errlen, HR_ERR_INVALID,
+                      "HEARTH_CUDA_GEMM_FIT_ROWS=%s: >= 0 (0: off; 256: the fit rule to 256 rows)", fr);
     if (g_narrow_min != 16 && g_narrow_min != 32 && g_narrow_min != 64)
         return hr_err(err, errlen, HR_ERR_INVALID, "HEARTH_CUDA_GEMM_NARROW_MIN=%s: 16, 32 or 64", nm);
     const char *ra = getenv("HEARTH_CUDA_GEMM_RASTER");
