@@ -183,7 +183,7 @@ struct params {
     int cluster;  /* 1: a part a block, a cluster of par blocks a tile adds them in its shared memory */
     int few;      /* 1: the 128-row TMA tile's launch runs the one-warpgroup build (few_rows; host only) */
     int wg3;      /* 1: the unsplit TMA tile's launch runs the three-warpgroup (192-row) build (host only) */
-    int deep;     /* 1: the tile's blocks fit one an SM: its deep build (host only; gemm_width) */
+    int deep;     /* 1: the tile's blocks fit one an SM and it has a deep build: that one (host only; gemm) */
     int raster;   /* the TMA tile's block order: groups of this many row tiles (tile_at) */
 };
 
@@ -1174,7 +1174,7 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
         p.deep ? narrow(std::true_type{}) : narrow(std::false_type{});
     else if (WG == 2 && p.few)
         p.deep ? tma_launch_epi<1, false, BN, true>(tp, g->epi, st) : tma_launch_epi<1, false>(tp, g->epi, st);
-    else if (WG == 2 && nw == BN && p.deep && p.split == 1)
+    else if (WG == 2 && nw == BN && p.deep)
         tma_launch_epi<2, false, BN, true>(tp, g->epi, st);
     else if (WG == 2 && nw == 96)
         tma_launch_epi<2, false, 96>(tp, g->epi, st);
@@ -1499,8 +1499,8 @@ struct width {
     int nw;   /* the tile's columns */
     bool wg1; /* 64-row blocks: the one-warpgroup build */
     bool wg3; /* 192-row blocks (128 or 192 wide): the three-warpgroup build */
-    bool deep; /* a 96- or 128-wide tile whose blocks fit one an SM: its deep build (the
-                * narrow widths' deep build follows their blocks alone, in gemm) */
+    bool deep; /* a 96- or 128-wide tile that takes its deep build where its blocks fit one
+                * an SM (gemm tests the fit; the narrow widths always take it there) */
 };
 /* The column tiles of a launch's n_seg products at width w: each product's own. */
 static int seg_tiles(const struct cuda_gemm *g, int n_seg, int w)
@@ -1519,9 +1519,7 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
     if (g_width && (epi != CUDA_EPI_SWIGLU_BF16 || swiglu_width(g_width))) { /* (40: not SwiGLU's) */
         const bool wg1 = g_width <= 64 || (g_width < 192 && (g_bm ? g_bm == 64 : g_width == 96 && few_rows(m)));
         const bool wg3 = g_bm == 192 && (g_width == BN || g_width == 192);
-        const bool deep_ok = wg1 ? g_width == 96 || g_width == BN : g_width == BN && !wg3;
-        const long blocks = (long)seg_tiles(g, n_seg, g_width) * ((m + (wg1 ? 63 : 127)) / (wg1 ? 64 : 128));
-        return {g_width, wg1, wg3, g_deepw && deep_ok && blocks <= g_sm_count};
+        return {g_width, wg1, wg3, g_deepw && (wg1 ? g_width == 96 || g_width == BN : g_width == BN && !wg3)};
     }
     const int slots = 2 * g_sm_count, t128 = n_tiles_of(n, epi, BN), t96 = n_tiles_of(n, epi, 96);
     /* A shape without a split only thanks to the narrow tiles (narrow_unsplit): the
@@ -1607,14 +1605,12 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
             return ((long)seg_tiles(g, n_seg, w) * r128 + g_sm_count - 1) / g_sm_count * w;
         };
         const int w = g_w192 && r128 <= 3 && 10 * cols(192) <= 9 * cols(256) ? 192 : 256;
-        if (w == 192 && (g_bm == 192 || (g_wg3 && !g_bm && m <= 192)))
-            return {192, false, true, false};
-        if (g_wg3 == 2 && g_w192 && !g_bm && m <= 192) { /* rounds x rows x columns a block */
-            const long wg3 = (seg_tiles(g, n_seg, 192) + g_sm_count - 1) / g_sm_count * 192L * 192;
-            if (10 * wg3 <= 9 * cols(w) * 128)
-                return {192, false, true, false};
-        }
-        return {w, false, false, false};
+        /* g_wg3 2: the busiest SM's rounds x rows x columns, 192 x 192 blocks against w x 128 */
+        auto fewer = [&] { return 10 * ((seg_tiles(g, n_seg, 192) + g_sm_count - 1) / g_sm_count * 192L * 192) <=
+                                  9 * cols(w) * 128; };
+        const bool wg3 = g_bm ? g_bm == 192 && w == 192
+                              : g_wg3 && m <= 192 && (w == 192 || (g_wg3 == 2 && g_w192 && fewer()));
+        return {wg3 ? 192 : w, false, wg3, false};
     }
     if (m > 128 || t128 > slots || t96 > slots)
         return {BN, false, g_bm == 192, false};
@@ -1756,7 +1752,8 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
                     (few_cl || in_cluster(t == TILE_TMA ? 1 : 0, clusters, p.par, kt, g_cluster_kt));
         p.few = p.par > 1 ? few_cl : wd.wg1;
         p.wg3 = wd.wg3; /* (an unsplit shape's: one block a tile) */
-        p.deep = wd.deep || (nw <= 64 && (long)t0 * ((g->m + 63) / 64) <= g_sm_count);
+        const int bm = wd.wg1 ? 64 : wd.wg3 ? 192 : 128; /* (the narrow widths: 64) */
+        p.deep = (nw <= 64 || wd.deep) && (long)t0 * ((g->m + bm - 1) / bm) <= g_sm_count;
     }
 #endif
     p.ext = p.par > 1 && !p.cluster && (g->m > g_ext_rows || tma_tile);
