@@ -422,6 +422,68 @@ static void test_gemm_widths(void)
            K->name, shapes_n, cases);
 }
 
+/* The narrow fold (HEARTH_CUDA_GEMM_FOLD_WIDTH 16, 32, 64, 128: one 64-row block a
+ * tile walking all the K split's parts into a running sum, deep) gives the bytes of the
+ * split's other launches (a part a block, added by combine_kernel or in a cluster, or the
+ * 128 x 128 fold; HEARTH_CUDA_GEMM_NFOLD_MAX=0): rows of 1, 37, 130 and 300 at every
+ * shape with a K split, compared with the 300-row product without the narrow fold row by
+ * row.  (The row sweep crosses the default rule's launches as m grows.) */
+static void test_gemm_fold_widths(void)
+{
+    if (strcmp(K->name, "sm90a") != 0) {
+        printf("  %s: no narrow fold (the TMA tile is Hopper's)\n", K->name);
+        return;
+    }
+    static const int ms[] = {300, 1, 37, 130};
+    static const char *widths[] = {"0", "16", "32", "64", "128"}; /* "0": the reference, no narrow fold */
+    const int M = 300;
+    int cases = 0, shapes_n = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const struct shape *s = &shapes[si];
+        if (K->gemm_split(s->n, s->k, s->epi) == 1 || strcmp(K->gemm_tile(s->n, s->k, s->epi), "tma128") != 0)
+            continue;
+        shapes_n++;
+        struct gemm_ops o;
+        gemm_ops_init(&o, s, M, 41 + si, 141 + si, 4001 + si);
+        const size_t row_bytes = o.row_bytes;
+        unsigned char *ref = hmust((size_t)M * row_bytes), *got = hmust((size_t)M * row_bytes);
+        struct gemm_ws ws;
+        gemm_ws_init(&ws, s, M);
+        int bad = 0;
+        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+            struct env_keep kw, kx;
+            env_push(&kw, "HEARTH_CUDA_GEMM_FOLD_WIDTH", widths[wi]);
+            env_push(&kx, "HEARTH_CUDA_GEMM_NFOLD_MAX", "0");
+            CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                int m = ms[mi];
+                gemm_ops_reset(&o, m);
+                run_gemm(s, o.y, o.x, m, o.w, o.wu, &ws);
+                down(wi == 0 && m == M ? ref : got, o.y, (size_t)m * row_bytes);
+                if (wi == 0 && m == M)
+                    continue;
+                for (int r = 0; r < m; r++)
+                    if (memcmp(got + (size_t)r * row_bytes, ref + (size_t)r * row_bytes, row_bytes) && !bad++)
+                        fprintf(stderr, "  %s %s: fold width %s, row %d of m=%d differs from the split's launches\n",
+                                K->name, s->name, widths[wi], r, m);
+                cases++;
+            }
+            env_pop(&kx);
+            env_pop(&kw);
+        }
+        CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
+        CHECK_MSG(bad == 0, "%s %s: %d rows differ between the fold widths", K->name, s->name, bad);
+        free(ref);
+        free(got);
+        gemm_ws_free(&ws);
+        gemm_ops_free(&o);
+    }
+    CHECK(shapes_n > 0);
+    printf("  %s narrow fold 16 / 32 / 64 / 128 wide against a part a block: %d shapes with a split, %d width x "
+           "row-count cases, bytes equal\n",
+           K->name, shapes_n, cases);
+}
+
 /* Rows of a 33-row product against float64: f32 outputs within 1e-5 of the sum of
  * |x w| per element (and relative L2 error under 2e-5); bf16 outputs (SwiGLU, store
  * bf16) relative L2 error under 1e-2 (bf16's own rounding is 2^-9). */
@@ -1804,6 +1866,7 @@ int main(int argc, char **argv)
         TEST_RUN(test_gemm_segments);
         TEST_RUN(test_gemm_swiglu_wide);
         TEST_RUN(test_gemm_widths);
+        TEST_RUN(test_gemm_fold_widths);
         TEST_RUN(test_rmsnorm);
         TEST_RUN(test_embed);
         TEST_RUN(test_attn_prep);

@@ -86,6 +86,12 @@ int g_par_rows = 256; /* the most rows of m whose tiles' parts may go to a block
  * 1 even as a launch more (H200 greedy decode 0.6B 631 -> 741 tok/s, 8B 185 -> 191,
  * 30B-A3B 226 -> 238, outputs equal; bench/notes/cuda.md) */
 int g_ext_rows = 0;
+/* The narrow fold (fold_width): a shape with a K split at g_nfold_min..g_nfold_max rows
+ * runs one block a tile walking all its parts into a running sum (the sums of a part a
+ * block), on 64-row tiles 16 to 128 wide whose blocks fit one an SM, instead of a part a
+ * block and a combine or a 128 x 128 fold on few blocks (HEARTH_CUDA_GEMM_NFOLD_MIN /
+ * _MAX, 0 off; HEARTH_CUDA_GEMM_FOLD_WIDTH forces a width at every m; a launch shape). */
+int g_nfold_min = 33, g_nfold_max = 512, g_fold_width = 0;
 /* How the TMA tile's K-split parts are added where a block takes a part
  * (HEARTH_CUDA_GEMM_CLUSTER; the sums are the same every way): */
 enum { CL_OFF, /* 0: combine_kernel */
@@ -749,8 +755,8 @@ template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
      * block an SM, four stages) halves the x loads a flop and reads 1/6 fewer
      * shared-memory bytes a flop at many rows; 192 (one block an SM, five stages) where
      * 256's blocks would leave a wave's last round of SMs mostly idle (gemm_width). */
-    static_assert(NW == BN || (!FOLD && (WG >= 2 || NW == 96 || NW <= 64)),
-                  "other widths: the unsplit tile (96 and the narrow ones: few rows too)");
+    static_assert(NW == BN || (!FOLD && (WG >= 2 || NW == 96 || NW <= 64)) || (FOLD && WG == 1 && NW <= 64 && DEEP),
+                  "other widths: the unsplit tile (96 and the narrow ones: few rows too), or the narrow fold");
     /* WG 3: 192 rows a block (three consumer warpgroups, one block an SM), unsplit, 128
      * or 192 wide: at 129-192 rows one row tile instead of two 128-row ones, the second
      * of which has one warpgroup of work (gemm_width) */
@@ -1164,7 +1170,16 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
         else
             tma_launch_epi<1, false, 16, DP>(tp, g->epi, st);
     };
-    if (WG == 2 && p.wg3 && nw == 192)
+    if (WG == 2 && p.split > 1 && p.par == 1 && p.few) { /* the narrow fold (fold_width): deep */
+        if (nw == 16)
+            tma_launch_epi<1, true, 16, true>(tp, g->epi, st);
+        else if (nw == 32)
+            tma_launch_epi<1, true, 32, true>(tp, g->epi, st);
+        else if (nw == 64)
+            tma_launch_epi<1, true, 64, true>(tp, g->epi, st);
+        else
+            tma_launch_epi<1, true, BN, true>(tp, g->epi, st);
+    } else if (WG == 2 && p.wg3 && nw == 192)
         tma_launch_epi<3, false, 192>(tp, g->epi, st);
     else if (WG == 2 && p.wg3)
         tma_launch_epi<3, false>(tp, g->epi, st);
@@ -1272,6 +1287,16 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
                 : strcmp(cl, "0") == 0                ? CL_OFF
                 : strcmp(cl, "all") == 0              ? CL_ALL
                                                       : -1;
+    const char *nf0 = getenv("HEARTH_CUDA_GEMM_NFOLD_MIN"), *nf1 = getenv("HEARTH_CUDA_GEMM_NFOLD_MAX"),
+               *fwd = getenv("HEARTH_CUDA_GEMM_FOLD_WIDTH");
+    g_nfold_min = nf0 && *nf0 ? atoi(nf0) : 33;
+    g_nfold_max = nf1 && *nf1 ? atoi(nf1) : 512;
+    g_fold_width = fwd && *fwd ? atoi(fwd) : 0;
+    if (g_nfold_min < 0 || g_nfold_max < 0 ||
+        (g_fold_width != 0 && g_fold_width != 16 && g_fold_width != 32 && g_fold_width != 64 && g_fold_width != BN))
+        return hr_err(err, errlen, HR_ERR_INVALID,
+                      "HEARTH_CUDA_GEMM_NFOLD_MIN / _MAX: >= 0; HEARTH_CUDA_GEMM_FOLD_WIDTH=%s: 0, 16, 32, 64 or 128",
+                      fwd ? fwd : "");
     const char *ckt = getenv("HEARTH_CUDA_GEMM_CLUSTER_KT");
     g_cluster_kt = ckt && *ckt ? atoi(ckt) : 16;
     const char *fw = getenv("HEARTH_CUDA_GEMM_FEW");
@@ -1403,6 +1428,10 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     tma_set_smem<1, false, 96, true>();
     tma_set_smem<1, false, BN, true>();
     tma_set_smem<2, false, BN, true>();
+    tma_set_smem<1, true, 16, true>();
+    tma_set_smem<1, true, 32, true>();
+    tma_set_smem<1, true, 64, true>();
+    tma_set_smem<1, true, BN, true>();
     for (int cz = 2, l = 0; cz <= CLUSTER_MAX; cz *= 2, l++) {
         g_max_clusters[1][l] = tma_max_clusters<2>(cz);
         g_max_clusters[0][l] = tma_max_clusters<1>(cz);
@@ -1619,6 +1648,34 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
     return {BN, false, false, false};
 }
 
+/* The narrow fold's width at m rows of a shape with a K split (g_nfold_min..
+ * g_nfold_max; 0: none): of 64-row tiles 16, 32, 64 and 128 wide, the narrowest whose
+ * blocks fit one an SM (the fewest rows + columns a block, as the fit rule: a block's
+ * stream goes with them).  A block walks the tile's parts one after another into a
+ * running sum, the parts' sums in part order: the bytes of a part a block.  Measured on
+ * the H100 against a part a block (partials to the workspace, combine_kernel) and, above
+ * 256 rows, the 128 x 128 fold on few blocks (bench/notes/cuda.md, thirty-second
+ * session), us: the 30B-A3B's o at 64 / 128 / 160 / 256 / 512 rows 14.1 / 18.1 / 29.0 /
+ * 36.4 / 29.7 -> 12.3 / 12.9 / 13.0 / 13.5 / 21.1 (cuBLAS 11.3-18.7), the 0.6B's down
+ * 8.8 / 11.0 / 14.3 / 15.2 / 23.1 -> 8.7 / 9.9 / 9.9 / 10.6 / 11.2, its o 7.6 / 9.7 /
+ * 12.2 / 13.3 / 17.3 -> 6.7 / 8.0 / 8.0 / 8.7 / 9.1.  At up to 32 rows a part a block
+ * stays: a block's chain of dependent k16 steps is then a part long, not the whole K
+ * (~40 ns a step: the same 30B-A3B o unsplit, its chain 256 steps, took 11.4 us at one
+ * row against 10.4 split in eight). */
+#if defined(CUK_HOPPER)
+static int fold_width(const struct cuda_gemm *g, int n_seg, int m)
+{
+    if (g_fold_width)
+        return g_fold_width;
+    if (m < g_nfold_min || m > g_nfold_max)
+        return 0;
+    for (int w : {16, 32, 64, BN})
+        if ((long)seg_tiles(g, n_seg, w) * ((m + 63) / 64) <= g_sm_count)
+            return w;
+    return 0;
+}
+#endif
+
 /* The most rows of m for which a tile's parts go to a block each (the weight stream
  * of a few rows needs the blocks): 64, and more while the folding grid (row tiles x
  * column tiles) would fill less than half the SMs, up to g_par_rows; above it one
@@ -1732,7 +1789,14 @@ enum hr_status gemm(const struct cuda_gemm *g, void *stream, char *err, size_t e
     p.split = gemm_split(n, g->k, g->epi);
     p.par = gemm_par(g->m, n, g->k, g->epi);
     /* the tiles' width: BN but for the unsplit TMA tile (gemm_width) */
-    const struct width wd = t == TILE_TMA && p.split == 1 ? gemm_width(g, n_seg, n) : width{BN, false, false, false};
+    struct width wd = t == TILE_TMA && p.split == 1 ? gemm_width(g, n_seg, n) : width{BN, false, false, false};
+#if defined(CUK_HOPPER)
+    if (t == TILE_TMA && p.split > 1)
+        if (const int fw = fold_width(g, n_seg, g->m)) { /* one block a tile folds its parts */
+            p.par = 1;
+            wd = {fw, true, false, true};
+        }
+#endif
     const int nw = wd.nw;
     int t0 = 0;
     for (int i = 0; i < n_seg; i++) {
