@@ -349,6 +349,51 @@ static void env_pop(const struct env_keep *k)
         unsetenv(k->name);
 }
 
+/* Launch settings compared (test_gemm_widths, test_gemm_fold_widths): two knobs, set to
+ * each row of vals in turn (the variant prepared again each time); one shape's product at
+ * rows of 300, 1, 37 and 130 under each, row by row against the 300-row product under the
+ * first row.  Returns the cases compared; *bad counts the rows that differ. */
+static int gemm_compare_settings(const struct shape *s, size_t si, const char *knob[2], const char *const (*vals)[2],
+                                 size_t n_vals, const char *what, int *bad)
+{
+    static const int ms[] = {300, 1, 37, 130};
+    const int M = 300;
+    int cases = 0;
+    struct gemm_ops o;
+    gemm_ops_init(&o, s, M, 31 + si, 131 + si, 3001 + si);
+    const size_t row_bytes = o.row_bytes;
+    unsigned char *ref = hmust((size_t)M * row_bytes), *got = hmust((size_t)M * row_bytes);
+    struct gemm_ws ws;
+    gemm_ws_init(&ws, s, M);
+    for (size_t vi = 0; vi < n_vals; vi++) {
+        struct env_keep k0, k1;
+        env_push(&k0, knob[0], vals[vi][0]);
+        env_push(&k1, knob[1], vals[vi][1]);
+        CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            int m = ms[mi];
+            gemm_ops_reset(&o, m);
+            run_gemm(s, o.y, o.x, m, o.w, o.wu, &ws);
+            down(vi == 0 && m == M ? ref : got, o.y, (size_t)m * row_bytes);
+            if (vi == 0 && m == M)
+                continue;
+            for (int r = 0; r < m; r++)
+                if (memcmp(got + (size_t)r * row_bytes, ref + (size_t)r * row_bytes, row_bytes) && !(*bad)++)
+                    fprintf(stderr, "  %s %s: %s %s (%s %s), row %d of m=%d differs from %s %s\n", K->name, s->name,
+                            what, vals[vi][0], knob[1], *vals[vi][1] ? vals[vi][1] : "unset", r, m, what, vals[0][0]);
+            cases++;
+        }
+        env_pop(&k1);
+        env_pop(&k0);
+    }
+    CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
+    free(ref);
+    free(got);
+    gemm_ws_free(&ws);
+    gemm_ops_free(&o);
+    return cases;
+}
+
 /* The unsplit TMA tile at each width (HEARTH_CUDA_GEMM_WIDTH 16, 32, 64, 96, 128, 256;
  * 0: gemm_width picks one, and the block's rows, by m) gives the bytes of the 128-wide
  * tile: rows of 1, 37, 130 and 300 at every shape without a K split, compared with the
@@ -363,56 +408,23 @@ static void test_gemm_widths(void)
         printf("  %s: one tile width (the TMA tile is Hopper's)\n", K->name);
         return;
     }
-    static const int ms[] = {300, 1, 37, 130};
     /* width, rows a block (HEARTH_CUDA_GEMM_BM; 192: the three-warpgroup build, 128 and
      * 192 wide only; 64 and 128 at widths 96 and 128: their deep builds where the blocks
      * fit one an SM, the two-an-SM ones elsewhere) */
-    static const struct {
-        const char *w, *bm;
-    } widths[] = {{"128", ""},     {"96", ""},    {"256", ""},  {"192", ""},    {"64", ""},
-                  {"48", ""},      {"40", ""},    {"32", ""},   {"16", ""},     {"0", ""},
-                  {"192", "192"},  {"128", "192"}, {"96", "64"}, {"128", "64"}, {"128", "128"}};
-    const int M = 300;
+    static const char *const widths[][2] = {{"128", ""},    {"96", ""},     {"256", ""}, {"192", ""},
+                                            {"64", ""},     {"48", ""},     {"40", ""},  {"32", ""},
+                                            {"16", ""},     {"0", ""},      {"192", "192"}, {"128", "192"},
+                                            {"96", "64"},   {"128", "64"},  {"128", "128"}};
+    const char *knob[2] = {"HEARTH_CUDA_GEMM_WIDTH", "HEARTH_CUDA_GEMM_BM"};
     int cases = 0, shapes_n = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const struct shape *s = &shapes[si];
         if (K->gemm_split(s->n, s->k, s->epi) != 1)
             continue;
         shapes_n++;
-        struct gemm_ops o;
-        gemm_ops_init(&o, s, M, 31 + si, 131 + si, 3001 + si);
-        const size_t row_bytes = o.row_bytes;
-        unsigned char *ref = hmust((size_t)M * row_bytes), *got = hmust((size_t)M * row_bytes);
-        struct gemm_ws ws;
-        gemm_ws_init(&ws, s, M);
         int bad = 0;
-        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
-            struct env_keep kw, kb;
-            env_push(&kw, "HEARTH_CUDA_GEMM_WIDTH", widths[wi].w);
-            env_push(&kb, "HEARTH_CUDA_GEMM_BM", widths[wi].bm);
-            CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
-            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
-                int m = ms[mi];
-                gemm_ops_reset(&o, m);
-                run_gemm(s, o.y, o.x, m, o.w, o.wu, &ws);
-                down(wi == 0 && m == M ? ref : got, o.y, (size_t)m * row_bytes);
-                if (wi == 0 && m == M)
-                    continue;
-                for (int r = 0; r < m; r++)
-                    if (memcmp(got + (size_t)r * row_bytes, ref + (size_t)r * row_bytes, row_bytes) && !bad++)
-                        fprintf(stderr, "  %s %s: width %s (rows a block %s), row %d of m=%d differs from width 128\n",
-                                K->name, s->name, widths[wi].w, *widths[wi].bm ? widths[wi].bm : "auto", r, m);
-                cases++;
-            }
-            env_pop(&kb);
-            env_pop(&kw);
-        }
-        CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
+        cases += gemm_compare_settings(s, si, knob, widths, sizeof widths / sizeof widths[0], "width", &bad);
         CHECK_MSG(bad == 0, "%s %s: %d rows differ between tile widths", K->name, s->name, bad);
-        free(ref);
-        free(got);
-        gemm_ws_free(&ws);
-        gemm_ops_free(&o);
     }
     CHECK(shapes_n > 0);
     printf("  %s tile widths 16 / 32 / 40 / 48 / 64 / 96 / 128 / 192 / 256 / auto (40: not SwiGLU's, which then runs its "
@@ -434,49 +446,18 @@ static void test_gemm_fold_widths(void)
         printf("  %s: no narrow fold (the TMA tile is Hopper's)\n", K->name);
         return;
     }
-    static const int ms[] = {300, 1, 37, 130};
-    static const char *widths[] = {"0", "16", "32", "64", "128"}; /* "0": the reference, no narrow fold */
-    const int M = 300;
+    /* "0": the reference, the split's launches without the narrow fold */
+    static const char *const widths[][2] = {{"0", "0"}, {"16", "0"}, {"32", "0"}, {"64", "0"}, {"128", "0"}};
+    const char *knob[2] = {"HEARTH_CUDA_GEMM_FOLD_WIDTH", "HEARTH_CUDA_GEMM_NFOLD_MAX"};
     int cases = 0, shapes_n = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const struct shape *s = &shapes[si];
         if (K->gemm_split(s->n, s->k, s->epi) == 1 || strcmp(K->gemm_tile(s->n, s->k, s->epi), "tma128") != 0)
             continue;
         shapes_n++;
-        struct gemm_ops o;
-        gemm_ops_init(&o, s, M, 41 + si, 141 + si, 4001 + si);
-        const size_t row_bytes = o.row_bytes;
-        unsigned char *ref = hmust((size_t)M * row_bytes), *got = hmust((size_t)M * row_bytes);
-        struct gemm_ws ws;
-        gemm_ws_init(&ws, s, M);
         int bad = 0;
-        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
-            struct env_keep kw, kx;
-            env_push(&kw, "HEARTH_CUDA_GEMM_FOLD_WIDTH", widths[wi]);
-            env_push(&kx, "HEARTH_CUDA_GEMM_NFOLD_MAX", "0");
-            CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
-            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
-                int m = ms[mi];
-                gemm_ops_reset(&o, m);
-                run_gemm(s, o.y, o.x, m, o.w, o.wu, &ws);
-                down(wi == 0 && m == M ? ref : got, o.y, (size_t)m * row_bytes);
-                if (wi == 0 && m == M)
-                    continue;
-                for (int r = 0; r < m; r++)
-                    if (memcmp(got + (size_t)r * row_bytes, ref + (size_t)r * row_bytes, row_bytes) && !bad++)
-                        fprintf(stderr, "  %s %s: fold width %s, row %d of m=%d differs from the split's launches\n",
-                                K->name, s->name, widths[wi], r, m);
-                cases++;
-            }
-            env_pop(&kx);
-            env_pop(&kw);
-        }
-        CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
+        cases += gemm_compare_settings(s, si, knob, widths, sizeof widths / sizeof widths[0], "fold width", &bad);
         CHECK_MSG(bad == 0, "%s %s: %d rows differ between the fold widths", K->name, s->name, bad);
-        free(ref);
-        free(got);
-        gemm_ws_free(&ws);
-        gemm_ops_free(&o);
     }
     CHECK(shapes_n > 0);
     printf("  %s narrow fold 16 / 32 / 64 / 128 wide against a part a block: %d shapes with a split, %d width x "

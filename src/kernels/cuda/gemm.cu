@@ -91,7 +91,7 @@ int g_ext_rows = 0;
  * block), on 64-row tiles 16 to 128 wide whose blocks fit one an SM, instead of a part a
  * block and a combine or a 128 x 128 fold on few blocks (HEARTH_CUDA_GEMM_NFOLD_MIN /
  * _MAX, 0 off; HEARTH_CUDA_GEMM_FOLD_WIDTH forces a width at every m; a launch shape). */
-int g_nfold_min = 33, g_nfold_max = 512, g_fold_width = 0;
+int g_nfold_min = 33, g_nfold_max = 1024, g_fold_width = 0;
 /* How the TMA tile's K-split parts are added where a block takes a part
  * (HEARTH_CUDA_GEMM_CLUSTER; the sums are the same every way): */
 enum { CL_OFF, /* 0: combine_kernel */
@@ -1290,7 +1290,7 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
     const char *nf0 = getenv("HEARTH_CUDA_GEMM_NFOLD_MIN"), *nf1 = getenv("HEARTH_CUDA_GEMM_NFOLD_MAX"),
                *fwd = getenv("HEARTH_CUDA_GEMM_FOLD_WIDTH");
     g_nfold_min = nf0 && *nf0 ? atoi(nf0) : 33;
-    g_nfold_max = nf1 && *nf1 ? atoi(nf1) : 512;
+    g_nfold_max = nf1 && *nf1 ? atoi(nf1) : 1024;
     g_fold_width = fwd && *fwd ? atoi(fwd) : 0;
     if (g_nfold_min < 0 || g_nfold_max < 0 ||
         (g_fold_width != 0 && g_fold_width != 16 && g_fold_width != 32 && g_fold_width != 64 && g_fold_width != BN))
@@ -1649,19 +1649,22 @@ static struct width gemm_width(const struct cuda_gemm *g, int n_seg, int n)
 }
 
 /* The narrow fold's width at m rows of a shape with a K split (g_nfold_min..
- * g_nfold_max; 0: none): of 64-row tiles 16, 32, 64 and 128 wide, the narrowest whose
- * blocks fit one an SM (the fewest rows + columns a block, as the fit rule: a block's
- * stream goes with them).  A block walks the tile's parts one after another into a
- * running sum, the parts' sums in part order: the bytes of a part a block.  Measured on
+ * g_nfold_max, 33-1,024; 0: none): of 64-row tiles 16, 32, 64 and 128 wide, the narrowest
+ * whose blocks fit one an SM (the fewest rows + columns a block, as the fit rule: a
+ * block's stream goes with them).  A block walks the tile's parts one after another into
+ * a running sum, the parts' sums in part order: the bytes of a part a block.  Measured on
  * the H100 against a part a block (partials to the workspace, combine_kernel) and, above
  * 256 rows, the 128 x 128 fold on few blocks (bench/notes/cuda.md, thirty-second
  * session), us: the 30B-A3B's o at 64 / 128 / 160 / 256 / 512 rows 14.1 / 18.1 / 29.0 /
  * 36.4 / 29.7 -> 12.3 / 12.9 / 13.0 / 13.5 / 21.1 (cuBLAS 11.3-18.7), the 0.6B's down
  * 8.8 / 11.0 / 14.3 / 15.2 / 23.1 -> 8.7 / 9.9 / 9.9 / 10.6 / 11.2, its o 7.6 / 9.7 /
- * 12.2 / 13.3 / 17.3 -> 6.7 / 8.0 / 8.0 / 8.7 / 9.1.  At up to 32 rows a part a block
- * stays: a block's chain of dependent k16 steps is then a part long, not the whole K
- * (~40 ns a step: the same 30B-A3B o unsplit, its chain 256 steps, took 11.4 us at one
- * row against 10.4 split in eight). */
+ * 12.2 / 13.3 / 17.3 -> 6.7 / 8.0 / 8.0 / 8.7 / 9.1; at 640 / 768 / 1,024 rows (128 x 64,
+ * where the 128 x 128 fold ran 8-16 blocks) the 0.6B's o 17.2 / 17.4 / 17.4 -> 11.3 /
+ * 11.7 / 12.4, its down 23.0 / 22.9 / 23.1 -> 14.0 / 14.5 / 15.9.  At up to 32 rows a part
+ * a block stays (the fold from 17 rows measured 0.5-1.6 us slower there): a block's chain
+ * of dependent k16 steps is then a part long, not the whole K (~40 ns a step: the same
+ * 30B-A3B o unsplit, its chain 256 steps, took 11.4 us at one row against 10.4 split in
+ * eight). */
 #if defined(CUK_HOPPER)
 static int fold_width(const struct cuda_gemm *g, int n_seg, int m)
 {
