@@ -1471,7 +1471,11 @@ const char *gemm_tile_name(int n, int k, enum cuda_epi epi)
  * slower at m = 1 and m = 2048: bench/notes/cuda.md.) */
 /* A shape the TMA tile leaves unsplit only thanks to the narrow tiles: its 128-wide
  * tiles fill at most half the SMs (the split rule below would split it), its 16-wide
- * ones all of them (gemm_width gives a few rows their blocks from narrow tiles). */
+ * ones all of them (gemm_width gives a few rows their blocks from narrow tiles).  (The
+ * 30B-A3B's o, 16-wide tiles on 128 of 132 SMs, measured unsplit on the H100: faster
+ * from 32 rows, but batch 1 2.5% slower, its k16 chain 256 steps long against 32; it
+ * stays split, and the narrow fold gives it the speed at 33-512 rows: bench/notes/
+ * cuda.md, thirty-second session.) */
 static bool narrow_unsplit(int n, enum cuda_epi epi)
 {
     return g_narrow && 2 * n_tiles_of(n, epi) <= g_sm_count && n_tiles_of(n, epi, 16) >= g_sm_count;
