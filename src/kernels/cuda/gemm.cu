@@ -746,6 +746,9 @@ template <int WG, int EPI> __global__ void __launch_bounds__(128 * WG, WG == 1 ?
  * combine_kernel adds them) or one block folding them all into a running sum as they
  * end (no workspace), the same bits either way (the tests compare them). */
 template <int WG, bool FOLD, int NW = BN, bool DEEP = false> struct tma {
+    /* the build's own arguments, for the list of builds (tma_builds) */
+    static constexpr int wg = WG, nw = NW;
+    static constexpr bool fold = FOLD, deep = DEEP;
     /* A shape with a K split (FOLD) may need the running sum (64 floats a thread more):
      * the 128-row tile then runs one block an SM with six stages; without a split, two
      * blocks an SM with three (the wide products at batch 1: 192 or more tiles in one
@@ -1062,14 +1065,27 @@ __global__ void __launch_bounds__(tma<WG, FOLD, NW, DEEP>::NT, tma<WG, FOLD, NW,
     wg_epilogue<EPI, NW, G::REGS ? 8 : 2>(p, acc, wgi * 64, m0, sgm.nt, sgm.n, sgm.y);
 }
 
-template <int WG, bool FOLD, int NW = BN, bool DEEP = false> void tma_set_smem()
+/* Every build of the TMA tile that tma_launch may take: gemm_prepare gives each its
+ * shared memory and checks the device for the largest, from this one list. */
+template <class G> void tma_set_smem()
 {
     each_epi([](auto E) {
-        if constexpr (tma<WG, FOLD, NW, DEEP>::builds(decltype(E)::value))
-            cudaFuncSetAttribute(gemm_tma_kernel<WG, decltype(E)::value, FOLD, NW, DEEP>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, tma<WG, FOLD, NW, DEEP>::SMEM);
+        if constexpr (G::builds(decltype(E)::value))
+            cudaFuncSetAttribute(gemm_tma_kernel<G::wg, decltype(E)::value, G::fold, G::nw, G::deep>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM);
     });
 }
+template <class... G> struct tma_list {
+    static constexpr int smem = std::max({G::SMEM...});
+    static void set_smem() { (tma_set_smem<G>(), ...); }
+};
+using tma_builds =
+    tma_list<tma<2, true>, tma<2, false>, tma<2, false, 96>, tma<2, false, 256>, tma<2, false, 192>, tma<3, false>,
+             tma<3, false, 192>, tma<1, true>, tma<1, false>, tma<1, false, 96>, tma<1, false, 64>, tma<1, false, 32>,
+             tma<1, false, 16>, tma<1, false, 48>, tma<1, false, 40>, tma<1, false, 64, true>, tma<1, false, 48, true>,
+             tma<1, false, 40, true>, tma<1, false, 32, true>, tma<1, false, 16, true>, tma<1, false, 96, true>,
+             tma<1, false, BN, true>, tma<2, false, BN, true>, tma<1, true, 16, true>, tma<1, true, 32, true>,
+             tma<1, true, 64, true>, tma<1, true, BN, true>>;
 
 /* Clusters of cz blocks of the tile's two-blocks-an-SM build that the GPU runs at once
  * (the blocks of a cluster share a GPC: a count of clusters that fits the SMs may still
@@ -1395,43 +1411,12 @@ enum hr_status gemm_prepare(int sm_count, char *err, size_t errlen)
                       CUK_STR(CUK_VARIANT), wg<2>::SMEM, optin);
     wg_set_smem<2>();
     wg_set_smem<1>();
-    /* the most any TMA build takes: the folding tile or a deep narrow one */
-    constexpr int tma_smem = std::max({tma<2, true>::SMEM, tma<1, false, 16, true>::SMEM,
-                                       tma<1, false, 32, true>::SMEM, tma<1, false, 40, true>::SMEM,
-                                       tma<1, false, 48, true>::SMEM, tma<1, false, 64, true>::SMEM,
-                                       tma<1, false, 96, true>::SMEM, tma<1, false, BN, true>::SMEM,
-                                       tma<2, false, BN, true>::SMEM});
-    if (optin < tma_smem)
+    /* the most any TMA build takes */
+    if (optin < tma_builds::smem)
         return hr_err(err, errlen, HR_ERR_UNSUPPORTED,
                       "cuda gemm (%s): the TMA tile needs %d bytes of shared memory a block, the device gives %d",
-                      CUK_STR(CUK_VARIANT), tma_smem, optin);
-    tma_set_smem<2, true>();
-    tma_set_smem<2, false>();
-    tma_set_smem<2, false, 96>();
-    tma_set_smem<2, false, 256>();
-    tma_set_smem<2, false, 192>();
-    tma_set_smem<3, false>();
-    tma_set_smem<3, false, 192>();
-    tma_set_smem<1, true>();
-    tma_set_smem<1, false>();
-    tma_set_smem<1, false, 96>();
-    tma_set_smem<1, false, 64>();
-    tma_set_smem<1, false, 32>();
-    tma_set_smem<1, false, 16>();
-    tma_set_smem<1, false, 48>();
-    tma_set_smem<1, false, 40>();
-    tma_set_smem<1, false, 64, true>();
-    tma_set_smem<1, false, 48, true>();
-    tma_set_smem<1, false, 40, true>();
-    tma_set_smem<1, false, 32, true>();
-    tma_set_smem<1, false, 16, true>();
-    tma_set_smem<1, false, 96, true>();
-    tma_set_smem<1, false, BN, true>();
-    tma_set_smem<2, false, BN, true>();
-    tma_set_smem<1, true, 16, true>();
-    tma_set_smem<1, true, 32, true>();
-    tma_set_smem<1, true, 64, true>();
-    tma_set_smem<1, true, BN, true>();
+                      CUK_STR(CUK_VARIANT), tma_builds::smem, optin);
+    tma_builds::set_smem();
     for (int cz = 2, l = 0; cz <= CLUSTER_MAX; cz *= 2, l++) {
         g_max_clusters[1][l] = tma_max_clusters<2>(cz);
         g_max_clusters[0][l] = tma_max_clusters<1>(cz);
@@ -1686,8 +1671,9 @@ static int fold_width(const struct cuda_gemm *g, int n_seg, int m)
 /* The most rows of m for which a tile's parts go to a block each (the weight stream
  * of a few rows needs the blocks): 64, and more while the folding grid (row tiles x
  * column tiles) would fill less than half the SMs, up to g_par_rows; above it one
- * block walks all the parts and folds them (no workspace).  Only the 64x64 tile
- * folds (the running sum's registers).  Measured at m = 128 and 256 on the H200
+ * block walks all the parts and folds them (no workspace).  The 64x64 and TMA tiles
+ * fold (the running sum's registers; on the TMA tile at 33-1,024 rows also the narrow
+ * fold, fold_width, which sets par itself).  Measured at m = 128 and 256 on the H200
  * (bench/notes/cuda.md): a part a block wins for the few-tile shapes (0.6B o 36.6 ->
  * 15.1 us at 128, 8B down 177 -> 92), the fold for the many-tile ones (0.6B gate/up
  * 20.1 against 43.0, 8B q/o at 256 66.9 against 89.2). */
