@@ -252,6 +252,26 @@ DSAMPLE_HD int dsample_bin(float xmax, float x, float t)
     return b < DSAMPLE_BINS - 1 ? b : DSAMPLE_BINS - 1;
 }
 
+/* Rows whose draw reads the logits in slices on the device (sample.cu): a draw with no
+ * bias or penalties whose logprobs (if any) are of the raw logits, either of temperature
+ * and min-p alone (a plain draw) or with a top-k (a plain top-k draw; top-p and min-p
+ * too).  The host asks them to launch the slices' kernels only where a row needs them. */
+DSAMPLE_HD int dsample_plain(const struct dsample_row *r)
+{
+    const int with_lp = r->logprobs || r->n_logprobs > 0;
+    return !(r->temperature < DSAMPLE_GREEDY_EPS) && r->n_mods == 0 && !(with_lp && r->penalized);
+}
+
+DSAMPLE_HD int dsample_plain_draw(const struct dsample_row *r, int vocab)
+{
+    return dsample_plain(r) && !(r->top_k > 0 && r->top_k < vocab) && !(r->top_p < 1.0f);
+}
+
+DSAMPLE_HD int dsample_plain_topk(const struct dsample_row *r, int vocab)
+{
+    return dsample_plain(r) && r->top_k > 0 && r->top_k < vocab;
+}
+
 /* One mod applied to x[token]: the CPU's float operations in the CPU's order (biases in
  * the request's order, repetition, frequency, presence). */
 DSAMPLE_HD void dsample_apply_mod(const struct dsample_row *r, const struct dsample_mod *m, const float *biases,

@@ -1526,6 +1526,10 @@ static void slaunch(const float *d_logits, int V, const struct dev_sample *ds, s
     struct cuda_sample a = {.logits = d_logits, .vocab = V, .n_rows = ds->n, .rows = rows, .mods = mods,
                             .n_mods = ds->n_mods, .biases = biases, .n_biases = ds->n_biases, .work = work,
                             .out = d_out};
+    for (int i = 0; i < ds->n; i++) { /* as the backend asks: the slices' kernels where rows need them */
+        a.plain_draws |= dsample_plain_draw(&ds->rows[i], V);
+        a.plain_topk |= dsample_plain_topk(&ds->rows[i], V);
+    }
     CHECK_OK(K->sample(&a, NULL, err, sizeof err), err);
     down(out, d_out, (size_t)ds->n * sizeof *out);
     cuda_dev_free(rows);
@@ -1754,6 +1758,115 @@ static void test_sample_greedy(void)
     greedy_vocab(7);
 }
 
+/* Plain draws read their rows in slices: of temperature and min-p alone, each slice's
+ * integer mass, then a walk of the one slice that holds the target; with a top-k, each
+ * slice's best k, merged.  Such rows among greedy and top-p ones, under 64 slices (the
+ * default), 256, 7 and none (the row's block walks the whole row), at top-k values
+ * within and past the slices' room: each row's bytes must be the host reference's
+ * under all four.  Row kinds: typical, flat (a uniform draw, the target anywhere, slice
+ * edges included; top-k all ties), the mass at slice edges, non-finite entries, one
+ * peak, ties. */
+static void sliced_row_make(float *x, int V, int k)
+{
+    const int chunk = ((V + 63) / 64 + 3) & ~3; /* the default slicing's edges */
+    switch (k) {
+    case 1: srow_make(x, V, 4); break;
+    case 2:
+        for (int i = 0; i < V; i++)
+            x[i] = -12.0f + (float)urand();
+        for (int j = 1; j * chunk < V; j += 3) {
+            x[j * chunk] = 3.0f;
+            x[j * chunk - 1] = 3.0f;
+        }
+        break;
+    case 3: srow_make(x, V, 2); break;
+    case 4: srow_make(x, V, 3); break;
+    case 5: srow_make(x, V, 1); break;
+    default: srow_make(x, V, 0); break;
+    }
+}
+
+static void sliced_vocab(int V)
+{
+    enum { ROWS = 96, SETTINGS = 4 };
+    static const char *const slices[SETTINGS] = {"64", "256", "7", "0"};
+    static const float temps[] = {0.4f, 1.0f, 1.7f};
+    static const int ks[] = {1, 5, 12, 20, 40, 48, 49, 1000};
+    float *h = hmust((size_t)ROWS * V * sizeof *h);
+    int plain = 0, topk = 0;
+    for (int i = 0; i < ROWS; i++) {
+        sliced_row_make(h + (size_t)i * V, V, i % 6);
+        struct scase *c = &scases[i];
+        memset(c, 0, sizeof *c);
+        sampler_params_default(&c->p);
+        c->p.seed = ((uint64_t)(urand() * 4294967296.0) << 32) | (uint64_t)i;
+        c->p.temperature = temps[i % 3];
+        if (i % 4 == 1)
+            c->p.min_p = 0.05f;
+        if (i % 5 == 2) { /* logprobs of the raw logits: still a plain draw */
+            c->p.logprobs = true;
+            c->p.n_logprobs = 3;
+            c->p.logprobs_mode = SAMPLER_LOGPROBS_RAW;
+        }
+        if (i % 8 == 7) {
+            c->p.temperature = 0.0f; /* greedy rows among them */
+        } else if (i % 8 == 3) {
+            c->p.top_p = 0.9f; /* and rows that walk the whole row */
+        } else if (i % 4 == 1) { /* top-k, with top-p on every other */
+            c->p.top_k = ks[(i / 4) % 8];
+            if (i % 8 == 5)
+                c->p.top_p = 0.95f;
+            topk++;
+        } else {
+            plain++;
+        }
+        c->seq = (uint64_t)(urand() * 1000);
+        c->step = (uint64_t)i;
+    }
+    struct dev_sample ds;
+    struct sampler_scratch ss;
+    float *d = scases_up(h, ROWS, V, &ds, &ss);
+    struct dsample_out *out = hmust((size_t)SETTINGS * ROWS * sizeof *out);
+    for (int k = 0; k < SETTINGS; k++) {
+        struct env_keep keep;
+        env_push(&keep, "HEARTH_CUDA_SAMPLE_SLICES", slices[k]);
+        CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
+        slaunch(d, V, &ds, out + (size_t)k * ROWS);
+        env_pop(&keep);
+    }
+    CHECK_OK(K->prepare(info.sm_count, err, sizeof err), err);
+    int bad = 0;
+    for (int i = 0; i < ROWS; i++) {
+        struct dsample_out want;
+        double margin;
+        dsample_ref(&scases[i].p, h + (size_t)i * V, V, NULL, 0, 0, scases[i].seq, scases[i].step, &ss, &want,
+                    &margin);
+        for (int k = 0; k < SETTINGS; k++) {
+            const struct dsample_out *o = &out[(size_t)k * ROWS + i];
+            if (memcmp(&want, o, sizeof want) && ++bad <= 5)
+                fprintf(stderr, "  V=%d row %d (kind %d, T %g, min-p %g, k %d, p %g) at %s slices: device %d, "
+                        "reference %d\n", V, i, i % 6, (double)scases[i].p.temperature, (double)scases[i].p.min_p,
+                        scases[i].p.top_k, (double)scases[i].p.top_p, slices[k], o->token, want.token);
+        }
+    }
+    CHECK_MSG(bad == 0, "V=%d: %d sliced draws differ from the host reference", V, bad);
+    printf("  V=%d: %d rows (%d plain draws, %d top-k) as the reference at 64, 256, 7 and no slices\n", V, ROWS,
+           plain, topk);
+    free(h);
+    free(out);
+    cuda_dev_free(d);
+    dev_sample_free(&ds);
+    sampler_scratch_free(&ss);
+}
+
+static void test_sample_sliced(void)
+{
+    sliced_vocab(151936);
+    sliced_vocab(151937);
+    sliced_vocab(1000);
+    sliced_vocab(7);
+}
+
 /* Philox on the device: 2^16 equal logits make the draw floor(u 2^16), the top 16 of the
  * 53 random bits, which must be the host's. */
 static void test_sample_philox(void)
@@ -1857,6 +1970,7 @@ int main(int argc, char **argv)
         TEST_RUN(test_sample_philox);
         TEST_RUN(test_sample);
         TEST_RUN(test_sample_greedy);
+        TEST_RUN(test_sample_sliced);
         if (!quick)
             TEST_RUN(test_gemm_rows);
         else

@@ -182,6 +182,9 @@ struct cuda_sample {
     int n_biases;
     float *work;                     /* device [n_rows, vocab]: each row's logits after bias and penalties */
     struct dsample_out *out;         /* device [n_rows] */
+    int plain_draws, plain_topk;     /* 1: some row is a plain draw / plain top-k draw (dsample.h):
+                                      * their slice kernels are launched (else those rows walk
+                                      * their whole row, as others do) */
 };
 
 /* Positions per KV split of attention: a row's walk is cut at multiples of this

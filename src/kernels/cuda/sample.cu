@@ -24,7 +24,10 @@
  * read by many blocks first (amax_kernel, a slice each, their maxima in the row's work
  * area), so that one SM no longer reads 600 KB a token; the row's block then takes the
  * greatest of the slices' maxima.  The argmax has one answer in any order: the same
- * token as one block's pass. */
+ * token as one block's pass.  A draw of temperature (and min-p) alone reads its row the
+ * same way: the slices' maxima, then each slice's integer mass (mass_kernel); the row's
+ * block adds the masses, finds the slice that holds the target and walks that slice
+ * alone: the same integers, so the same token as the walk over the whole row. */
 #include "kernels/cuda/common.cuh"
 
 #include <limits.h>
@@ -58,6 +61,7 @@ struct smem {
             int id[LCAP], sid[LCAP];
             u64 q[LCAP];
         } l;
+        u64 mk[3072]; /* or a sliced top-k's lists (MCAP) */
     };
     u64 dmass[256];
     unsigned dcnt[256];
@@ -545,20 +549,22 @@ __device__ __forceinline__ u64 id_weight_of(const view &w, float raw, int edge)
 /* The draw in id order over the candidates whose CPU bin is below edge (the CPU
  * sampler's order without top-k): the first whose cumulative mass exceeds target =
  * floor(u total), or -1 when target is at or past their mass (then the rest, in sorted
- * order, hold it).  total: given (top-p's kept mass), or 0: their own mass (then -1
- * means they have none: every candidate was +inf).  The row is cut into at most SEGS
- * runs of consecutive ids; each warp sums whole runs (its lanes read consecutive ids),
- * warp 0 scans the runs' sums and walks the one that holds the target 32 ids at a
+ * order, hold it).  total: given (top-p's kept mass, or a sliced draw's), or 0: their
+ * own mass (then -1 means they have none: every candidate was +inf).  The walk covers
+ * ids [lo0, hi0) after a mass of before0 (the whole row from 0, or the slice that holds
+ * a sliced draw's target after the slices before it).  The range is cut into at most
+ * SEGS runs of consecutive ids; each warp sums whole runs (its lanes read consecutive
+ * ids), warp 0 scans the runs' sums and walks the one that holds the target 32 ids at a
  * time.  Integer sums: the cut changes no result. */
 constexpr int SEGS = 256, DF = 16; /* DF: loads in flight a lane */
-__device__ int draw_id_order(const view &w, int V, int edge, u64 total, u64 bits53, smem &s)
+__device__ int draw_id_order(const view &w, int lo0, int hi0, int edge, u64 total, u64 before0, u64 bits53, smem &s)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int seg_len = (V + SEGS - 1) / SEGS;
+    int seg_len = (hi0 - lo0 + SEGS - 1) / SEGS;
     seg_len = (seg_len + 127) / 128 * 128;
-    const int n_seg = (V + seg_len - 1) / seg_len;
+    const int n_seg = (hi0 - lo0 + seg_len - 1) / seg_len;
     for (int g = warp; g < n_seg; g += NW) {
-        const int lo = g * seg_len, hi = min(V, lo + seg_len);
+        const int lo = lo0 + g * seg_len, hi = min(hi0, lo + seg_len);
         u64 sum = 0;
         for (int i = lo + lane; i < hi; i += 32 * DF) {
             float raw[DF];
@@ -590,15 +596,15 @@ __device__ int draw_id_order(const view &w, int V, int edge, u64 total, u64 bits
             total = __shfl_sync(FULL, incl, 31);
         const u64 target = total ? dsample_target(bits53, total) : 0;
         /* the run that holds target: the lane's, then the run within it */
-        unsigned hit = __ballot_sync(FULL, total && target < incl);
+        unsigned hit = __ballot_sync(FULL, total && target < before0 + incl);
         int token = -1;
         if (hit) {
             const int at = __ffs(hit) - 1;
-            u64 before = __shfl_sync(FULL, incl - own, at);
+            u64 before = before0 + __shfl_sync(FULL, incl - own, at);
             int g = 8 * at;
             while (before + s.seg[g] <= target) /* target < the lane's end: stops in it */
                 before += s.seg[g++];
-            const int lo = g * seg_len, hi = min(V, lo + seg_len);
+            const int lo = lo0 + g * seg_len, hi = min(hi0, lo + seg_len);
             for (int i0 = lo; i0 < hi && token < 0; i0 += 32) {
                 const int i = i0 + lane;
                 u64 q = i < hi ? id_weight_of(w, w.vals[i], edge) : 0, c = q;
@@ -622,6 +628,48 @@ __device__ int draw_id_order(const view &w, int V, int edge, u64 total, u64 bits
     return token;
 }
 
+/* The draw from kk candidates in (value desc, id asc) order (values sx, ids sid): their
+ * weights (into q), top-p's limit, the draw in that order; integer sums in list order,
+ * one thread.  *token as drawn, left as it was (the greedy token) when the list has no
+ * mass (every candidate +inf). */
+__device__ void list_draw(const view &w, const float *sx, const int *sid, u64 *q, int kk, float top_p, u64 bits53,
+                          int *token, smem &s)
+{
+    for (int j = threadIdx.x; j < kk; j += ST)
+        q[j] = dsample_weight(w.ref, sx[j], w.t);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u64 total = 0;
+        for (int j = 0; j < kk; j++)
+            total += q[j];
+        int tok = -1;
+        if (total > 0) {
+            if (top_p < 1.0f) { /* the mass through the first token where it reaches the limit */
+                const u64 lim = dsample_top_p_limit(top_p, total);
+                u64 c = 0;
+                for (int j = 0; j < kk; j++) {
+                    c += q[j];
+                    if (c >= lim)
+                        break;
+                }
+                total = c;
+            }
+            const u64 target = dsample_target(bits53, total);
+            u64 c = 0;
+            for (int j = 0; j < kk && tok < 0; j++) {
+                c += q[j];
+                if (c > target)
+                    tok = sid[j];
+            }
+        }
+        s.f_idx = tok;
+    }
+    __syncthreads();
+    if (s.f_idx >= 0)
+        *token = s.f_idx;
+    __syncthreads();
+}
+
 /* Top-k with k <= LCAP without a pass per radix digit: a histogram of the candidates'
  * counts by first-level bin finds the bin of the k-th; when the candidates down to that
  * bin fit the list, they are collected (any slot order), ranked by (value desc, id
@@ -640,40 +688,7 @@ __device__ bool topk_list(const view &w, int V, int top_k, float top_p, u64 bits
     if (n_list > (u64)LCAP)
         return false;
     const int n = collect_ranked(w, V, [b](int bin) { return bin <= b; }, s.l.x, s.l.id, s.l.sx, s.l.sid, s);
-    const int kk = top_k < n ? top_k : n;
-    for (int j = threadIdx.x; j < kk; j += ST)
-        s.l.q[j] = dsample_weight(w.ref, s.l.sx[j], w.t);
-    __syncthreads();
-    if (threadIdx.x == 0) { /* integer sums in list order, one thread */
-        u64 total = 0;
-        for (int j = 0; j < kk; j++)
-            total += s.l.q[j];
-        int tok = -1;
-        if (total > 0) {
-            if (top_p < 1.0f) { /* the mass through the first token where it reaches the limit */
-                const u64 lim = dsample_top_p_limit(top_p, total);
-                u64 c = 0;
-                for (int j = 0; j < kk; j++) {
-                    c += s.l.q[j];
-                    if (c >= lim)
-                        break;
-                }
-                total = c;
-            }
-            const u64 target = dsample_target(bits53, total);
-            u64 c = 0;
-            for (int j = 0; j < kk && tok < 0; j++) {
-                c += s.l.q[j];
-                if (c > target)
-                    tok = s.l.sid[j];
-            }
-        }
-        s.f_idx = tok;
-    }
-    __syncthreads();
-    if (s.f_idx >= 0)
-        *token = s.f_idx;
-    __syncthreads();
+    list_draw(w, s.l.sx, s.l.sid, s.l.q, top_k < n ? top_k : n, top_p, bits53, token, s);
     return true;
 }
 
@@ -685,15 +700,184 @@ __device__ __forceinline__ bool greedy_plain(const struct dsample_row &r)
     return r.temperature < DSAMPLE_GREEDY_EPS && r.n_mods == 0 && !(with_lp && r.penalized);
 }
 
+/* The maximum of a row from its slices' (amax_kernel: values at [0, n), ids at [n, 2 n)
+ * of its work row): this thread's share, slices first, first + stride, ... (block_amax
+ * then merges the threads'). */
+__device__ __forceinline__ void slices_amax(const float *part, int n, int first, int stride, float &bv, int &bi)
+{
+    for (int j = first; j < n; j += stride)
+        amax_take(bv, bi, part[j], ((const int *)part)[n + j]);
+}
+
+/* Slice j's mass (mass_kernel): a (low, high) word pair at 2 n + 2 j of the work row. */
+__device__ __forceinline__ u64 slice_mass(const unsigned *mw, int j)
+{
+    return (u64)mw[2 * j] | ((u64)mw[2 * j + 1] << 32);
+}
+
+/* A sliced top-k (plain top-k draws, k <= KS): each slice's best k candidates
+ * (topk_kernel), then the row's block merges the slices' lists and draws from the first
+ * k (list_draw): the list topk_list ranks, as every slice holds its own share of it.
+ * Candidates compare by a key of (value's order, id's complement): larger is better,
+ * ties to the lower id, 0 no candidate. */
+constexpr int KS = 48;     /* the largest top-k drawn from slices */
+constexpr int TK_E = 16;   /* ids a thread of topk_kernel holds: a slice of at most TK_E * AT */
+constexpr int MCAP = 3072; /* the slices' keys a row's block merges (n_slices * top_k) */
+
+__device__ __forceinline__ u64 topk_key(float v, int id)
+{
+    return ((u64)dsample_order(v) << 32) | (u64)(0xffffffffu - (unsigned)id);
+}
+
+/* The warp's largest of its lanes' keys (distinct, or 0): the lane holding it, or -1
+ * when every key is 0; *kw the key. */
+__device__ __forceinline__ int warp_best(u64 key, u64 *kw)
+{
+    const unsigned hi = (unsigned)(key >> 32), lo = (unsigned)key;
+    const unsigned mh = __reduce_max_sync(FULL, hi);
+    const unsigned ml = __reduce_max_sync(FULL, hi == mh ? lo : 0u);
+    *kw = ((u64)mh << 32) | ml;
+    if (mh == 0)
+        return -1; /* a candidate's order is never 0 */
+    return __ffs(__ballot_sync(FULL, hi == mh && lo == ml)) - 1;
+}
+
+/* One warp: the first k keys of nl lists sorted best first (list j at src + j stride,
+ * len keys, 0 past its candidates), best first into out; heads [nl] scratch, list j
+ * owned by lane j % 32.  Returns how many (fewer when the lists run out). */
+__device__ int merge_lists(const u64 *src, int nl, int stride, int len, int k, unsigned *heads, u64 *out)
+{
+    const int lane = threadIdx.x & 31;
+    for (int j = lane; j < nl; j += 32)
+        heads[j] = 0;
+    __syncwarp();
+    u64 b = 0;
+    int bj = -1;
+    auto lane_best = [&]() {
+        b = 0;
+        bj = -1;
+        for (int j = lane; j < nl; j += 32) {
+            const unsigned h = heads[j];
+            const u64 c = h < (unsigned)len ? src[(size_t)j * stride + h] : 0;
+            if (c > b) {
+                b = c;
+                bj = j;
+            }
+        }
+    };
+    lane_best();
+    int n = 0;
+    for (; n < k; n++) {
+        u64 kw;
+        const int win = warp_best(b, &kw);
+        if (win < 0)
+            break;
+        if (lane == 0)
+            out[n] = kw;
+        if (lane == win) {
+            heads[bj]++;
+            lane_best();
+        }
+    }
+    __syncwarp();
+    return n;
+}
+
+/* A plain top-k draw's row block: the slices' lists (topk_kernel: ks_cap keys a slice
+ * from word 4 n_slices of the work row, as (low, high) pairs) merged by warp 0 into the
+ * row's first top_k candidates, their values and ids into s.bsx / s.bsid.  Returns how
+ * many (fewer than top_k when the row has fewer candidates). */
+__device__ int topk_merge_slices(const view &w, const unsigned *lw, int n_slices, int ks_cap, int top_k, smem &s)
+{
+    for (int e = threadIdx.x; e < n_slices * top_k; e += ST) {
+        const int j = e / top_k, q = e - j * top_k;
+        const unsigned *p = lw + 2 * ((size_t)j * ks_cap + q);
+        s.mk[e] = (u64)p[0] | ((u64)p[1] << 32);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int kk = merge_lists(s.mk, n_slices, top_k, top_k, top_k, s.dcnt, s.seg);
+        for (int j = threadIdx.x; j < kk; j += 32) {
+            const int id = (int)(0xffffffffu - (unsigned)s.seg[j]);
+            float v;
+            view_get(w, id, &v);
+            s.bsid[j] = id;
+            s.bsx[j] = v;
+        }
+        if (threadIdx.x == 0)
+            s.n_list = kk;
+    }
+    __syncthreads();
+    const int kk = s.n_list;
+    __syncthreads();
+    return kk;
+}
+
+/* Whether row r draws its top-k from slices (ks_cap: the launch's room, 0 none). */
+__device__ __forceinline__ bool topk_sliced(const struct dsample_row &r, int V, int ks_cap)
+{
+    return ks_cap > 0 && dsample_plain_topk(&r, V) && r.top_k <= ks_cap;
+}
+
+/* A draw_plain row's draw from its slices' masses: warp 0 adds them in slice order
+ * (integers: the row's total whatever the cut), finds the slice where the cumulative
+ * mass passes target = floor(u total), and the block walks that slice alone
+ * (draw_id_order from the mass of the slices before it): the token of one walk over
+ * the whole row.  -1 when the row has no mass (every candidate +inf: greedy). */
+__device__ int draw_sliced(const view &w, int V, int n_slices, int chunk, const unsigned *mw, u64 bits53, smem &s)
+{
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x, per = (n_slices + 31) / 32, j0 = lane * per;
+        u64 own = 0;
+        for (int j = j0; j < j0 + per && j < n_slices; j++)
+            own += slice_mass(mw, j);
+        u64 incl = own;
+        for (int o = 1; o < 32; o <<= 1) {
+            u64 a = __shfl_up_sync(FULL, incl, o);
+            if (lane >= o)
+                incl += a;
+        }
+        const u64 total = __shfl_sync(FULL, incl, 31);
+        const u64 target = total ? dsample_target(bits53, total) : 0;
+        const unsigned hit = __ballot_sync(FULL, total && target < incl);
+        int jt = -1;
+        u64 before = 0;
+        if (hit) { /* warp-uniform */
+            const int at = __ffs(hit) - 1;
+            if (lane == at) {
+                before = incl - own;
+                jt = j0;
+                while (before + slice_mass(mw, jt) <= target) /* target < the lane's end: stops in it */
+                    before += slice_mass(mw, jt++);
+            }
+            jt = __shfl_sync(FULL, jt, at);
+            before = __shfl_sync(FULL, before, at);
+        }
+        if (lane == 0) {
+            s.f_idx = jt;
+            s.f_above_mass = before;
+            s.tot_mass = total;
+        }
+    }
+    __syncthreads();
+    const int j = s.f_idx;
+    const u64 before = s.f_above_mass, total = s.tot_mass;
+    __syncthreads();
+    if (j < 0)
+        return -1;
+    return draw_id_order(w, j * chunk, min(V, (j + 1) * chunk), DSAMPLE_CPU_BINS, total, before, bits53, s);
+}
+
 /* Block (row, slice): the (maximum, first id) of the cleaned logits [slice * chunk,
- * + chunk) of a greedy_plain row, into the row's work area: values at [0, n_slices),
- * ids at [n_slices, 2 n_slices) (the work row is otherwise unused by such a row). */
-__global__ void __launch_bounds__(AT) amax_kernel(struct cuda_sample a, int chunk)
+ * + chunk) of a greedy_plain row (and of the plain draws the launch slices), into the row's
+ * work area: values at [0, n_slices), ids at [n_slices, 2 n_slices) (the work row is
+ * otherwise unused by such a row). */
+__global__ void __launch_bounds__(AT) amax_kernel(struct cuda_sample a, int chunk, int draws, int ks_cap)
 {
     __shared__ float sv[AT / 32];
     __shared__ int si[AT / 32];
     const struct dsample_row r = a.rows[blockIdx.x];
-    if (!greedy_plain(r))
+    if (!greedy_plain(r) && !(draws && dsample_plain_draw(&r, a.vocab)) && !topk_sliced(r, a.vocab, ks_cap))
         return;
     const int V = a.vocab;
     const float *L = a.logits + (size_t)r.logit_row * V;
@@ -709,8 +893,132 @@ __global__ void __launch_bounds__(AT) amax_kernel(struct cuda_sample a, int chun
     }
 }
 
-/* n_slices > 0: amax_kernel ran before, in slices of that many (greedy_plain rows). */
-__global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int n_slices)
+/* Block (row, slice) of a draw_plain row, after amax_kernel: the row's maximum from the
+ * slices' (as its sample block takes it), then the integer mass of the slice's
+ * candidates by the draw's weights (id_weight_of over every CPU bin), into the row's
+ * work area as a (low, high) word pair at 2 n_slices + 2 slice.  Integer sums: the
+ * slices' masses add up to the one pass's total in any order. */
+__global__ void __launch_bounds__(AT) mass_kernel(struct cuda_sample a, int chunk)
+{
+    __shared__ u64 ws[AT / 32];
+    __shared__ float sv[AT / 32];
+    __shared__ int si[AT / 32];
+    const struct dsample_row r = a.rows[blockIdx.x];
+    const int V = a.vocab;
+    if (!dsample_plain_draw(&r, V))
+        return;
+    const float *L = a.logits + (size_t)r.logit_row * V;
+    float *part = a.work + (size_t)blockIdx.x * V;
+    const int n = gridDim.y;
+    float xmax = 0.0f;
+    int tok = INT_MAX;
+    slices_amax(part, n, threadIdx.x, AT, xmax, tok);
+    block_amax<AT>(xmax, tok, sv, si);
+    if (xmax == 0.0f)
+        xmax = 0.0f; /* -0 and +0 are one maximum */
+    u64 q = 0;
+    if (xmax != -INFINITY) { /* else the row draws nothing: its block keeps the argmax */
+        const view w = {L, 1, xmax, r.temperature, 0, r.keep_from};
+        const int lo = blockIdx.y * chunk, hi = min(V, lo + chunk);
+        constexpr int U = 4; /* loads in flight a thread */
+        for (int i = lo + threadIdx.x; i < hi; i += U * AT) {
+            float raw[U];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                raw[u] = i + u * AT < hi ? L[i + u * AT] : -INFINITY;
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                q += i + u * AT < hi ? id_weight_of(w, raw[u], DSAMPLE_CPU_BINS) : 0;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        q += __shfl_xor_sync(FULL, q, o);
+    if ((threadIdx.x & 31) == 0)
+        ws[threadIdx.x >> 5] = q;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u64 t = 0;
+        for (int k = 0; k < AT / 32; k++)
+            t += ws[k];
+        unsigned *mw = (unsigned *)part + 2 * n;
+        mw[2 * blockIdx.y] = (unsigned)t;
+        mw[2 * blockIdx.y + 1] = (unsigned)(t >> 32);
+    }
+}
+
+/* Block (row, slice) of a plain top-k draw (topk_sliced), after amax_kernel: the row's
+ * maximum from the slices' (for min-p), then the slice's best top_k candidates, best
+ * first (keys; 0 past its candidates), at words 4 n_slices + 2 ks_cap slice of the work
+ * row as (low, high) pairs.  Each thread holds TK_E ids; t, the k-th largest of the
+ * threads' best keys (a bitwise search of block-wide counts), has at least k keys at
+ * or above it, so the slice's best k are among those, at most TK_E k of them: they are
+ * collected and ranked. */
+__global__ void __launch_bounds__(AT) topk_kernel(struct cuda_sample a, int chunk, int ks_cap)
+{
+    __shared__ u64 cand[TK_E * KS];
+    __shared__ u64 best[KS];
+    __shared__ float sv[AT / 32];
+    __shared__ int si[AT / 32];
+    __shared__ int n_cand;
+    const struct dsample_row r = a.rows[blockIdx.x];
+    const int V = a.vocab;
+    if (!topk_sliced(r, V, ks_cap))
+        return;
+    const float *L = a.logits + (size_t)r.logit_row * V;
+    const float *part = a.work + (size_t)blockIdx.x * V;
+    const int k = r.top_k;
+    float xmax = 0.0f;
+    int tok = INT_MAX;
+    slices_amax(part, gridDim.y, threadIdx.x, AT, xmax, tok);
+    block_amax<AT>(xmax, tok, sv, si);
+    if (xmax == 0.0f)
+        xmax = 0.0f; /* -0 and +0 are one maximum */
+    const view w = {L, 1, xmax, r.temperature, 0, r.keep_from};
+    const int lo = blockIdx.y * chunk, hi = min(V, lo + chunk);
+    u64 e[TK_E], m = 0;
+#pragma unroll
+    for (int u = 0; u < TK_E; u++) {
+        const int i = lo + threadIdx.x + u * AT;
+        float v;
+        e[u] = i < hi && view_get(w, i, &v) ? topk_key(v, i) : 0;
+        m = e[u] > m ? e[u] : m;
+    }
+    if (threadIdx.x == 0)
+        n_cand = 0;
+    u64 t = 0; /* the k-th largest m (distinct keys, or 0), or 0 when fewer are nonzero */
+    for (int bit = 63; bit >= 0; bit--) {
+        const u64 c = t | (1ull << bit);
+        if (__syncthreads_count(m >= c) >= k)
+            t = c;
+    }
+#pragma unroll
+    for (int u = 0; u < TK_E; u++)
+        if (e[u] != 0 && e[u] >= t)
+            cand[atomicAdd(&n_cand, 1)] = e[u]; /* slot order varies: ranked below */
+    __syncthreads();
+    const int nc = n_cand;
+    for (int j = threadIdx.x; j < nc; j += AT) {
+        const u64 kj = cand[j];
+        int rank = 0;
+        for (int i = 0; i < nc; i++)
+            rank += cand[i] > kj;
+        if (rank < k)
+            best[rank] = kj;
+    }
+    __syncthreads();
+    unsigned *lw = (unsigned *)part + 4 * gridDim.y + 2 * (size_t)blockIdx.y * ks_cap;
+    for (int j = threadIdx.x; j < k; j += AT) {
+        const u64 key = j < nc ? best[j] : 0;
+        lw[2 * j] = (unsigned)key;
+        lw[2 * j + 1] = (unsigned)(key >> 32);
+    }
+}
+
+/* n_slices > 0: amax_kernel ran before, in slices of chunk ids (greedy_plain rows; with
+ * draws also plain draws, whose masses mass_kernel then summed; with ks_cap plain top-k
+ * draws of k <= ks_cap, whose lists topk_kernel then made). */
+__global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int n_slices, int chunk, int draws,
+                                                       int ks_cap)
 {
     __shared__ smem s;
     const struct dsample_row r = a.rows[blockIdx.x];
@@ -728,10 +1036,11 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int
     /* the copy is read by a draw, by the modifiers, and by logprobs after them; a
      * greedy row with none of those needs only the maximum (600 KB a row unwritten) */
     const bool greedy = r.temperature < DSAMPLE_GREEDY_EPS, with_lp = r.logprobs || r.n_logprobs > 0;
-    const bool store = !greedy_plain(r);
-    if (!store && n_slices > 0) { /* the slices' maxima (greedy_plain) */
-        for (int j = threadIdx.x; j < n_slices; j += ST)
-            amax_take(xmax, token, x[j], ((const int *)x)[n_slices + j]);
+    const bool sliced_draw = n_slices > 0 && draws && dsample_plain_draw(&r, V);
+    const bool sliced_topk = n_slices > 0 && topk_sliced(r, V, ks_cap);
+    const bool store = !greedy_plain(r) && !sliced_draw && !sliced_topk;
+    if (!store && n_slices > 0) { /* the slices' maxima (greedy_plain, sliced_draw, sliced_topk) */
+        slices_amax(x, n_slices, threadIdx.x, ST, xmax, token);
     } else {
         clean_range<ST>(L, x, 0, V, store, xmax, token);
     }
@@ -755,9 +1064,20 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int
         view w = {x, 0, xmax, r.temperature, 0, r.keep_from};
         const u64 bits = dsample_bits53(r.seed, r.seq_index, r.step);
         const bool sorted = r.top_k > 0 && r.top_k < V; /* the CPU draws in sorted order */
-        if (!sorted && !(r.top_p < 1.0f)) {
+        if (sliced_draw) { /* the raw row, cleaned as read: no copy was stored */
+            w.vals = L;
+            w.clean = 1;
+            int t = draw_sliced(w, V, n_slices, chunk, (const unsigned *)x + 2 * n_slices, bits, s);
+            if (t >= 0) /* else every candidate was +inf: greedy */
+                token = t;
+        } else if (sliced_topk) { /* the raw row too */
+            w.vals = L;
+            w.clean = 1;
+            const int kk = topk_merge_slices(w, (const unsigned *)x + 4 * n_slices, n_slices, ks_cap, r.top_k, s);
+            list_draw(w, s.bsx, s.bsid, s.dmass, kk, r.top_p, bits, &token, s);
+        } else if (!sorted && !(r.top_p < 1.0f)) {
             /* temperature and min-p alone: one pass sums and draws in id order */
-            int t = draw_id_order(w, V, DSAMPLE_CPU_BINS, 0, bits, s);
+            int t = draw_id_order(w, 0, V, DSAMPLE_CPU_BINS, 0, 0, bits, s);
             if (t >= 0) /* else every candidate was +inf: greedy */
                 token = t;
         } else if (sorted && r.top_k <= LCAP && topk_list(w, V, r.top_k, r.top_p, bits, &token, s)) {
@@ -777,7 +1097,7 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int
                         edge = dsample_cpu_bin(xmax, x[kept.id], r.temperature);
                 }
                 u64 target = dsample_target(bits, total);
-                token = sorted ? -1 : draw_id_order(w, V, edge, total, bits, s);
+                token = sorted ? -1 : draw_id_order(w, 0, V, edge, total, 0, bits, s);
                 if (token < 0) /* in sorted order: the kept tokens the id walk left, after its mass */
                     token = select_at(w, V, id_bits, false, target + 1, true, s).id;
             }
@@ -886,18 +1206,34 @@ enum hr_status sample(const struct cuda_sample *a, void *stream, char *err, size
         (!a->mods && a->n_mods > 0) || (!a->biases && a->n_biases > 0))
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda sample: bad arguments (rows=%d vocab=%d)", a->n_rows,
                       a->vocab);
-    int n_slices = 0;
+    int n_slices = 0, chunk = 0, draws = 0, ks_cap = 0;
     if (g_slices > 0 && a->vocab >= 8) {
         /* slices of whole float4s; at most vocab / 4 of them, so that their 2 n_slices
-         * words fit the row's work area */
-        int chunk = ((a->vocab + g_slices - 1) / g_slices + 3) & ~3;
+         * words fit the row's work area; a plain draw's masses take 2 n_slices more, a
+         * top-k's lists then 2 ks_cap n_slices */
+        chunk = ((a->vocab + g_slices - 1) / g_slices + 3) & ~3;
         n_slices = (a->vocab + chunk - 1) / chunk;
-        amax_kernel<<<dim3((unsigned)a->n_rows, (unsigned)n_slices), AT, 0, (cudaStream_t)stream>>>(*a, chunk);
+        draws = a->plain_draws && 4 * n_slices <= a->vocab;
+        if (a->plain_topk && chunk <= TK_E * AT && n_slices <= 256) { /* 256: s.dcnt holds the heads */
+            const int room = (a->vocab - 4 * n_slices) / (2 * n_slices);
+            ks_cap = KS < MCAP / n_slices ? KS : MCAP / n_slices;
+            ks_cap = ks_cap < room ? ks_cap : room > 0 ? room : 0;
+        }
+        const dim3 grid((unsigned)a->n_rows, (unsigned)n_slices);
+        amax_kernel<<<grid, AT, 0, (cudaStream_t)stream>>>(*a, chunk, draws, ks_cap);
         enum hr_status st = launch_status("sample argmax", err, errlen);
+        if (st == HR_OK && draws) {
+            mass_kernel<<<grid, AT, 0, (cudaStream_t)stream>>>(*a, chunk);
+            st = launch_status("sample masses", err, errlen);
+        }
+        if (st == HR_OK && ks_cap > 0) {
+            topk_kernel<<<grid, AT, 0, (cudaStream_t)stream>>>(*a, chunk, ks_cap);
+            st = launch_status("sample top-k", err, errlen);
+        }
         if (st != HR_OK)
             return st;
     }
-    sample_kernel<<<a->n_rows, ST, 0, (cudaStream_t)stream>>>(*a, n_slices);
+    sample_kernel<<<a->n_rows, ST, 0, (cudaStream_t)stream>>>(*a, n_slices, chunk, draws, ks_cap);
     return launch_status("sample", err, errlen);
 }
 
