@@ -394,6 +394,34 @@ static int gemm_compare_settings(const struct shape *s, size_t si, const char *k
     return cases;
 }
 
+/* gemm_compare_settings on every shape that keep admits (one at least), each shape's rows
+ * equal under every setting.  Returns the cases compared; *n_shapes the shapes. */
+static int gemm_compare_shapes(bool (*keep)(const struct shape *), const char *knob[2],
+                               const char *const (*vals)[2], size_t n_vals, const char *what, int *n_shapes)
+{
+    int cases = 0;
+    *n_shapes = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const struct shape *s = &shapes[si];
+        if (!keep(s))
+            continue;
+        (*n_shapes)++;
+        int bad = 0;
+        cases += gemm_compare_settings(s, si, knob, vals, n_vals, what, &bad);
+        CHECK_MSG(bad == 0, "%s %s: %d rows differ between %ss", K->name, s->name, bad, what);
+    }
+    CHECK(*n_shapes > 0);
+    return cases;
+}
+
+static bool shape_unsplit(const struct shape *s) { return K->gemm_split(s->n, s->k, s->epi) == 1; }
+
+/* a K split on the TMA tile: the narrow fold's shapes */
+static bool shape_split_tma(const struct shape *s)
+{
+    return K->gemm_split(s->n, s->k, s->epi) != 1 && strcmp(K->gemm_tile(s->n, s->k, s->epi), "tma128") == 0;
+}
+
 /* The unsplit TMA tile at each width (HEARTH_CUDA_GEMM_WIDTH 16, 32, 64, 96, 128, 256;
  * 0: gemm_width picks one, and the block's rows, by m) gives the bytes of the 128-wide
  * tile: rows of 1, 37, 130 and 300 at every shape without a K split, compared with the
@@ -416,17 +444,9 @@ static void test_gemm_widths(void)
                                             {"16", ""},     {"0", ""},      {"192", "192"}, {"128", "192"},
                                             {"96", "64"},   {"128", "64"},  {"128", "128"}};
     const char *knob[2] = {"HEARTH_CUDA_GEMM_WIDTH", "HEARTH_CUDA_GEMM_BM"};
-    int cases = 0, shapes_n = 0;
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const struct shape *s = &shapes[si];
-        if (K->gemm_split(s->n, s->k, s->epi) != 1)
-            continue;
-        shapes_n++;
-        int bad = 0;
-        cases += gemm_compare_settings(s, si, knob, widths, sizeof widths / sizeof widths[0], "width", &bad);
-        CHECK_MSG(bad == 0, "%s %s: %d rows differ between tile widths", K->name, s->name, bad);
-    }
-    CHECK(shapes_n > 0);
+    int shapes_n;
+    const int cases =
+        gemm_compare_shapes(shape_unsplit, knob, widths, sizeof widths / sizeof widths[0], "tile width", &shapes_n);
     printf("  %s tile widths 16 / 32 / 40 / 48 / 64 / 96 / 128 / 192 / 256 / auto (40: not SwiGLU's, which then runs its "
            "automatic width), 128 and 192 on 192-row blocks, 96 and 128 on 64-row blocks, 128 on 128-row blocks: %d "
            "shapes without a split, %d width x row-count cases, "
@@ -449,17 +469,9 @@ static void test_gemm_fold_widths(void)
     /* "0": the reference, the split's launches without the narrow fold */
     static const char *const widths[][2] = {{"0", "0"}, {"16", "0"}, {"32", "0"}, {"64", "0"}, {"128", "0"}};
     const char *knob[2] = {"HEARTH_CUDA_GEMM_FOLD_WIDTH", "HEARTH_CUDA_GEMM_NFOLD_MAX"};
-    int cases = 0, shapes_n = 0;
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const struct shape *s = &shapes[si];
-        if (K->gemm_split(s->n, s->k, s->epi) == 1 || strcmp(K->gemm_tile(s->n, s->k, s->epi), "tma128") != 0)
-            continue;
-        shapes_n++;
-        int bad = 0;
-        cases += gemm_compare_settings(s, si, knob, widths, sizeof widths / sizeof widths[0], "fold width", &bad);
-        CHECK_MSG(bad == 0, "%s %s: %d rows differ between the fold widths", K->name, s->name, bad);
-    }
-    CHECK(shapes_n > 0);
+    int shapes_n;
+    const int cases =
+        gemm_compare_shapes(shape_split_tma, knob, widths, sizeof widths / sizeof widths[0], "fold width", &shapes_n);
     printf("  %s narrow fold 16 / 32 / 64 / 128 wide against a part a block: %d shapes with a split, %d width x "
            "row-count cases, bytes equal\n",
            K->name, shapes_n, cases);

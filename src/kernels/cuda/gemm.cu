@@ -1172,37 +1172,33 @@ template <int WG> enum hr_status tma_launch(const params &p, const struct cuda_g
         rc = tma_map(&tp.tup, g->w_up, g->n, p.k, nw / 2, "w_up", err, errlen);
     if (rc != HR_OK)
         return rc;
-    /* the narrow widths: one warpgroup, deep where the blocks fit one an SM */
-    auto narrow = [&](auto D) {
-        constexpr bool DP = decltype(D)::value;
+    /* One warpgroup at a narrow width (16, 32, 40, 48, 64), deep where the blocks fit one
+     * an SM; or the narrow fold (fold_width: 16, 32, 64, 128; always deep) */
+    auto one_wg = [&](auto F, auto D) {
+        constexpr bool FO = decltype(F)::value, DP = decltype(D)::value;
         if (nw == 64)
-            tma_launch_epi<1, false, 64, DP>(tp, g->epi, st);
+            tma_launch_epi<1, FO, 64, DP>(tp, g->epi, st);
+        else if (nw == 32)
+            tma_launch_epi<1, FO, 32, DP>(tp, g->epi, st);
+        else if (nw == 16)
+            tma_launch_epi<1, FO, 16, DP>(tp, g->epi, st);
+        else if constexpr (FO)
+            tma_launch_epi<1, true, BN, true>(tp, g->epi, st);
         else if (nw == 48)
             tma_launch_epi<1, false, 48, DP>(tp, g->epi, st);
-        else if (nw == 40)
+        else
             tma_launch_epi<1, false, 40, DP>(tp, g->epi, st);
-        else if (nw == 32)
-            tma_launch_epi<1, false, 32, DP>(tp, g->epi, st);
-        else
-            tma_launch_epi<1, false, 16, DP>(tp, g->epi, st);
     };
-    if (WG == 2 && p.split > 1 && p.par == 1 && p.few) { /* the narrow fold (fold_width): deep */
-        if (nw == 16)
-            tma_launch_epi<1, true, 16, true>(tp, g->epi, st);
-        else if (nw == 32)
-            tma_launch_epi<1, true, 32, true>(tp, g->epi, st);
-        else if (nw == 64)
-            tma_launch_epi<1, true, 64, true>(tp, g->epi, st);
-        else
-            tma_launch_epi<1, true, BN, true>(tp, g->epi, st);
-    } else if (WG == 2 && p.wg3 && nw == 192)
+    if (WG == 2 && p.split > 1 && p.par == 1 && p.few) /* the narrow fold */
+        one_wg(std::true_type{}, std::true_type{});
+    else if (WG == 2 && p.wg3 && nw == 192)
         tma_launch_epi<3, false, 192>(tp, g->epi, st);
     else if (WG == 2 && p.wg3)
         tma_launch_epi<3, false>(tp, g->epi, st);
     else if (WG == 2 && p.few && nw == 96)
         p.deep ? tma_launch_epi<1, false, 96, true>(tp, g->epi, st) : tma_launch_epi<1, false, 96>(tp, g->epi, st);
     else if (WG == 2 && nw <= 64)
-        p.deep ? narrow(std::true_type{}) : narrow(std::false_type{});
+        p.deep ? one_wg(std::false_type{}, std::true_type{}) : one_wg(std::false_type{}, std::false_type{});
     else if (WG == 2 && p.few)
         p.deep ? tma_launch_epi<1, false, BN, true>(tp, g->epi, st) : tma_launch_epi<1, false>(tp, g->epi, st);
     else if (WG == 2 && nw == BN && p.deep)

@@ -30,6 +30,7 @@
  * alone: the same integers, so the same token as the walk over the whole row. */
 #include "kernels/cuda/common.cuh"
 
+#include <algorithm>
 #include <limits.h>
 #include <stdlib.h>
 
@@ -709,6 +710,19 @@ __device__ __forceinline__ void slices_amax(const float *part, int n, int first,
         amax_take(bv, bi, part[j], ((const int *)part)[n + j]);
 }
 
+/* A row's maximum from its slices' (slices_amax over a block of NT threads, block_amax),
+ * -0 as +0: what the row's own block takes, for the slice kernels of a plain draw. */
+template <int NT> __device__ __forceinline__ float slices_max(const float *part, int n, float *sv, int *si)
+{
+    float xmax = 0.0f;
+    int tok = INT_MAX;
+    slices_amax(part, n, threadIdx.x, NT, xmax, tok);
+    block_amax<NT>(xmax, tok, sv, si);
+    if (xmax == 0.0f)
+        xmax = 0.0f; /* -0 and +0 are one maximum */
+    return xmax;
+}
+
 /* Slice j's mass (mass_kernel): a (low, high) word pair at 2 n + 2 j of the work row. */
 __device__ __forceinline__ u64 slice_mass(const unsigned *mw, int j)
 {
@@ -910,12 +924,7 @@ __global__ void __launch_bounds__(AT) mass_kernel(struct cuda_sample a, int chun
     const float *L = a.logits + (size_t)r.logit_row * V;
     float *part = a.work + (size_t)blockIdx.x * V;
     const int n = gridDim.y;
-    float xmax = 0.0f;
-    int tok = INT_MAX;
-    slices_amax(part, n, threadIdx.x, AT, xmax, tok);
-    block_amax<AT>(xmax, tok, sv, si);
-    if (xmax == 0.0f)
-        xmax = 0.0f; /* -0 and +0 are one maximum */
+    const float xmax = slices_max<AT>(part, n, sv, si);
     u64 q = 0;
     if (xmax != -INFINITY) { /* else the row draws nothing: its block keeps the argmax */
         const view w = {L, 1, xmax, r.temperature, 0, r.keep_from};
@@ -965,14 +974,9 @@ __global__ void __launch_bounds__(AT) topk_kernel(struct cuda_sample a, int chun
     if (!topk_sliced(r, V, ks_cap))
         return;
     const float *L = a.logits + (size_t)r.logit_row * V;
-    const float *part = a.work + (size_t)blockIdx.x * V;
+    float *part = a.work + (size_t)blockIdx.x * V;
     const int k = r.top_k;
-    float xmax = 0.0f;
-    int tok = INT_MAX;
-    slices_amax(part, gridDim.y, threadIdx.x, AT, xmax, tok);
-    block_amax<AT>(xmax, tok, sv, si);
-    if (xmax == 0.0f)
-        xmax = 0.0f; /* -0 and +0 are one maximum */
+    const float xmax = slices_max<AT>(part, gridDim.y, sv, si);
     const view w = {L, 1, xmax, r.temperature, 0, r.keep_from};
     const int lo = blockIdx.y * chunk, hi = min(V, lo + chunk);
     u64 e[TK_E], m = 0;
@@ -1214,11 +1218,8 @@ enum hr_status sample(const struct cuda_sample *a, void *stream, char *err, size
         chunk = ((a->vocab + g_slices - 1) / g_slices + 3) & ~3;
         n_slices = (a->vocab + chunk - 1) / chunk;
         draws = a->plain_draws && 4 * n_slices <= a->vocab;
-        if (a->plain_topk && chunk <= TK_E * AT && n_slices <= 256) { /* 256: s.dcnt holds the heads */
-            const int room = (a->vocab - 4 * n_slices) / (2 * n_slices);
-            ks_cap = KS < MCAP / n_slices ? KS : MCAP / n_slices;
-            ks_cap = ks_cap < room ? ks_cap : room > 0 ? room : 0;
-        }
+        if (a->plain_topk && chunk <= TK_E * AT && n_slices <= 256) /* 256: s.dcnt holds the heads */
+            ks_cap = std::max(0, std::min({KS, MCAP / n_slices, (a->vocab - 4 * n_slices) / (2 * n_slices)}));
         const dim3 grid((unsigned)a->n_rows, (unsigned)n_slices);
         amax_kernel<<<grid, AT, 0, (cudaStream_t)stream>>>(*a, chunk, draws, ks_cap);
         enum hr_status st = launch_status("sample argmax", err, errlen);
