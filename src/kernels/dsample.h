@@ -272,6 +272,14 @@ DSAMPLE_HD int dsample_plain_topk(const struct dsample_row *r, int vocab)
     return dsample_plain(r) && r->top_k > 0 && r->top_k < vocab;
 }
 
+/* Rows whose logprobs are of the raw logits with nothing changing the row (no bias or
+ * penalties): where the row's draw or argmax also reads it in slices, the slices sum the
+ * logprobs' mass and keep their best tokens too (sample.cu). */
+DSAMPLE_HD int dsample_plain_lp(const struct dsample_row *r)
+{
+    return (r->logprobs || r->n_logprobs > 0) && r->n_mods == 0 && !r->penalized;
+}
+
 /* One mod applied to x[token]: the CPU's float operations in the CPU's order (biases in
  * the request's order, repetition, frequency, presence). */
 DSAMPLE_HD void dsample_apply_mod(const struct dsample_row *r, const struct dsample_mod *m, const float *biases,

@@ -1541,6 +1541,7 @@ static void slaunch(const float *d_logits, int V, const struct dev_sample *ds, s
     for (int i = 0; i < ds->n; i++) { /* as the backend asks: the slices' kernels where rows need them */
         a.plain_draws |= dsample_plain_draw(&ds->rows[i], V);
         a.plain_topk |= dsample_plain_topk(&ds->rows[i], V);
+        a.plain_lp |= dsample_plain_lp(&ds->rows[i]);
     }
     CHECK_OK(K->sample(&a, NULL, err, sizeof err), err);
     down(out, d_out, (size_t)ds->n * sizeof *out);
@@ -1772,12 +1773,14 @@ static void test_sample_greedy(void)
 
 /* Plain draws read their rows in slices: of temperature and min-p alone, each slice's
  * integer mass, then a walk of the one slice that holds the target; with a top-k, each
- * slice's best k, merged.  Such rows among greedy and top-p ones, under 64 slices (the
- * default), 256, 7 and none (the row's block walks the whole row), at top-k values
- * within and past the slices' room: each row's bytes must be the host reference's
- * under all four.  Row kinds: typical, flat (a uniform draw, the target anywhere, slice
- * edges included; top-k all ties), the mass at slice edges, non-finite entries, one
- * peak, ties. */
+ * slice's best k, merged; and the logprobs of the raw logits of such rows and of greedy
+ * ones, each slice's mass and best n, merged.  Such rows among greedy and top-p ones,
+ * under 64 slices (the default), 256, 7 and none (the row's block walks the whole row),
+ * at top-k values within and past the slices' room, with 0 to 20 top logprobs (raw, or
+ * penalized: walked whole): each row's bytes must be the host reference's under all
+ * four.  Row kinds: typical, flat (a uniform draw, the target anywhere, slice edges
+ * included; top-k all ties), the mass at slice edges, non-finite entries, one peak,
+ * ties, nothing finite. */
 static void sliced_row_make(float *x, int V, int k)
 {
     const int chunk = ((V + 63) / 64 + 3) & ~3; /* the default slicing's edges */
@@ -1794,6 +1797,7 @@ static void sliced_row_make(float *x, int V, int k)
     case 3: srow_make(x, V, 2); break;
     case 4: srow_make(x, V, 3); break;
     case 5: srow_make(x, V, 1); break;
+    case 6: srow_make(x, V, 5); break;
     default: srow_make(x, V, 0); break;
     }
 }
@@ -1804,10 +1808,11 @@ static void sliced_vocab(int V)
     static const char *const slices[SETTINGS] = {"64", "256", "7", "0"};
     static const float temps[] = {0.4f, 1.0f, 1.7f};
     static const int ks[] = {1, 5, 12, 20, 40, 48, 49, 1000};
+    static const int n_lp[] = {3, 0, 20, 1, 5};
     float *h = hmust((size_t)ROWS * V * sizeof *h);
-    int plain = 0, topk = 0;
+    int plain = 0, topk = 0, lps = 0;
     for (int i = 0; i < ROWS; i++) {
-        sliced_row_make(h + (size_t)i * V, V, i % 6);
+        sliced_row_make(h + (size_t)i * V, V, i % 7);
         struct scase *c = &scases[i];
         memset(c, 0, sizeof *c);
         sampler_params_default(&c->p);
@@ -1815,10 +1820,11 @@ static void sliced_vocab(int V)
         c->p.temperature = temps[i % 3];
         if (i % 4 == 1)
             c->p.min_p = 0.05f;
-        if (i % 5 == 2) { /* logprobs of the raw logits: still a plain draw */
+        if (i % 5 == 2 || i % 8 == 7) { /* logprobs of the raw logits: still a plain draw */
             c->p.logprobs = true;
-            c->p.n_logprobs = 3;
-            c->p.logprobs_mode = SAMPLER_LOGPROBS_RAW;
+            c->p.n_logprobs = n_lp[(i / 5) % 5];
+            c->p.logprobs_mode = (i / 5) % 9 == 8 ? SAMPLER_LOGPROBS_PENALIZED : SAMPLER_LOGPROBS_RAW;
+            lps++;
         }
         if (i % 8 == 7) {
             c->p.temperature = 0.0f; /* greedy rows among them */
@@ -1857,13 +1863,13 @@ static void sliced_vocab(int V)
             const struct dsample_out *o = &out[(size_t)k * ROWS + i];
             if (memcmp(&want, o, sizeof want) && ++bad <= 5)
                 fprintf(stderr, "  V=%d row %d (kind %d, T %g, min-p %g, k %d, p %g) at %s slices: device %d, "
-                        "reference %d\n", V, i, i % 6, (double)scases[i].p.temperature, (double)scases[i].p.min_p,
+                        "reference %d\n", V, i, i % 7, (double)scases[i].p.temperature, (double)scases[i].p.min_p,
                         scases[i].p.top_k, (double)scases[i].p.top_p, slices[k], o->token, want.token);
         }
     }
     CHECK_MSG(bad == 0, "V=%d: %d sliced draws differ from the host reference", V, bad);
-    printf("  V=%d: %d rows (%d plain draws, %d top-k) as the reference at 64, 256, 7 and no slices\n", V, ROWS,
-           plain, topk);
+    printf("  V=%d: %d rows (%d plain draws, %d top-k, %d with logprobs) as the reference at 64, 256, 7 and no "
+           "slices\n", V, ROWS, plain, topk, lps);
     free(h);
     free(out);
     cuda_dev_free(d);
@@ -1875,6 +1881,7 @@ static void test_sample_sliced(void)
 {
     sliced_vocab(151936);
     sliced_vocab(151937);
+    sliced_vocab(16385); /* 64 slices of 260 ids, the last of 5: fewer than the top logprobs */
     sliced_vocab(1000);
     sliced_vocab(7);
 }

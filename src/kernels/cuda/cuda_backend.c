@@ -1075,7 +1075,7 @@ static enum hr_status cb_sample_launches(struct cuda_backend *c, const float *lo
     const struct dsample_out *ho = (const struct dsample_out *)(h + cb_sample_off(c, 3));
     for (int i0 = 0; i0 < n;) {
         /* A launch's rows, their mods and biases packed and renumbered. */
-        int k = 0, nm = 0, nb = 0, plain_draws = 0, plain_topk = 0;
+        int k = 0, nm = 0, nb = 0, plain_draws = 0, plain_topk = 0, plain_lp = 0;
         while (i0 + k < n && k < CB_SAMPLE_ROWS) {
             const struct dsample_row *r = &rows[i0 + k];
             int rb = 0;
@@ -1088,6 +1088,7 @@ static enum hr_status cb_sample_launches(struct cuda_backend *c, const float *lo
             hr[k].mod_first = nm;
             plain_draws |= dsample_plain_draw(r, vocab);
             plain_topk |= dsample_plain_topk(r, vocab);
+            plain_lp |= dsample_plain_lp(r);
             for (int j = 0; j < r->n_mods; j++) {
                 struct dsample_mod m = mods[r->mod_first + j];
                 memcpy(hb + nb, biases + m.bias_first, (size_t)m.n_bias * sizeof *hb);
@@ -1103,7 +1104,7 @@ static enum hr_status cb_sample_launches(struct cuda_backend *c, const float *lo
             .mods = (const struct dsample_mod *)(d + cb_sample_off(c, 1)), .n_mods = nm,
             .biases = (const float *)(d + cb_sample_off(c, 2)), .n_biases = nb,
             .work = c->s_work, .out = (struct dsample_out *)(d + cb_sample_off(c, 3)),
-            .plain_draws = plain_draws, .plain_topk = plain_topk,
+            .plain_draws = plain_draws, .plain_topk = plain_topk, .plain_lp = plain_lp,
         };
         /* All queued behind the step's work (submitted, not waited for): the rows up,
          * the kernels, the results down; then the one wait, which also reports the

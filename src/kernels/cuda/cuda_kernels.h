@@ -185,6 +185,8 @@ struct cuda_sample {
     int plain_draws, plain_topk;     /* 1: some row is a plain draw / plain top-k draw (dsample.h):
                                       * their slice kernels are launched (else those rows walk
                                       * their whole row, as others do) */
+    int plain_lp;                    /* 1: some row's logprobs are plain (dsample_plain_lp): the
+                                      * logprobs' slice kernel is launched */
 };
 
 /* Positions per KV split of attention: a row's walk is cut at multiples of this

@@ -27,7 +27,10 @@
  * token as one block's pass.  A draw of temperature (and min-p) alone reads its row the
  * same way: the slices' maxima, then each slice's integer mass (mass_kernel); the row's
  * block adds the masses, finds the slice that holds the target and walks that slice
- * alone: the same integers, so the same token as the walk over the whole row. */
+ * alone: the same integers, so the same token as the walk over the whole row.  A top-k
+ * draw up to KS takes each slice's best k (topk_kernel), merged by the row's block; and
+ * the logprobs of the raw logits of any row read in slices come from the slices too:
+ * each slice's mass at temperature 1 over every token and its best n (lp_kernel). */
 #include "kernels/cuda/common.cuh"
 
 #include <algorithm>
@@ -797,15 +800,16 @@ __device__ int merge_lists(const u64 *src, int nl, int stride, int len, int k, u
     return n;
 }
 
-/* A plain top-k draw's row block: the slices' lists (topk_kernel: ks_cap keys a slice
- * from word 4 n_slices of the work row, as (low, high) pairs) merged by warp 0 into the
- * row's first top_k candidates, their values and ids into s.bsx / s.bsid.  Returns how
- * many (fewer than top_k when the row has fewer candidates). */
-__device__ int topk_merge_slices(const view &w, const unsigned *lw, int n_slices, int ks_cap, int top_k, smem &s)
+/* The row block of a row whose best top_k came from slices: the slices' lists
+ * (topk_kernel's or lp_kernel's: cap keys a slice from lw, as (low, high) pairs) merged
+ * by warp 0 into the row's first top_k candidates, their values into vals and ids into
+ * ids.  Returns how many (fewer than top_k when the row has fewer candidates). */
+__device__ int merge_slices(const view &w, const unsigned *lw, int n_slices, int cap, int top_k, float *vals,
+                            int *ids, smem &s)
 {
     for (int e = threadIdx.x; e < n_slices * top_k; e += ST) {
         const int j = e / top_k, q = e - j * top_k;
-        const unsigned *p = lw + 2 * ((size_t)j * ks_cap + q);
+        const unsigned *p = lw + 2 * ((size_t)j * cap + q);
         s.mk[e] = (u64)p[0] | ((u64)p[1] << 32);
     }
     __syncthreads();
@@ -815,8 +819,8 @@ __device__ int topk_merge_slices(const view &w, const unsigned *lw, int n_slices
             const int id = (int)(0xffffffffu - (unsigned)s.seg[j]);
             float v;
             view_get(w, id, &v);
-            s.bsid[j] = id;
-            s.bsx[j] = v;
+            ids[j] = id;
+            vals[j] = v;
         }
         if (threadIdx.x == 0)
             s.n_list = kk;
@@ -907,34 +911,20 @@ __global__ void __launch_bounds__(AT) amax_kernel(struct cuda_sample a, int chun
     }
 }
 
-/* Block (row, slice) of a draw_plain row, after amax_kernel: the row's maximum from the
- * slices' (as its sample block takes it), then the integer mass of the slice's
- * candidates by the draw's weights (id_weight_of over every CPU bin), into the row's
- * work area as a (low, high) word pair at 2 n_slices + 2 slice.  Integer sums: the
- * slices' masses add up to the one pass's total in any order. */
-__global__ void __launch_bounds__(AT) mass_kernel(struct cuda_sample a, int chunk)
+/* The integer mass of w's candidates among the raw ids [lo, hi) by w's weights
+ * (id_weight_of over every CPU bin; none when w.ref is -inf), over a block of AT threads
+ * (ws [AT / 32]); thread 0 writes it as a (low, high) word pair at mw.  Integer sums:
+ * the slices' masses add up to one pass's total in any order. */
+__device__ __forceinline__ void slice_mass_put(const view &w, int lo, int hi, u64 *ws, unsigned *mw)
 {
-    __shared__ u64 ws[AT / 32];
-    __shared__ float sv[AT / 32];
-    __shared__ int si[AT / 32];
-    const struct dsample_row r = a.rows[blockIdx.x];
-    const int V = a.vocab;
-    if (!dsample_plain_draw(&r, V))
-        return;
-    const float *L = a.logits + (size_t)r.logit_row * V;
-    float *part = a.work + (size_t)blockIdx.x * V;
-    const int n = gridDim.y;
-    const float xmax = slices_max<AT>(part, n, sv, si);
     u64 q = 0;
-    if (xmax != -INFINITY) { /* else the row draws nothing: its block keeps the argmax */
-        const view w = {L, 1, xmax, r.temperature, 0, r.keep_from};
-        const int lo = blockIdx.y * chunk, hi = min(V, lo + chunk);
+    if (w.ref != -INFINITY) { /* else the row draws nothing: its block keeps the argmax */
         constexpr int U = 4; /* loads in flight a thread */
         for (int i = lo + threadIdx.x; i < hi; i += U * AT) {
             float raw[U];
 #pragma unroll
             for (int u = 0; u < U; u++)
-                raw[u] = i + u * AT < hi ? L[i + u * AT] : -INFINITY;
+                raw[u] = i + u * AT < hi ? w.vals[i + u * AT] : -INFINITY;
 #pragma unroll
             for (int u = 0; u < U; u++)
                 q += i + u * AT < hi ? id_weight_of(w, raw[u], DSAMPLE_CPU_BINS) : 0;
@@ -949,10 +939,31 @@ __global__ void __launch_bounds__(AT) mass_kernel(struct cuda_sample a, int chun
         u64 t = 0;
         for (int k = 0; k < AT / 32; k++)
             t += ws[k];
-        unsigned *mw = (unsigned *)part + 2 * n;
-        mw[2 * blockIdx.y] = (unsigned)t;
-        mw[2 * blockIdx.y + 1] = (unsigned)(t >> 32);
+        mw[0] = (unsigned)t;
+        mw[1] = (unsigned)(t >> 32);
     }
+}
+
+/* Block (row, slice) of a draw_plain row, after amax_kernel: the row's maximum from the
+ * slices' (as its sample block takes it), then the integer mass of the slice's
+ * candidates by the draw's weights, into the row's work area as a (low, high) word pair
+ * at 2 n_slices + 2 slice. */
+__global__ void __launch_bounds__(AT) mass_kernel(struct cuda_sample a, int chunk)
+{
+    __shared__ u64 ws[AT / 32];
+    __shared__ float sv[AT / 32];
+    __shared__ int si[AT / 32];
+    const struct dsample_row r = a.rows[blockIdx.x];
+    const int V = a.vocab;
+    if (!dsample_plain_draw(&r, V))
+        return;
+    const float *L = a.logits + (size_t)r.logit_row * V;
+    float *part = a.work + (size_t)blockIdx.x * V;
+    const int n = gridDim.y;
+    const float xmax = slices_max<AT>(part, n, sv, si);
+    const view w = {L, 1, xmax, r.temperature, 0, r.keep_from};
+    const int lo = blockIdx.y * chunk, hi = min(V, lo + chunk);
+    slice_mass_put(w, lo, hi, ws, (unsigned *)part + 2 * n + 2 * blockIdx.y);
 }
 
 /* Block (row, slice) of a plain top-k draw (topk_sliced), after amax_kernel: the row's
@@ -962,23 +973,20 @@ __global__ void __launch_bounds__(AT) mass_kernel(struct cuda_sample a, int chun
  * threads' best keys (a bitwise search of block-wide counts), has at least k keys at
  * or above it, so the slice's best k are among those, at most TK_E k of them: they are
  * collected and ranked. */
-__global__ void __launch_bounds__(AT) topk_kernel(struct cuda_sample a, int chunk, int ks_cap)
+struct slice_best_smem {
+    u64 cand[TK_E * KS]; /* the keys at or above the threshold, as found */
+    u64 best[KS];        /* ranked */
+    int n_cand;
+};
+
+/* The best k <= KS of w's candidates among ids [lo, hi) (at most TK_E * AT of them), over
+ * a block of AT threads: keys best first (0 past the candidates) into lw as (low, high)
+ * word pairs. */
+__device__ __forceinline__ void slice_best_put(const view &w, int lo, int hi, int k, slice_best_smem &b,
+                                               unsigned *lw)
 {
-    __shared__ u64 cand[TK_E * KS];
-    __shared__ u64 best[KS];
-    __shared__ float sv[AT / 32];
-    __shared__ int si[AT / 32];
-    __shared__ int n_cand;
-    const struct dsample_row r = a.rows[blockIdx.x];
-    const int V = a.vocab;
-    if (!topk_sliced(r, V, ks_cap))
-        return;
-    const float *L = a.logits + (size_t)r.logit_row * V;
-    float *part = a.work + (size_t)blockIdx.x * V;
-    const int k = r.top_k;
-    const float xmax = slices_max<AT>(part, gridDim.y, sv, si);
-    const view w = {L, 1, xmax, r.temperature, 0, r.keep_from};
-    const int lo = blockIdx.y * chunk, hi = min(V, lo + chunk);
+    u64 *const cand = b.cand, *const best = b.best;
+    int &n_cand = b.n_cand;
     u64 e[TK_E], m = 0;
 #pragma unroll
     for (int u = 0; u < TK_E; u++) {
@@ -1010,7 +1018,6 @@ __global__ void __launch_bounds__(AT) topk_kernel(struct cuda_sample a, int chun
             best[rank] = kj;
     }
     __syncthreads();
-    unsigned *lw = (unsigned *)part + 4 * gridDim.y + 2 * (size_t)blockIdx.y * ks_cap;
     for (int j = threadIdx.x; j < k; j += AT) {
         const u64 key = j < nc ? best[j] : 0;
         lw[2 * j] = (unsigned)key;
@@ -1018,11 +1025,75 @@ __global__ void __launch_bounds__(AT) topk_kernel(struct cuda_sample a, int chun
     }
 }
 
+__global__ void __launch_bounds__(AT) topk_kernel(struct cuda_sample a, int chunk, int ks_cap)
+{
+    __shared__ slice_best_smem b;
+    __shared__ float sv[AT / 32];
+    __shared__ int si[AT / 32];
+    const struct dsample_row r = a.rows[blockIdx.x];
+    const int V = a.vocab;
+    if (!topk_sliced(r, V, ks_cap))
+        return;
+    const float *L = a.logits + (size_t)r.logit_row * V;
+    float *part = a.work + (size_t)blockIdx.x * V;
+    const float xmax = slices_max<AT>(part, gridDim.y, sv, si);
+    const view w = {L, 1, xmax, r.temperature, 0, r.keep_from};
+    const int lo = blockIdx.y * chunk, hi = min(V, lo + chunk);
+    slice_best_put(w, lo, hi, r.top_k, b, (unsigned *)part + 4 * gridDim.y + 2 * (size_t)blockIdx.y * ks_cap);
+}
+
+/* Where a row's logprobs slices start in its work area (words): after the draw's maxima,
+ * ids, masses and top-k lists.  Each slice's mass (a word pair at 2 slice), then its
+ * best DSAMPLE_MAX_TOP keys (from 2 n_slices + 2 DSAMPLE_MAX_TOP slice). */
+__host__ __device__ __forceinline__ int lp_words(int n_slices, int ks_cap)
+{
+    return 4 * n_slices + 2 * ks_cap * n_slices;
+}
+
+/* Whether row r's logprobs come from slices (where the launch sliced them): plain
+ * logprobs of a row whose argmax or draw read it in slices, so that its work area holds
+ * no copy of the row. */
+__device__ __forceinline__ bool lp_sliced(const struct dsample_row &r, int V, int draws, int ks_cap)
+{
+    return dsample_plain_lp(&r) && (greedy_plain(r) || (draws && dsample_plain_draw(&r, V)) ||
+                                    topk_sliced(r, V, ks_cap));
+}
+
+/* Block (row, slice) of a row with sliced logprobs, after amax_kernel: the raw row's
+ * maximum from the slices', then the slice's integer mass by the weights at temperature
+ * 1 of every token and its best n_top tokens (lp_words says where).  Nothing when the
+ * maximum is -inf: the row's block then needs no sum. */
+__global__ void __launch_bounds__(AT) lp_kernel(struct cuda_sample a, int chunk, int draws, int ks_cap)
+{
+    __shared__ slice_best_smem b;
+    __shared__ u64 ws[AT / 32];
+    __shared__ float sv[AT / 32];
+    __shared__ int si[AT / 32];
+    const struct dsample_row r = a.rows[blockIdx.x];
+    const int V = a.vocab;
+    if (!lp_sliced(r, V, draws, ks_cap))
+        return;
+    const float *L = a.logits + (size_t)r.logit_row * V;
+    float *part = a.work + (size_t)blockIdx.x * V;
+    const int n = gridDim.y;
+    const float vmax = slices_max<AT>(part, n, sv, si);
+    if (vmax == -INFINITY)
+        return;
+    const view w = {L, 1, vmax, 1.0f, 1, 0.0};
+    const int lo = blockIdx.y * chunk, hi = min(V, lo + chunk);
+    unsigned *lw = (unsigned *)part + lp_words(n, ks_cap);
+    slice_mass_put(w, lo, hi, ws, lw + 2 * blockIdx.y);
+    const int n_top = min(r.n_logprobs, V);
+    if (n_top > 0)
+        slice_best_put(w, lo, hi, n_top, b, lw + 2 * n + 2 * DSAMPLE_MAX_TOP * blockIdx.y);
+}
+
 /* n_slices > 0: amax_kernel ran before, in slices of chunk ids (greedy_plain rows; with
  * draws also plain draws, whose masses mass_kernel then summed; with ks_cap plain top-k
- * draws of k <= ks_cap, whose lists topk_kernel then made). */
+ * draws of k <= ks_cap, whose lists topk_kernel then made; with lp_slices the logprobs of
+ * lp_sliced rows, whose masses and lists lp_kernel then made). */
 __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int n_slices, int chunk, int draws,
-                                                       int ks_cap)
+                                                       int ks_cap, int lp_slices)
 {
     __shared__ smem s;
     const struct dsample_row r = a.rows[blockIdx.x];
@@ -1077,7 +1148,8 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int
         } else if (sliced_topk) { /* the raw row too */
             w.vals = L;
             w.clean = 1;
-            const int kk = topk_merge_slices(w, (const unsigned *)x + 4 * n_slices, n_slices, ks_cap, r.top_k, s);
+            const int kk =
+                merge_slices(w, (const unsigned *)x + 4 * n_slices, n_slices, ks_cap, r.top_k, s.bsx, s.bsid, s);
             list_draw(w, s.bsx, s.bsid, s.dmass, kk, r.top_p, bits, &token, s);
         } else if (!sorted && !(r.top_p < 1.0f)) {
             /* temperature and min-p alone: one pass sums and draws in id order */
@@ -1112,13 +1184,19 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int
     int n_top = 0;
     if (with_lp) {
         view w = {r.penalized ? x : L, !r.penalized, 0.0f, 1.0f, 1, 0.0};
-        float bmax = -INFINITY;
-        for (int i = threadIdx.x; i < V; i += ST) {
-            float v;
-            view_get(w, i, &v);
-            bmax = fmaxf(bmax, v);
+        /* from slices: the maximum is the row's (nothing changed it), the mass and the
+         * best n_top are lp_kernel's */
+        const bool sliced = lp_slices && lp_sliced(r, V, draws, ks_cap);
+        const unsigned *lw = (const unsigned *)x + lp_words(n_slices, ks_cap);
+        float bmax = sliced ? xmax : -INFINITY;
+        if (!sliced) {
+            for (int i = threadIdx.x; i < V; i += ST) {
+                float v;
+                view_get(w, i, &v);
+                bmax = fmaxf(bmax, v);
+            }
+            bmax = block_max(bmax, s);
         }
-        bmax = block_max(bmax, s);
         n_top = r.n_logprobs < V ? r.n_logprobs : V;
         if (bmax == -INFINITY) {
             lp = -INFINITY; /* the top are ids 0.. (all tie), filled below */
@@ -1129,8 +1207,11 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int
                 }
         } else {
             w.ref = bmax;
-            u64 tot;
-            if (n_top > 0) {
+            u64 tot = 0;
+            if (sliced) {
+                for (int j = 0; j < n_slices; j++)
+                    tot += slice_mass(lw, j);
+            } else if (n_top > 0) {
                 build_hist(w, V, s);
                 tot = s.tot_mass;
             } else { /* the sum alone */
@@ -1147,7 +1228,12 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int
             view_get(w, token, &vt);
             lp = (float)((double)vt - shift);
             __syncthreads();
-            if (n_top > 0) {
+            if (n_top > 0 && sliced) {
+                merge_slices(w, lw + 2 * n_slices, n_slices, DSAMPLE_MAX_TOP, n_top, s.list_v, s.list_id, s);
+                if (threadIdx.x == 0)
+                    for (int p = 0; p < n_top; p++)
+                        s.list_v[p] = (float)((double)s.list_v[p] - shift);
+            } else if (n_top > 0) {
                 sel k = select_at(w, V, id_bits, true, (u64)n_top, true, s);
                 if (threadIdx.x == 0)
                     s.n_list = 0;
@@ -1210,7 +1296,7 @@ enum hr_status sample(const struct cuda_sample *a, void *stream, char *err, size
         (!a->mods && a->n_mods > 0) || (!a->biases && a->n_biases > 0))
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda sample: bad arguments (rows=%d vocab=%d)", a->n_rows,
                       a->vocab);
-    int n_slices = 0, chunk = 0, draws = 0, ks_cap = 0;
+    int n_slices = 0, chunk = 0, draws = 0, ks_cap = 0, lp = 0;
     if (g_slices > 0 && a->vocab >= 8) {
         /* slices of whole float4s; at most vocab / 4 of them, so that their 2 n_slices
          * words fit the row's work area; a plain draw's masses take 2 n_slices more, a
@@ -1220,6 +1306,9 @@ enum hr_status sample(const struct cuda_sample *a, void *stream, char *err, size
         draws = a->plain_draws && 4 * n_slices <= a->vocab;
         if (a->plain_topk && chunk <= TK_E * AT && n_slices <= 256) /* 256: s.dcnt holds the heads */
             ks_cap = std::max(0, std::min({KS, MCAP / n_slices, (a->vocab - 4 * n_slices) / (2 * n_slices)}));
+        /* a logprobs slice's lists take DSAMPLE_MAX_TOP keys; the row's block merges them all */
+        lp = a->plain_lp && chunk <= TK_E * AT && n_slices * DSAMPLE_MAX_TOP <= MCAP &&
+             lp_words(n_slices, ks_cap) + 2 * n_slices * (1 + DSAMPLE_MAX_TOP) <= a->vocab;
         const dim3 grid((unsigned)a->n_rows, (unsigned)n_slices);
         amax_kernel<<<grid, AT, 0, (cudaStream_t)stream>>>(*a, chunk, draws, ks_cap);
         enum hr_status st = launch_status("sample argmax", err, errlen);
@@ -1231,10 +1320,14 @@ enum hr_status sample(const struct cuda_sample *a, void *stream, char *err, size
             topk_kernel<<<grid, AT, 0, (cudaStream_t)stream>>>(*a, chunk, ks_cap);
             st = launch_status("sample top-k", err, errlen);
         }
+        if (st == HR_OK && lp) {
+            lp_kernel<<<grid, AT, 0, (cudaStream_t)stream>>>(*a, chunk, draws, ks_cap);
+            st = launch_status("sample logprobs", err, errlen);
+        }
         if (st != HR_OK)
             return st;
     }
-    sample_kernel<<<a->n_rows, ST, 0, (cudaStream_t)stream>>>(*a, n_slices, chunk, draws, ks_cap);
+    sample_kernel<<<a->n_rows, ST, 0, (cudaStream_t)stream>>>(*a, n_slices, chunk, draws, ks_cap, lp);
     return launch_status("sample", err, errlen);
 }
 
