@@ -252,32 +252,39 @@ DSAMPLE_HD int dsample_bin(float xmax, float x, float t)
     return b < DSAMPLE_BINS - 1 ? b : DSAMPLE_BINS - 1;
 }
 
-/* Rows whose draw reads the logits in slices on the device (sample.cu): a draw with no
- * bias or penalties whose logprobs (if any) are of the raw logits, either of temperature
- * and min-p alone (a plain draw) or with a top-k (a plain top-k draw; top-p and min-p
- * too).  The host asks them to launch the slices' kernels only where a row needs them. */
-DSAMPLE_HD int dsample_plain(const struct dsample_row *r)
+/* Rows the device reads in slices (sample.cu): many blocks a row find its maximum, and a
+ * draw's mass or best k and its logprobs' mass and best n, so that the row's own block
+ * need not read it whole.  A row without bias or penalties is read as the raw logits
+ * are, unless its logprobs are penalized; a row with them once the launch has written
+ * its values after bias and penalties in slices too (copies: the host asks for that
+ * where a row has mods).  Then a sliced draw is of temperature and min-p alone (a plain
+ * draw) or has a top-k (a plain top-k draw; top-p and min-p too).  The host asks the
+ * launch for the slices' kernels only where a row needs them. */
+DSAMPLE_HD int dsample_sliceable(const struct dsample_row *r, int copies)
 {
     const int with_lp = r->logprobs || r->n_logprobs > 0;
-    return !(r->temperature < DSAMPLE_GREEDY_EPS) && r->n_mods == 0 && !(with_lp && r->penalized);
+    return r->n_mods == 0 ? !(with_lp && r->penalized) : copies;
 }
 
-DSAMPLE_HD int dsample_plain_draw(const struct dsample_row *r, int vocab)
+DSAMPLE_HD int dsample_plain(const struct dsample_row *r, int copies)
 {
-    return dsample_plain(r) && !(r->top_k > 0 && r->top_k < vocab) && !(r->top_p < 1.0f);
+    return !(r->temperature < DSAMPLE_GREEDY_EPS) && dsample_sliceable(r, copies);
 }
 
-DSAMPLE_HD int dsample_plain_topk(const struct dsample_row *r, int vocab)
+DSAMPLE_HD int dsample_plain_draw(const struct dsample_row *r, int vocab, int copies)
 {
-    return dsample_plain(r) && r->top_k > 0 && r->top_k < vocab;
+    return dsample_plain(r, copies) && !(r->top_k > 0 && r->top_k < vocab) && !(r->top_p < 1.0f);
 }
 
-/* Rows whose logprobs are of the raw logits with nothing changing the row (no bias or
- * penalties): where the row's draw or argmax also reads it in slices, the slices sum the
- * logprobs' mass and keep their best tokens too (sample.cu). */
-DSAMPLE_HD int dsample_plain_lp(const struct dsample_row *r)
+DSAMPLE_HD int dsample_plain_topk(const struct dsample_row *r, int vocab, int copies)
 {
-    return (r->logprobs || r->n_logprobs > 0) && r->n_mods == 0 && !r->penalized;
+    return dsample_plain(r, copies) && r->top_k > 0 && r->top_k < vocab;
+}
+
+/* Logprobs the slices can give (of a sliceable row). */
+DSAMPLE_HD int dsample_plain_lp(const struct dsample_row *r, int copies)
+{
+    return (r->logprobs || r->n_logprobs > 0) && dsample_sliceable(r, copies);
 }
 
 /* One mod applied to x[token]: the CPU's float operations in the CPU's order (biases in

@@ -1529,7 +1529,7 @@ static void slaunch(const float *d_logits, int V, const struct dev_sample *ds, s
     struct dsample_mod *mods = dmust((size_t)(ds->n_mods + 1) * sizeof *mods);
     float *biases = dmust((size_t)(ds->n_biases + 1) * sizeof *biases);
     struct dsample_out *d_out = dmust((size_t)ds->n * sizeof *d_out);
-    float *work = dmust((size_t)ds->n * V * sizeof *work);
+    float *work = dmust((size_t)ds->n * cuda_sample_stride(V) * sizeof *work);
     up(rows, ds->rows, (size_t)ds->n * sizeof *rows);
     if (ds->n_mods)
         up(mods, ds->mods, (size_t)ds->n_mods * sizeof *mods);
@@ -1538,11 +1538,8 @@ static void slaunch(const float *d_logits, int V, const struct dev_sample *ds, s
     struct cuda_sample a = {.logits = d_logits, .vocab = V, .n_rows = ds->n, .rows = rows, .mods = mods,
                             .n_mods = ds->n_mods, .biases = biases, .n_biases = ds->n_biases, .work = work,
                             .out = d_out};
-    for (int i = 0; i < ds->n; i++) { /* as the backend asks: the slices' kernels where rows need them */
-        a.plain_draws |= dsample_plain_draw(&ds->rows[i], V);
-        a.plain_topk |= dsample_plain_topk(&ds->rows[i], V);
-        a.plain_lp |= dsample_plain_lp(&ds->rows[i]);
-    }
+    for (int i = 0; i < ds->n; i++) /* as the backend asks: the slices' kernels where rows need them */
+        cuda_sample_hint(&a, &ds->rows[i]);
     CHECK_OK(K->sample(&a, NULL, err, sizeof err), err);
     down(out, d_out, (size_t)ds->n * sizeof *out);
     cuda_dev_free(rows);
@@ -1773,12 +1770,13 @@ static void test_sample_greedy(void)
 
 /* Plain draws read their rows in slices: of temperature and min-p alone, each slice's
  * integer mass, then a walk of the one slice that holds the target; with a top-k, each
- * slice's best k, merged; and the logprobs of the raw logits of such rows and of greedy
- * ones, each slice's mass and best n, merged.  Such rows among greedy and top-p ones,
- * under 64 slices (the default), 256, 7 and none (the row's block walks the whole row),
- * at top-k values within and past the slices' room, with 0 to 20 top logprobs (raw, or
- * penalized: walked whole): each row's bytes must be the host reference's under all
- * four.  Row kinds: typical, flat (a uniform draw, the target anywhere, slice edges
+ * slice's best k, merged; and the logprobs of such rows and of greedy ones, each slice's
+ * mass and best n, merged; a row with bias or penalties has its values written by its
+ * slices first.  Such rows among greedy and top-p ones, under 64 slices (the default),
+ * 256, 7 and none (the row's block walks the whole row), at top-k values within and past
+ * the slices' room, with 0 to 20 top logprobs (raw, or penalized: of a row without
+ * mods, walked whole), with and without bias and penalties: each row's bytes must be the
+ * host reference's under all four.  Row kinds: typical, flat (a uniform draw, the target anywhere, slice edges
  * included; top-k all ties), the mass at slice edges, non-finite entries, one peak,
  * ties, nothing finite. */
 static void sliced_row_make(float *x, int V, int k)
@@ -1810,7 +1808,7 @@ static void sliced_vocab(int V)
     static const int ks[] = {1, 5, 12, 20, 40, 48, 49, 1000};
     static const int n_lp[] = {3, 0, 20, 1, 5};
     float *h = hmust((size_t)ROWS * V * sizeof *h);
-    int plain = 0, topk = 0, lps = 0;
+    int plain = 0, topk = 0, lps = 0, mods = 0;
     for (int i = 0; i < ROWS; i++) {
         sliced_row_make(h + (size_t)i * V, V, i % 7);
         struct scase *c = &scases[i];
@@ -1826,6 +1824,25 @@ static void sliced_vocab(int V)
             c->p.logprobs_mode = (i / 5) % 9 == 8 ? SAMPLER_LOGPROBS_PENALIZED : SAMPLER_LOGPROBS_RAW;
             lps++;
         }
+        if (i % 9 == 4) { /* penalties: the row's values are written by its slices */
+            c->p.repetition_penalty = 1.3f;
+            c->p.frequency_penalty = 0.4f;
+            c->p.presence_penalty = -0.3f;
+            c->n_prompt = 1 + (int)(urand() * 300);
+            c->n_gen = (int)(urand() * 200);
+            for (int k = 0; k < c->n_prompt + c->n_gen; k++)
+                c->hist[k] = (int32_t)(urand() * (k % 2 && V > 50 ? 50 : V));
+        }
+        if (i % 10 == 2) { /* logit bias: one token pushed to the top, others anywhere */
+            const int n = 1 + (int)(urand() * 4);
+            for (int k = 0; k < n; k++) {
+                c->bias[k].token = (int32_t)(urand() * V);
+                c->bias[k].bias = k == 0 ? 30.0f : (float)((urand() - 0.5) * 20.0);
+            }
+            c->p.logit_bias = c->bias;
+            c->p.n_logit_bias = n;
+        }
+        mods += i % 9 == 4 || i % 10 == 2;
         if (i % 8 == 7) {
             c->p.temperature = 0.0f; /* greedy rows among them */
         } else if (i % 8 == 3) {
@@ -1857,7 +1874,8 @@ static void sliced_vocab(int V)
     for (int i = 0; i < ROWS; i++) {
         struct dsample_out want;
         double margin;
-        dsample_ref(&scases[i].p, h + (size_t)i * V, V, NULL, 0, 0, scases[i].seq, scases[i].step, &ss, &want,
+        dsample_ref(&scases[i].p, h + (size_t)i * V, V, scases[i].hist, scases[i].n_prompt, scases[i].n_gen,
+                    scases[i].seq, scases[i].step, &ss, &want,
                     &margin);
         for (int k = 0; k < SETTINGS; k++) {
             const struct dsample_out *o = &out[(size_t)k * ROWS + i];
@@ -1868,8 +1886,8 @@ static void sliced_vocab(int V)
         }
     }
     CHECK_MSG(bad == 0, "V=%d: %d sliced draws differ from the host reference", V, bad);
-    printf("  V=%d: %d rows (%d plain draws, %d top-k, %d with logprobs) as the reference at 64, 256, 7 and no "
-           "slices\n", V, ROWS, plain, topk, lps);
+    printf("  V=%d: %d rows (%d plain draws, %d top-k, %d with logprobs, %d with bias or penalties) as the "
+           "reference at 64, 256, 7 and no slices\n", V, ROWS, plain, topk, lps, mods);
     free(h);
     free(out);
     cuda_dev_free(d);

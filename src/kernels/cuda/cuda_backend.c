@@ -94,7 +94,8 @@ struct cuda_backend {
     /* sampling: up to CB_SAMPLE_ROWS rows a launch; rows | mods | biases | results, on
      * the device and page-locked on the host, laid out alike */
     int s_vocab, s_mods_cap, s_bias_cap;
-    float *s_work;             /* [CB_SAMPLE_ROWS, vocab]: the rows' logits after bias and penalties */
+    float *s_work;             /* [CB_SAMPLE_ROWS, cuda_sample_stride(vocab)]: the rows' logits after bias
+                                * and penalties, and their slices' words */
     void *s_dev, *s_host;
     size_t s_bytes;
     /* the step's first error */
@@ -432,8 +433,8 @@ static enum hr_status cb_size_sampling(struct cuda_backend *c, int vocab, char *
     c->s_mods_cap = 2 * vocab;
     c->s_bias_cap = 4 * DSAMPLE_MAX_BIAS;
     c->s_bytes = cb_sample_off(c, 4);
-    enum hr_status st = cuda_dev_alloc((void **)&c->s_work, (size_t)CB_SAMPLE_ROWS * (size_t)vocab * sizeof(float),
-                                       err, errlen);
+    enum hr_status st = cuda_dev_alloc((void **)&c->s_work,
+                                       (size_t)CB_SAMPLE_ROWS * cuda_sample_stride(vocab) * sizeof(float), err, errlen);
     if (st == HR_OK)
         st = cuda_dev_alloc(&c->s_dev, c->s_bytes, err, errlen);
     if (st == HR_OK && !(c->s_host = cuda_dev_host_alloc(c->s_bytes)))
@@ -1075,7 +1076,7 @@ static enum hr_status cb_sample_launches(struct cuda_backend *c, const float *lo
     const struct dsample_out *ho = (const struct dsample_out *)(h + cb_sample_off(c, 3));
     for (int i0 = 0; i0 < n;) {
         /* A launch's rows, their mods and biases packed and renumbered. */
-        int k = 0, nm = 0, nb = 0, plain_draws = 0, plain_topk = 0, plain_lp = 0;
+        int k = 0, nm = 0, nb = 0;
         while (i0 + k < n && k < CB_SAMPLE_ROWS) {
             const struct dsample_row *r = &rows[i0 + k];
             int rb = 0;
@@ -1086,9 +1087,6 @@ static enum hr_status cb_sample_launches(struct cuda_backend *c, const float *lo
                 break;
             hr[k] = *r;
             hr[k].mod_first = nm;
-            plain_draws |= dsample_plain_draw(r, vocab);
-            plain_topk |= dsample_plain_topk(r, vocab);
-            plain_lp |= dsample_plain_lp(r);
             for (int j = 0; j < r->n_mods; j++) {
                 struct dsample_mod m = mods[r->mod_first + j];
                 memcpy(hb + nb, biases + m.bias_first, (size_t)m.n_bias * sizeof *hb);
@@ -1104,8 +1102,9 @@ static enum hr_status cb_sample_launches(struct cuda_backend *c, const float *lo
             .mods = (const struct dsample_mod *)(d + cb_sample_off(c, 1)), .n_mods = nm,
             .biases = (const float *)(d + cb_sample_off(c, 2)), .n_biases = nb,
             .work = c->s_work, .out = (struct dsample_out *)(d + cb_sample_off(c, 3)),
-            .plain_draws = plain_draws, .plain_topk = plain_topk, .plain_lp = plain_lp,
         };
+        for (int j = 0; j < k; j++) /* the slices' kernels where rows need them */
+            cuda_sample_hint(&a, &hr[j]);
         /* All queued behind the step's work (submitted, not waited for): the rows up,
          * the kernels, the results down; then the one wait, which also reports the
          * step's failure.  The page-locked rows are written again only after it. */

@@ -180,14 +180,38 @@ struct cuda_sample {
     int n_mods;
     const float *biases;             /* device [n_biases]: the mods' bias_first index it */
     int n_biases;
-    float *work;                     /* device [n_rows, vocab]: each row's logits after bias and penalties */
+    float *work;                     /* device [n_rows, cuda_sample_stride(vocab)]: each row's logits
+                                      * after bias and penalties [vocab], then what its slices
+                                      * found [CUDA_SAMPLE_META] */
     struct dsample_out *out;         /* device [n_rows] */
-    int plain_draws, plain_topk;     /* 1: some row is a plain draw / plain top-k draw (dsample.h):
-                                      * their slice kernels are launched (else those rows walk
-                                      * their whole row, as others do) */
+    int plain_draws, plain_topk;     /* 1: some row is a plain draw / plain top-k draw (dsample.h,
+                                      * copies 1): their slice kernels are launched (else those
+                                      * rows walk their whole row, as others do) */
     int plain_lp;                    /* 1: some row's logprobs are plain (dsample_plain_lp): the
                                       * logprobs' slice kernel is launched */
+    int mod_rows;                    /* 1: some row has bias or penalties: their values are
+                                      * written in slices (dsample_sliceable's copies) */
 };
+/* Adds what host row r asks of a launch's slice kernels to a's hints. */
+static inline void cuda_sample_hint(struct cuda_sample *a, const struct dsample_row *r)
+{
+    a->plain_draws |= dsample_plain_draw(r, a->vocab, 1);
+    a->plain_topk |= dsample_plain_topk(r, a->vocab, 1);
+    a->plain_lp |= dsample_plain_lp(r, 1);
+    a->mod_rows |= r->n_mods > 0;
+}
+
+/* The words a work row keeps for its slices' maxima, masses and lists. */
+#define CUDA_SAMPLE_META 16384
+#ifdef __CUDACC__
+#define CUDA_SAMPLE_HD __host__ __device__
+#else
+#define CUDA_SAMPLE_HD
+#endif
+static inline CUDA_SAMPLE_HD size_t cuda_sample_stride(int vocab)
+{
+    return (((size_t)vocab + 3) & ~(size_t)3) + CUDA_SAMPLE_META;
+}
 
 /* Positions per KV split of attention: a row's walk is cut at multiples of this
  * (absolute positions), and the pieces combined in order. */

@@ -696,16 +696,46 @@ __device__ bool topk_list(const view &w, int V, int top_k, float top_p, u64 bits
     return true;
 }
 
-/* Whether row r's result needs its cleaned logits only for their maximum: a greedy
- * row without bias or penalties, whose logprobs (if any) are of the raw logits. */
-__device__ __forceinline__ bool greedy_plain(const struct dsample_row &r)
+/* A launch's slicing (sample()): n slices of chunk ids a row (0: none); draws: plain
+ * draws' masses (mass_kernel); ks_cap: the top-k lists' room (topk_kernel, 0: none);
+ * lp: the logprobs' masses and lists (lp_kernel); copies: rows with bias or penalties
+ * have their values written by their slices (amax_kernel). */
+struct slicing {
+    int n, chunk, draws, ks_cap, lp, copies;
+};
+
+/* Row row's work area: its values after bias and penalties [V], then its slices' words. */
+__device__ __forceinline__ float *work_row(const struct cuda_sample &a, int row)
 {
-    const bool with_lp = r.logprobs || r.n_logprobs > 0;
-    return r.temperature < DSAMPLE_GREEDY_EPS && r.n_mods == 0 && !(with_lp && r.penalized);
+    return a.work + (size_t)row * cuda_sample_stride(a.vocab);
+}
+
+__device__ __forceinline__ float *meta_of(const struct cuda_sample &a, int row)
+{
+    return work_row(a, row) + (cuda_sample_stride(a.vocab) - CUDA_SAMPLE_META);
+}
+
+/* Whether row r's values were written by its slices (a row with bias or penalties). */
+__device__ __forceinline__ bool copied(const struct dsample_row &r, const slicing &sl)
+{
+    return sl.copies && r.n_mods > 0;
+}
+
+/* Whether row r's result needs its values only for their maximum: a greedy row whose
+ * slices can read it (dsample_sliceable). */
+__device__ __forceinline__ bool greedy_sliced(const struct dsample_row &r, const slicing &sl)
+{
+    return sl.n > 0 && r.temperature < DSAMPLE_GREEDY_EPS && dsample_sliceable(&r, sl.copies);
+}
+
+/* Whether row r is a plain draw drawn from its slices' masses. */
+__device__ __forceinline__ bool draw_sliced_row(const struct dsample_row &r, int V, const slicing &sl)
+{
+    return sl.n > 0 && sl.draws && dsample_plain_draw(&r, V, sl.copies);
 }
 
 /* The maximum of a row from its slices' (amax_kernel: values at [0, n), ids at [n, 2 n)
- * of its work row): this thread's share, slices first, first + stride, ... (block_amax
+ * of its slices' words): this thread's share, slices first, first + stride, ... (block_amax
  * then merges the threads'). */
 __device__ __forceinline__ void slices_amax(const float *part, int n, int first, int stride, float &bv, int &bi)
 {
@@ -726,7 +756,7 @@ template <int NT> __device__ __forceinline__ float slices_max(const float *part,
     return xmax;
 }
 
-/* Slice j's mass (mass_kernel): a (low, high) word pair at 2 n + 2 j of the work row. */
+/* Slice j's mass (mass_kernel): a (low, high) word pair at 2 n + 2 j of the slices' words. */
 __device__ __forceinline__ u64 slice_mass(const unsigned *mw, int j)
 {
     return (u64)mw[2 * j] | ((u64)mw[2 * j + 1] << 32);
@@ -831,10 +861,17 @@ __device__ int merge_slices(const view &w, const unsigned *lw, int n_slices, int
     return kk;
 }
 
-/* Whether row r draws its top-k from slices (ks_cap: the launch's room, 0 none). */
-__device__ __forceinline__ bool topk_sliced(const struct dsample_row &r, int V, int ks_cap)
+/* Whether row r draws its top-k from slices (within the launch's room). */
+__device__ __forceinline__ bool topk_sliced(const struct dsample_row &r, int V, const slicing &sl)
 {
-    return ks_cap > 0 && dsample_plain_topk(&r, V) && r.top_k <= ks_cap;
+    return sl.n > 0 && sl.ks_cap > 0 && dsample_plain_topk(&r, V, sl.copies) && r.top_k <= sl.ks_cap;
+}
+
+/* Whether row r's maximum comes from its slices: the rows above, and every row whose
+ * values the slices wrote. */
+__device__ __forceinline__ bool max_sliced(const struct dsample_row &r, int V, const slicing &sl)
+{
+    return greedy_sliced(r, sl) || draw_sliced_row(r, V, sl) || topk_sliced(r, V, sl) || copied(r, sl);
 }
 
 /* A draw_plain row's draw from its slices' masses: warp 0 adds them in slice order
@@ -886,28 +923,69 @@ __device__ int draw_sliced(const view &w, int V, int n_slices, int chunk, const 
     return draw_id_order(w, j * chunk, min(V, (j + 1) * chunk), DSAMPLE_CPU_BINS, total, before, bits53, s);
 }
 
-/* Block (row, slice): the (maximum, first id) of the cleaned logits [slice * chunk,
- * + chunk) of a greedy_plain row (and of the plain draws the launch slices), into the row's
- * work area: values at [0, n_slices), ids at [n_slices, 2 n_slices) (the work row is
- * otherwise unused by such a row). */
-__global__ void __launch_bounds__(AT) amax_kernel(struct cuda_sample a, int chunk, int draws, int ks_cap)
+/* Where a row's logprobs slices start in its slices' words: after the maxima and ids
+ * [2 n], the draw's masses [2 n] and the top-k lists [2 ks_cap n].  Each slice's mass (a
+ * word pair at 2 slice), then its best DSAMPLE_MAX_TOP keys (from 2 n + 2
+ * DSAMPLE_MAX_TOP slice); then a copied row's raw maxima and ids [2 n] (raw_words). */
+__host__ __device__ __forceinline__ int lp_words(int n_slices, int ks_cap)
+{
+    return 4 * n_slices + 2 * ks_cap * n_slices;
+}
+
+__host__ __device__ __forceinline__ int raw_words(int n_slices, int ks_cap)
+{
+    return lp_words(n_slices, ks_cap) + 2 * n_slices * (1 + DSAMPLE_MAX_TOP);
+}
+
+/* Block (row, slice) of a max_sliced row: the (maximum, first id) of its values [slice *
+ * chunk, + chunk) into its slices' words: values at [0, n), ids at [n, 2 n).  A copied
+ * row's slice first writes its values: the cleaned logits, then the row's mods of its
+ * ids (the CPU's float operations, each token by one thread), so that the row's block
+ * and the other slice kernels read them; with the logprobs' slices, also the raw
+ * logits' maximum (at raw_words).  The same values as one block's pass, and maxima have
+ * one answer in any order. */
+__global__ void __launch_bounds__(AT) amax_kernel(struct cuda_sample a, slicing sl)
 {
     __shared__ float sv[AT / 32];
     __shared__ int si[AT / 32];
     const struct dsample_row r = a.rows[blockIdx.x];
-    if (!greedy_plain(r) && !(draws && dsample_plain_draw(&r, a.vocab)) && !topk_sliced(r, a.vocab, ks_cap))
-        return;
     const int V = a.vocab;
+    if (!max_sliced(r, V, sl))
+        return;
     const float *L = a.logits + (size_t)r.logit_row * V;
-    const int lo = blockIdx.y * chunk, hi = min(V, lo + chunk);
+    const int lo = blockIdx.y * sl.chunk, hi = min(V, lo + sl.chunk);
+    float *meta = meta_of(a, blockIdx.x);
     float bv = 0.0f;
     int bi = INT_MAX;
-    clean_range<AT>(L, nullptr, lo, hi, false, bv, bi); /* lo is a multiple of 4 */
+    if (!copied(r, sl)) {
+        clean_range<AT>(L, nullptr, lo, hi, false, bv, bi); /* lo is a multiple of 4 */
+    } else {
+        float *x = work_row(a, blockIdx.x);
+        float rv = 0.0f;
+        int ri = INT_MAX;
+        clean_range<AT>(L, x, lo, hi, true, rv, ri);
+        __syncthreads(); /* the slice's values written before any mod reads them */
+        for (int j = threadIdx.x; j < r.n_mods; j += AT) {
+            const struct dsample_mod m = a.mods[r.mod_first + j];
+            if (m.token >= lo && m.token < hi) /* and so within the row: checked on the host too */
+                dsample_apply_mod(&r, &m, a.biases, x);
+        }
+        __syncthreads();
+        for (int i = lo + threadIdx.x; i < hi; i += AT)
+            amax_take(bv, bi, x[i], i);
+        if (sl.lp) {
+            block_amax<AT>(rv, ri, sv, si);
+            if (threadIdx.x == 0) {
+                float *raw = meta + raw_words(sl.n, sl.ks_cap);
+                raw[blockIdx.y] = rv;
+                ((int *)raw)[sl.n + blockIdx.y] = ri;
+            }
+        }
+    }
     block_amax<AT>(bv, bi, sv, si);
     if (threadIdx.x == 0) {
-        float *part = a.work + (size_t)blockIdx.x * V;
-        part[blockIdx.y] = bv;
-        ((int *)part)[gridDim.y + blockIdx.y] = bi;
+        meta[blockIdx.y] = bv;
+        ((int *)meta)[sl.n + blockIdx.y] = bi;
     }
 }
 
@@ -944,32 +1022,39 @@ __device__ __forceinline__ void slice_mass_put(const view &w, int lo, int hi, u6
     }
 }
 
-/* Block (row, slice) of a draw_plain row, after amax_kernel: the row's maximum from the
- * slices' (as its sample block takes it), then the integer mass of the slice's
- * candidates by the draw's weights, into the row's work area as a (low, high) word pair
- * at 2 n_slices + 2 slice. */
-__global__ void __launch_bounds__(AT) mass_kernel(struct cuda_sample a, int chunk)
+/* The values row r's slices read: the logits, cleaned as read, or a copied row's. */
+__device__ __forceinline__ view slice_view(const struct cuda_sample &a, const struct dsample_row &r, int row,
+                                           const slicing &sl, float ref, float t, int all, double keep_from)
+{
+    const bool cp = copied(r, sl);
+    const view w = {cp ? work_row(a, row) : a.logits + (size_t)r.logit_row * a.vocab, !cp, ref, t, all, keep_from};
+    return w;
+}
+
+/* Block (row, slice) of a draw_sliced_row row, after amax_kernel: the row's maximum
+ * from the slices' (as its sample block takes it), then the integer mass of the slice's
+ * candidates by the draw's weights, into the slices' words as a (low, high) word pair
+ * at 2 n + 2 slice. */
+__global__ void __launch_bounds__(AT) mass_kernel(struct cuda_sample a, slicing sl)
 {
     __shared__ u64 ws[AT / 32];
     __shared__ float sv[AT / 32];
     __shared__ int si[AT / 32];
     const struct dsample_row r = a.rows[blockIdx.x];
     const int V = a.vocab;
-    if (!dsample_plain_draw(&r, V))
+    if (!draw_sliced_row(r, V, sl))
         return;
-    const float *L = a.logits + (size_t)r.logit_row * V;
-    float *part = a.work + (size_t)blockIdx.x * V;
-    const int n = gridDim.y;
-    const float xmax = slices_max<AT>(part, n, sv, si);
-    const view w = {L, 1, xmax, r.temperature, 0, r.keep_from};
-    const int lo = blockIdx.y * chunk, hi = min(V, lo + chunk);
-    slice_mass_put(w, lo, hi, ws, (unsigned *)part + 2 * n + 2 * blockIdx.y);
+    float *meta = meta_of(a, blockIdx.x);
+    const float xmax = slices_max<AT>(meta, sl.n, sv, si);
+    const view w = slice_view(a, r, blockIdx.x, sl, xmax, r.temperature, 0, r.keep_from);
+    const int lo = blockIdx.y * sl.chunk, hi = min(V, lo + sl.chunk);
+    slice_mass_put(w, lo, hi, ws, (unsigned *)meta + 2 * sl.n + 2 * blockIdx.y);
 }
 
 /* Block (row, slice) of a plain top-k draw (topk_sliced), after amax_kernel: the row's
  * maximum from the slices' (for min-p), then the slice's best top_k candidates, best
- * first (keys; 0 past its candidates), at words 4 n_slices + 2 ks_cap slice of the work
- * row as (low, high) pairs.  Each thread holds TK_E ids; t, the k-th largest of the
+ * first (keys; 0 past its candidates), at words 4 n + 2 ks_cap slice of the slices'
+ * words as (low, high) pairs.  Each thread holds TK_E ids; t, the k-th largest of the
  * threads' best keys (a bitwise search of block-wide counts), has at least k keys at
  * or above it, so the slice's best k are among those, at most TK_E k of them: they are
  * collected and ranked. */
@@ -1025,45 +1110,43 @@ __device__ __forceinline__ void slice_best_put(const view &w, int lo, int hi, in
     }
 }
 
-__global__ void __launch_bounds__(AT) topk_kernel(struct cuda_sample a, int chunk, int ks_cap)
+__global__ void __launch_bounds__(AT) topk_kernel(struct cuda_sample a, slicing sl)
 {
     __shared__ slice_best_smem b;
     __shared__ float sv[AT / 32];
     __shared__ int si[AT / 32];
     const struct dsample_row r = a.rows[blockIdx.x];
     const int V = a.vocab;
-    if (!topk_sliced(r, V, ks_cap))
+    if (!topk_sliced(r, V, sl))
         return;
-    const float *L = a.logits + (size_t)r.logit_row * V;
-    float *part = a.work + (size_t)blockIdx.x * V;
-    const float xmax = slices_max<AT>(part, gridDim.y, sv, si);
-    const view w = {L, 1, xmax, r.temperature, 0, r.keep_from};
-    const int lo = blockIdx.y * chunk, hi = min(V, lo + chunk);
-    slice_best_put(w, lo, hi, r.top_k, b, (unsigned *)part + 4 * gridDim.y + 2 * (size_t)blockIdx.y * ks_cap);
+    float *meta = meta_of(a, blockIdx.x);
+    const float xmax = slices_max<AT>(meta, sl.n, sv, si);
+    const view w = slice_view(a, r, blockIdx.x, sl, xmax, r.temperature, 0, r.keep_from);
+    const int lo = blockIdx.y * sl.chunk, hi = min(V, lo + sl.chunk);
+    slice_best_put(w, lo, hi, r.top_k, b, (unsigned *)meta + 4 * sl.n + 2 * (size_t)blockIdx.y * sl.ks_cap);
 }
 
-/* Where a row's logprobs slices start in its work area (words): after the draw's maxima,
- * ids, masses and top-k lists.  Each slice's mass (a word pair at 2 slice), then its
- * best DSAMPLE_MAX_TOP keys (from 2 n_slices + 2 DSAMPLE_MAX_TOP slice). */
-__host__ __device__ __forceinline__ int lp_words(int n_slices, int ks_cap)
+/* Whether row r's logprobs come from slices (where the launch sliced them): those of a
+ * row whose maximum comes from its slices and whose draw, if any, does too (a copied
+ * row's other draws walk the row in its block, but its copy is written). */
+__device__ __forceinline__ bool lp_sliced(const struct dsample_row &r, int V, const slicing &sl)
 {
-    return 4 * n_slices + 2 * ks_cap * n_slices;
+    return sl.lp && (r.logprobs || r.n_logprobs > 0) &&
+           (greedy_sliced(r, sl) || draw_sliced_row(r, V, sl) || topk_sliced(r, V, sl) || copied(r, sl));
 }
 
-/* Whether row r's logprobs come from slices (where the launch sliced them): plain
- * logprobs of a row whose argmax or draw read it in slices, so that its work area holds
- * no copy of the row. */
-__device__ __forceinline__ bool lp_sliced(const struct dsample_row &r, int V, int draws, int ks_cap)
+/* The slices' words where row r's logprobs' maxima are: the values' (the raw logits',
+ * or a copied row's when its logprobs are penalized), or a copied row's raw ones. */
+__device__ __forceinline__ const float *lp_maxima(const float *meta, const struct dsample_row &r, const slicing &sl)
 {
-    return dsample_plain_lp(&r) && (greedy_plain(r) || (draws && dsample_plain_draw(&r, V)) ||
-                                    topk_sliced(r, V, ks_cap));
+    return copied(r, sl) && !r.penalized ? meta + raw_words(sl.n, sl.ks_cap) : meta;
 }
 
-/* Block (row, slice) of a row with sliced logprobs, after amax_kernel: the raw row's
- * maximum from the slices', then the slice's integer mass by the weights at temperature
- * 1 of every token and its best n_top tokens (lp_words says where).  Nothing when the
- * maximum is -inf: the row's block then needs no sum. */
-__global__ void __launch_bounds__(AT) lp_kernel(struct cuda_sample a, int chunk, int draws, int ks_cap)
+/* Block (row, slice) of a row with sliced logprobs, after amax_kernel: the maximum of
+ * the values its logprobs are of (lp_maxima), then the slice's integer mass by the
+ * weights at temperature 1 of every token and its best n_top tokens (lp_words says
+ * where).  Nothing when the maximum is -inf: the row's block then needs no sum. */
+__global__ void __launch_bounds__(AT) lp_kernel(struct cuda_sample a, slicing sl)
 {
     __shared__ slice_best_smem b;
     __shared__ u64 ws[AT / 32];
@@ -1071,35 +1154,35 @@ __global__ void __launch_bounds__(AT) lp_kernel(struct cuda_sample a, int chunk,
     __shared__ int si[AT / 32];
     const struct dsample_row r = a.rows[blockIdx.x];
     const int V = a.vocab;
-    if (!lp_sliced(r, V, draws, ks_cap))
+    if (!lp_sliced(r, V, sl))
         return;
-    const float *L = a.logits + (size_t)r.logit_row * V;
-    float *part = a.work + (size_t)blockIdx.x * V;
-    const int n = gridDim.y;
-    const float vmax = slices_max<AT>(part, n, sv, si);
+    float *meta = meta_of(a, blockIdx.x);
+    const int n = sl.n;
+    const float vmax = slices_max<AT>(lp_maxima(meta, r, sl), n, sv, si);
     if (vmax == -INFINITY)
         return;
-    const view w = {L, 1, vmax, 1.0f, 1, 0.0};
-    const int lo = blockIdx.y * chunk, hi = min(V, lo + chunk);
-    unsigned *lw = (unsigned *)part + lp_words(n, ks_cap);
+    const bool on_copy = copied(r, sl) && r.penalized;
+    const view w = {on_copy ? work_row(a, blockIdx.x) : a.logits + (size_t)r.logit_row * V, !on_copy, vmax, 1.0f,
+                    1, 0.0};
+    const int lo = blockIdx.y * sl.chunk, hi = min(V, lo + sl.chunk);
+    unsigned *lw = (unsigned *)meta + lp_words(n, sl.ks_cap);
     slice_mass_put(w, lo, hi, ws, lw + 2 * blockIdx.y);
     const int n_top = min(r.n_logprobs, V);
     if (n_top > 0)
         slice_best_put(w, lo, hi, n_top, b, lw + 2 * n + 2 * DSAMPLE_MAX_TOP * blockIdx.y);
 }
 
-/* n_slices > 0: amax_kernel ran before, in slices of chunk ids (greedy_plain rows; with
- * draws also plain draws, whose masses mass_kernel then summed; with ks_cap plain top-k
- * draws of k <= ks_cap, whose lists topk_kernel then made; with lp_slices the logprobs of
- * lp_sliced rows, whose masses and lists lp_kernel then made). */
-__global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int n_slices, int chunk, int draws,
-                                                       int ks_cap, int lp_slices)
+/* sl.n > 0: amax_kernel ran before, in slices of sl.chunk ids, for the max_sliced rows
+ * (writing the copied rows' values); then mass_kernel for the draw_sliced_row rows,
+ * topk_kernel for the topk_sliced ones, lp_kernel for the lp_sliced ones. */
+__global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, slicing sl)
 {
     __shared__ smem s;
     const struct dsample_row r = a.rows[blockIdx.x];
-    const int V = a.vocab;
+    const int V = a.vocab, n_slices = sl.n;
     const float *L = a.logits + (size_t)r.logit_row * V;
-    float *x = a.work + (size_t)blockIdx.x * V;
+    float *x = work_row(a, blockIdx.x);
+    const float *meta = meta_of(a, blockIdx.x);
     int id_bits = 1;
     while (id_bits < 31 && ((V - 1) >> id_bits) != 0)
         id_bits++;
@@ -1111,15 +1194,15 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int
     /* the copy is read by a draw, by the modifiers, and by logprobs after them; a
      * greedy row with none of those needs only the maximum (600 KB a row unwritten) */
     const bool greedy = r.temperature < DSAMPLE_GREEDY_EPS, with_lp = r.logprobs || r.n_logprobs > 0;
-    const bool sliced_draw = n_slices > 0 && draws && dsample_plain_draw(&r, V);
-    const bool sliced_topk = n_slices > 0 && topk_sliced(r, V, ks_cap);
-    const bool store = !greedy_plain(r) && !sliced_draw && !sliced_topk;
-    if (!store && n_slices > 0) { /* the slices' maxima (greedy_plain, sliced_draw, sliced_topk) */
-        slices_amax(x, n_slices, threadIdx.x, ST, xmax, token);
+    const bool sliced_draw = draw_sliced_row(r, V, sl), sliced_topk = topk_sliced(r, V, sl);
+    const bool cp = copied(r, sl); /* the values are in x already, with the mods */
+    if (max_sliced(r, V, sl)) { /* the slices' maxima */
+        slices_amax(meta, n_slices, threadIdx.x, ST, xmax, token);
     } else {
-        clean_range<ST>(L, x, 0, V, store, xmax, token);
+        /* stored unless only the maximum is read */
+        clean_range<ST>(L, x, 0, V, !(greedy && dsample_sliceable(&r, 0)), xmax, token);
     }
-    if (r.n_mods > 0) {
+    if (r.n_mods > 0 && !cp) {
         __syncthreads();
         for (int j = threadIdx.x; j < r.n_mods; j += ST) {
             const struct dsample_mod m = a.mods[r.mod_first + j];
@@ -1139,17 +1222,17 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int
         view w = {x, 0, xmax, r.temperature, 0, r.keep_from};
         const u64 bits = dsample_bits53(r.seed, r.seq_index, r.step);
         const bool sorted = r.top_k > 0 && r.top_k < V; /* the CPU draws in sorted order */
-        if (sliced_draw) { /* the raw row, cleaned as read: no copy was stored */
+        if ((sliced_draw || sliced_topk) && !cp) { /* the raw row, cleaned as read: no copy was stored */
             w.vals = L;
             w.clean = 1;
-            int t = draw_sliced(w, V, n_slices, chunk, (const unsigned *)x + 2 * n_slices, bits, s);
+        }
+        if (sliced_draw) {
+            int t = draw_sliced(w, V, n_slices, sl.chunk, (const unsigned *)meta + 2 * n_slices, bits, s);
             if (t >= 0) /* else every candidate was +inf: greedy */
                 token = t;
-        } else if (sliced_topk) { /* the raw row too */
-            w.vals = L;
-            w.clean = 1;
+        } else if (sliced_topk) {
             const int kk =
-                merge_slices(w, (const unsigned *)x + 4 * n_slices, n_slices, ks_cap, r.top_k, s.bsx, s.bsid, s);
+                merge_slices(w, (const unsigned *)meta + 4 * n_slices, n_slices, sl.ks_cap, r.top_k, s.bsx, s.bsid, s);
             list_draw(w, s.bsx, s.bsid, s.dmass, kk, r.top_p, bits, &token, s);
         } else if (!sorted && !(r.top_p < 1.0f)) {
             /* temperature and min-p alone: one pass sums and draws in id order */
@@ -1184,11 +1267,19 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, int
     int n_top = 0;
     if (with_lp) {
         view w = {r.penalized ? x : L, !r.penalized, 0.0f, 1.0f, 1, 0.0};
-        /* from slices: the maximum is the row's (nothing changed it), the mass and the
-         * best n_top are lp_kernel's */
-        const bool sliced = lp_slices && lp_sliced(r, V, draws, ks_cap);
-        const unsigned *lw = (const unsigned *)x + lp_words(n_slices, ks_cap);
+        /* from slices: the maximum is the row's values' (a copied row's raw logits' from
+         * their own slices), the mass and the best n_top are lp_kernel's */
+        const bool sliced = lp_sliced(r, V, sl);
+        const unsigned *lw = (const unsigned *)meta + lp_words(n_slices, sl.ks_cap);
         float bmax = sliced ? xmax : -INFINITY;
+        if (sliced && cp && !r.penalized) {
+            int bi = INT_MAX;
+            bmax = 0.0f;
+            slices_amax(lp_maxima(meta, r, sl), n_slices, threadIdx.x, ST, bmax, bi);
+            block_amax<ST>(bmax, bi, s.fred, s.ired);
+            if (bmax == 0.0f)
+                bmax = 0.0f; /* -0 and +0 are one maximum */
+        }
         if (!sliced) {
             for (int i = threadIdx.x; i < V; i += ST) {
                 float v;
@@ -1296,38 +1387,41 @@ enum hr_status sample(const struct cuda_sample *a, void *stream, char *err, size
         (!a->mods && a->n_mods > 0) || (!a->biases && a->n_biases > 0))
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda sample: bad arguments (rows=%d vocab=%d)", a->n_rows,
                       a->vocab);
-    int n_slices = 0, chunk = 0, draws = 0, ks_cap = 0, lp = 0;
+    slicing sl = {0, 0, 0, 0, 0, 0};
     if (g_slices > 0 && a->vocab >= 8) {
-        /* slices of whole float4s; at most vocab / 4 of them, so that their 2 n_slices
-         * words fit the row's work area; a plain draw's masses take 2 n_slices more, a
-         * top-k's lists then 2 ks_cap n_slices */
-        chunk = ((a->vocab + g_slices - 1) / g_slices + 3) & ~3;
-        n_slices = (a->vocab + chunk - 1) / chunk;
-        draws = a->plain_draws && 4 * n_slices <= a->vocab;
-        if (a->plain_topk && chunk <= TK_E * AT && n_slices <= 256) /* 256: s.dcnt holds the heads */
-            ks_cap = std::max(0, std::min({KS, MCAP / n_slices, (a->vocab - 4 * n_slices) / (2 * n_slices)}));
-        /* a logprobs slice's lists take DSAMPLE_MAX_TOP keys; the row's block merges them all */
-        lp = a->plain_lp && chunk <= TK_E * AT && n_slices * DSAMPLE_MAX_TOP <= MCAP &&
-             lp_words(n_slices, ks_cap) + 2 * n_slices * (1 + DSAMPLE_MAX_TOP) <= a->vocab;
-        const dim3 grid((unsigned)a->n_rows, (unsigned)n_slices);
-        amax_kernel<<<grid, AT, 0, (cudaStream_t)stream>>>(*a, chunk, draws, ks_cap);
+        /* slices of whole float4s, at most vocab / 4 of them (g_slices at most 1,024: their
+         * maxima and ids fit the slices' words); a plain draw's masses take 2 n words
+         * more, a top-k's lists then 2 ks_cap n, the logprobs' masses and lists 2 n (1 +
+         * DSAMPLE_MAX_TOP) and a copied row's raw maxima 2 n */
+        const int M = CUDA_SAMPLE_META;
+        sl.chunk = ((a->vocab + g_slices - 1) / g_slices + 3) & ~3;
+        const int n = sl.n = (a->vocab + sl.chunk - 1) / sl.chunk;
+        sl.copies = a->mod_rows;
+        sl.draws = a->plain_draws && 4 * n <= M;
+        if (a->plain_topk && sl.chunk <= TK_E * AT && n <= 256) /* 256: s.dcnt holds the heads */
+            sl.ks_cap = std::max(0, std::min({KS, MCAP / n, (M - 4 * n) / (2 * n)}));
+        /* a logprobs slice's list takes DSAMPLE_MAX_TOP keys; the row's block merges them all */
+        sl.lp = a->plain_lp && sl.chunk <= TK_E * AT && n * DSAMPLE_MAX_TOP <= MCAP &&
+                raw_words(n, sl.ks_cap) + 2 * n <= M;
+        const dim3 grid((unsigned)a->n_rows, (unsigned)n);
+        amax_kernel<<<grid, AT, 0, (cudaStream_t)stream>>>(*a, sl);
         enum hr_status st = launch_status("sample argmax", err, errlen);
-        if (st == HR_OK && draws) {
-            mass_kernel<<<grid, AT, 0, (cudaStream_t)stream>>>(*a, chunk);
+        if (st == HR_OK && sl.draws) {
+            mass_kernel<<<grid, AT, 0, (cudaStream_t)stream>>>(*a, sl);
             st = launch_status("sample masses", err, errlen);
         }
-        if (st == HR_OK && ks_cap > 0) {
-            topk_kernel<<<grid, AT, 0, (cudaStream_t)stream>>>(*a, chunk, ks_cap);
+        if (st == HR_OK && sl.ks_cap > 0) {
+            topk_kernel<<<grid, AT, 0, (cudaStream_t)stream>>>(*a, sl);
             st = launch_status("sample top-k", err, errlen);
         }
-        if (st == HR_OK && lp) {
-            lp_kernel<<<grid, AT, 0, (cudaStream_t)stream>>>(*a, chunk, draws, ks_cap);
+        if (st == HR_OK && sl.lp) {
+            lp_kernel<<<grid, AT, 0, (cudaStream_t)stream>>>(*a, sl);
             st = launch_status("sample logprobs", err, errlen);
         }
         if (st != HR_OK)
             return st;
     }
-    sample_kernel<<<a->n_rows, ST, 0, (cudaStream_t)stream>>>(*a, n_slices, chunk, draws, ks_cap, lp);
+    sample_kernel<<<a->n_rows, ST, 0, (cudaStream_t)stream>>>(*a, sl);
     return launch_status("sample", err, errlen);
 }
 
