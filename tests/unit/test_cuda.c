@@ -694,9 +694,12 @@ static void test_gemm_bad_args(void)
 
 /* ------------------------------------------------------------------ RMSNorm, embedding */
 
-static void test_rmsnorm(void)
+/* Against float64; each row the same bytes alone as in the launch, and gathered.  The
+ * rows a launch holds past one block each (a block then takes several, the next one's
+ * loads ahead) and every register build (rows of up to 1,024, 2,048, 4,096 and 8,192
+ * floats, and longer: a loop). */
+static void rmsnorm_case(int rows, int dim)
 {
-    const int rows = 37, dim = 4096;
     size_t n = (size_t)rows * dim;
     float *hx = hmust(n * 4), *hw = hmust(dim * 4), *hy = hmust(n * 4), *hy1 = hmust(n * 4);
     uint16_t *hb = hmust(n * 2);
@@ -704,7 +707,7 @@ static void test_rmsnorm(void)
     fill_f32(hw, dim, 1.5);
     float *x = dmust(n * 4), *w = dmust(dim * 4), *y = dmust(n * 4);
     uint16_t *yb = dmust(n * 2);
-    int32_t *rows_d = dmust(rows * 4), perm[37];
+    int32_t *rows_d = dmust((size_t)rows * 4), *perm = hmust((size_t)rows * 4);
     up(x, hx, n * 4);
     up(w, hw, dim * 4);
     struct cuda_rmsnorm a = {.y_f32 = y, .y_bf16 = yb, .x = x, .w = w, .rows = rows, .dim = dim, .eps = 1e-6f};
@@ -724,11 +727,11 @@ static void test_rmsnorm(void)
             badb += hb[r * dim + i] != dtype_f32_to_bf16(got);
         }
     }
-    CHECK_MSG(bad == 0, "%d elements off float64 by more than 1e-5 relative", bad);
-    CHECK_MSG(badb == 0, "%d bf16 outputs are not the f32 output rounded", badb);
+    CHECK_MSG(bad == 0, "%d x %d: %d elements off float64 by more than 1e-5 relative", rows, dim, bad);
+    CHECK_MSG(badb == 0, "%d x %d: %d bf16 outputs are not the f32 output rounded", rows, dim, badb);
     /* alone, and gathered in a permuted order: the same bytes */
     int diff = 0;
-    for (int r = 0; r < rows; r++) {
+    for (int r = 0; r < rows; r += rows > 100 ? 97 : 1) {
         struct cuda_rmsnorm one = {.y_f32 = y, .x = x + (size_t)r * dim, .w = w, .rows = 1, .dim = dim, .eps = 1e-6f};
         CHECK_OK(K->rmsnorm(&one, NULL, err, sizeof err), err);
         down(hy1, y, (size_t)dim * 4);
@@ -736,13 +739,14 @@ static void test_rmsnorm(void)
     }
     for (int r = 0; r < rows; r++)
         perm[r] = (r * 11 + 5) % rows;
-    up(rows_d, perm, sizeof perm);
+    up(rows_d, perm, (size_t)rows * 4);
     struct cuda_rmsnorm gat = {.y_f32 = y, .x = x, .x_rows = rows_d, .w = w, .rows = rows, .dim = dim, .eps = 1e-6f};
     CHECK_OK(K->rmsnorm(&gat, NULL, err, sizeof err), err);
     down(hy1, y, n * 4);
     for (int r = 0; r < rows; r++)
         diff += memcmp(hy1 + (size_t)r * dim, hy + (size_t)perm[r] * dim, (size_t)dim * 4) != 0;
-    CHECK_MSG(diff == 0, "%d rows differ alone or gathered", diff);
+    CHECK_MSG(diff == 0, "%d x %d: %d rows differ alone or gathered", rows, dim, diff);
+    free(perm);
     free(hx);
     free(hw);
     free(hy);
@@ -753,6 +757,16 @@ static void test_rmsnorm(void)
     cuda_dev_free(y);
     cuda_dev_free(yb);
     cuda_dev_free(rows_d);
+}
+
+static void test_rmsnorm(void)
+{
+    rmsnorm_case(37, 4096);
+    rmsnorm_case(3000, 1024);
+    rmsnorm_case(2500, 2048);
+    rmsnorm_case(1500, 4096);
+    rmsnorm_case(400, 5120);
+    rmsnorm_case(1000, 9000);
 }
 
 static void test_embed(void)

@@ -135,6 +135,7 @@ enum hr_status moe_prepare(int sm_count, char *err, size_t errlen);
 size_t moe_workspace(int n_tok, int hidden, int inter, int n_experts, int top_k);
 enum hr_status moe(const struct cuda_moe *a, void *stream, char *err, size_t errlen);
 void sample_prepare(void);
+void norm_prepare(int sm_count);
 enum hr_status sample(const struct cuda_sample *a, void *stream, char *err, size_t errlen);
 enum hr_status gather_rows(float *dst, const float *src, const int32_t *rows, int n, int dim, void *stream, char *err,
                            size_t errlen);

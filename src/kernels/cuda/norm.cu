@@ -26,61 +26,97 @@ __device__ float block_sum(float v, float *red)
     return s;
 }
 
-/* Rows up to NORM_THREADS * NORM_HELD floats are read into registers at once (all the
- * loads in flight, not one a loop turn: a decode step's norms are latency-bound); the
- * sums are the loop's, element i by thread i % NORM_THREADS in ascending i. */
-constexpr int NORM_HELD = 32;
+/* Rows up to NORM_THREADS * HELD floats are read into registers at once (all the loads
+ * in flight, not one a loop turn: a decode step's norms are latency-bound); the sums are
+ * the loop's, element i by thread i % NORM_THREADS in ascending i, whatever HELD is (the
+ * smallest that holds the row: registers for a row of 8,192 let three blocks on an SM,
+ * for one of 1,024 eight).  A block takes rows blockIdx.x, + gridDim.x, ... with the
+ * next row's loads in flight during this one's sum (up to rows of 4,096: past that the
+ * registers would cost blocks): a long step's rows stream through blocks that fill the
+ * card once.  HELD 0: rows of any length, a loop. */
+template <int HELD> struct norm_row {
+    float v[HELD > 0 ? HELD : 1];
+};
 
-__global__ void __launch_bounds__(NORM_THREADS) rmsnorm_kernel(struct cuda_rmsnorm a)
+template <int HELD>
+__device__ __forceinline__ void norm_load(norm_row<HELD> &x, const float *__restrict__ src, int dim)
+{
+#pragma unroll
+    for (int j = 0; j < HELD; j++) {
+        const int i = threadIdx.x + j * NORM_THREADS;
+        x.v[j] = i < dim ? src[i] : 0.0f;
+    }
+}
+
+__device__ __forceinline__ const float *norm_src(const struct cuda_rmsnorm &a, int r)
+{
+    return a.x + (size_t)(a.x_rows ? a.x_rows[r] : r) * a.dim;
+}
+
+__device__ __forceinline__ void norm_put(const struct cuda_rmsnorm &a, int r, int i, float y)
+{
+    if (a.y_f32)
+        a.y_f32[(size_t)r * a.dim + i] = y;
+    if (a.y_bf16)
+        a.y_bf16[(size_t)r * a.dim + i] = f32_to_bf16(y);
+}
+
+__device__ __forceinline__ float norm_inv(float ss, int dim, float eps)
+{
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)dim), eps)));
+}
+
+template <int HELD> __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_kernel(struct cuda_rmsnorm a)
 {
     __shared__ float red[NORM_THREADS / 32];
-    int r = blockIdx.x;
     /* klaunch: everything after the wait (with the weights loaded before it, ncu gave
      * 6.4 us a 30B-A3B norm against 3.7: the row's loads want to be in flight together) */
     pdl_wait();
     pdl_release();
-    const float *__restrict__ x = a.x + (size_t)(a.x_rows ? a.x_rows[r] : r) * a.dim;
     const float *__restrict__ w = a.w;
-    float ss = 0.0f;
-    if (a.dim <= NORM_THREADS * NORM_HELD) {
-        float xv[NORM_HELD], wv[NORM_HELD];
-#pragma unroll
-        for (int j = 0; j < NORM_HELD; j++) {
-            int i = threadIdx.x + j * NORM_THREADS;
-            xv[j] = i < a.dim ? x[i] : 0.0f;
-            wv[j] = i < a.dim ? w[i] : 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < NORM_HELD; j++)
-            if (threadIdx.x + j * NORM_THREADS < a.dim)
-                ss = fmaf(xv[j], xv[j], ss);
-        ss = block_sum(ss, red);
-        float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)a.dim), a.eps)));
-#pragma unroll
-        for (int j = 0; j < NORM_HELD; j++) {
-            int i = threadIdx.x + j * NORM_THREADS;
-            if (i >= a.dim)
-                break;
-            float y = __fmul_rn(wv[j], __fmul_rn(xv[j], inv));
-            if (a.y_f32)
-                a.y_f32[(size_t)r * a.dim + i] = y;
-            if (a.y_bf16)
-                a.y_bf16[(size_t)r * a.dim + i] = f32_to_bf16(y);
+    if (HELD == 0) {
+        for (int r = blockIdx.x; r < a.rows; r += gridDim.x) {
+            const float *__restrict__ x = norm_src(a, r);
+            float ss = 0.0f;
+            for (int i = threadIdx.x; i < a.dim; i += NORM_THREADS)
+                ss = fmaf(x[i], x[i], ss);
+            const float inv = norm_inv(block_sum(ss, red), a.dim, a.eps);
+            for (int i = threadIdx.x; i < a.dim; i += NORM_THREADS)
+                norm_put(a, r, i, __fmul_rn(w[i], __fmul_rn(x[i], inv)));
         }
         return;
     }
-    for (int i = threadIdx.x; i < a.dim; i += NORM_THREADS)
-        ss = fmaf(x[i], x[i], ss);
-    ss = block_sum(ss, red);
-    float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)a.dim), a.eps)));
-    for (int i = threadIdx.x; i < a.dim; i += NORM_THREADS) {
-        float y = __fmul_rn(w[i], __fmul_rn(x[i], inv));
-        if (a.y_f32)
-            a.y_f32[(size_t)r * a.dim + i] = y;
-        if (a.y_bf16)
-            a.y_bf16[(size_t)r * a.dim + i] = f32_to_bf16(y);
+    constexpr bool AHEAD = HELD <= 16;
+    norm_row<HELD> wv, xv, nv;
+    norm_load(xv, norm_src(a, blockIdx.x), a.dim); /* the grid is at most the rows */
+    norm_load(wv, w, a.dim);
+    for (int r = blockIdx.x; r < a.rows; r += gridDim.x) {
+        if (!AHEAD && r != (int)blockIdx.x) {
+            norm_load(xv, norm_src(a, r), a.dim);
+            norm_load(wv, w, a.dim);
+        }
+        if (AHEAD && r + (int)gridDim.x < a.rows)
+            norm_load(nv, norm_src(a, r + gridDim.x), a.dim);
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < HELD; j++)
+            if (threadIdx.x + j * NORM_THREADS < a.dim)
+                ss = fmaf(xv.v[j], xv.v[j], ss);
+        const float inv = norm_inv(block_sum(ss, red), a.dim, a.eps);
+#pragma unroll
+        for (int j = 0; j < HELD; j++) {
+            const int i = threadIdx.x + j * NORM_THREADS;
+            if (i < a.dim)
+                norm_put(a, r, i, __fmul_rn(wv.v[j], __fmul_rn(xv.v[j], inv)));
+        }
+        if (AHEAD)
+            xv = nv;
     }
 }
+
+/* Blocks of an rmsnorm launch at most, by build (HELD 4, 8, 16, 32, 0): as many as fill
+ * the card once (norm_prepare). */
+int g_norm_blocks[5] = {1024, 1024, 1024, 1024, 1024};
 
 __global__ void embed_kernel(struct cuda_embed a)
 {
@@ -106,6 +142,20 @@ __global__ void block_copy_kernel(struct cuda_block_copy a, size_t slice_words)
         d[i] = s[i];
 }
 
+template <int HELD> void norm_launch(int grid, cudaStream_t st, const struct cuda_rmsnorm &a)
+{
+    klaunch(rmsnorm_kernel<HELD>, grid, NORM_THREADS, 0, st, a);
+}
+
+struct norm_build {
+    void (*fn)(struct cuda_rmsnorm);
+    void (*launch)(int grid, cudaStream_t st, const struct cuda_rmsnorm &a);
+};
+const norm_build norm_kernels[5] = {
+    {rmsnorm_kernel<4>, norm_launch<4>},   {rmsnorm_kernel<8>, norm_launch<8>}, {rmsnorm_kernel<16>, norm_launch<16>},
+    {rmsnorm_kernel<32>, norm_launch<32>}, {rmsnorm_kernel<0>, norm_launch<0>},
+};
+
 } // namespace
 
 enum hr_status rmsnorm(const struct cuda_rmsnorm *a, void *stream, char *err, size_t errlen)
@@ -114,8 +164,23 @@ enum hr_status rmsnorm(const struct cuda_rmsnorm *a, void *stream, char *err, si
         return hr_err(err, errlen, HR_ERR_INVALID, "cuda rmsnorm: bad arguments (rows=%d dim=%d)", a->rows, a->dim);
     if (a->rows == 0)
         return HR_OK;
-    klaunch(rmsnorm_kernel, a->rows, NORM_THREADS, 0, (cudaStream_t)stream, *a);
+    const int held = (a->dim + NORM_THREADS - 1) / NORM_THREADS;
+    const int b = held <= 4 ? 0 : held <= 8 ? 1 : held <= 16 ? 2 : held <= 32 ? 3 : 4;
+    const int grid = a->rows < g_norm_blocks[b] ? a->rows : g_norm_blocks[b]; /* a launch shape: a row is one block's */
+    norm_kernels[b].launch(grid, (cudaStream_t)stream, *a);
     return launch_status("rmsnorm", err, errlen);
+}
+
+void norm_prepare(int sm_count)
+{
+    for (int b = 0; b < 5; b++) { /* the blocks an SM holds at once of each build */
+        int per_sm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_kernels[b].fn, NORM_THREADS, 0) != cudaSuccess ||
+            per_sm < 1)
+            per_sm = 1;
+        g_norm_blocks[b] = sm_count * per_sm;
+    }
+    (void)cudaGetLastError();
 }
 
 enum hr_status embed(const struct cuda_embed *a, void *stream, char *err, size_t errlen)

@@ -17,6 +17,7 @@ static enum hr_status prepare(int sm_count, char *err, size_t errlen)
     g_pdl = !(pdl && strcmp(pdl, "0") == 0);
 #endif
     sample_prepare();
+    norm_prepare(sm_count);
     enum hr_status st = gemm_prepare(sm_count, err, errlen);
     if (st == HR_OK)
         st = attn_prepare(sm_count, err, errlen);
