@@ -1022,13 +1022,35 @@ __device__ __forceinline__ void slice_mass_put(const view &w, int lo, int hi, u6
     }
 }
 
-/* The values row r's slices read: the logits, cleaned as read, or a copied row's. */
-__device__ __forceinline__ view slice_view(const struct cuda_sample &a, const struct dsample_row &r, int row,
-                                           const slicing &sl, float ref, float t, int all, double keep_from)
+/* The values a slice block of row r reads: the logits, cleaned as read, or (on_copy) the
+ * values its slices wrote. */
+__device__ __forceinline__ view slice_view(const struct cuda_sample &a, const struct dsample_row &r, bool on_copy,
+                                           float ref, float t, int all, double keep_from)
 {
-    const bool cp = copied(r, sl);
-    const view w = {cp ? work_row(a, row) : a.logits + (size_t)r.logit_row * a.vocab, !cp, ref, t, all, keep_from};
+    const view w = {on_copy ? work_row(a, blockIdx.x) : a.logits + (size_t)r.logit_row * a.vocab, !on_copy, ref, t,
+                    all, keep_from};
     return w;
+}
+
+/* What a slice block of row blockIdx.x starts from, after amax_kernel: the row's slices'
+ * words, the row's maximum from the slices' maxima at word `at` (as the row's block
+ * takes it), and the slice's ids [lo, hi). */
+struct slice_ctx {
+    float *meta;
+    float vmax;
+    int lo, hi;
+};
+
+__device__ __forceinline__ slice_ctx slice_begin(const struct cuda_sample &a, const slicing &sl, int at)
+{
+    __shared__ float sv[AT / 32];
+    __shared__ int si[AT / 32];
+    slice_ctx c;
+    c.meta = meta_of(a, blockIdx.x);
+    c.vmax = slices_max<AT>(c.meta + at, sl.n, sv, si);
+    c.lo = blockIdx.y * sl.chunk;
+    c.hi = min(a.vocab, c.lo + sl.chunk);
+    return c;
 }
 
 /* Block (row, slice) of a draw_sliced_row row, after amax_kernel: the row's maximum
@@ -1038,17 +1060,12 @@ __device__ __forceinline__ view slice_view(const struct cuda_sample &a, const st
 __global__ void __launch_bounds__(AT) mass_kernel(struct cuda_sample a, slicing sl)
 {
     __shared__ u64 ws[AT / 32];
-    __shared__ float sv[AT / 32];
-    __shared__ int si[AT / 32];
     const struct dsample_row r = a.rows[blockIdx.x];
-    const int V = a.vocab;
-    if (!draw_sliced_row(r, V, sl))
+    if (!draw_sliced_row(r, a.vocab, sl))
         return;
-    float *meta = meta_of(a, blockIdx.x);
-    const float xmax = slices_max<AT>(meta, sl.n, sv, si);
-    const view w = slice_view(a, r, blockIdx.x, sl, xmax, r.temperature, 0, r.keep_from);
-    const int lo = blockIdx.y * sl.chunk, hi = min(V, lo + sl.chunk);
-    slice_mass_put(w, lo, hi, ws, (unsigned *)meta + 2 * sl.n + 2 * blockIdx.y);
+    const slice_ctx c = slice_begin(a, sl, 0);
+    const view w = slice_view(a, r, copied(r, sl), c.vmax, r.temperature, 0, r.keep_from);
+    slice_mass_put(w, c.lo, c.hi, ws, (unsigned *)c.meta + 2 * sl.n + 2 * blockIdx.y);
 }
 
 /* Block (row, slice) of a plain top-k draw (topk_sliced), after amax_kernel: the row's
@@ -1113,17 +1130,12 @@ __device__ __forceinline__ void slice_best_put(const view &w, int lo, int hi, in
 __global__ void __launch_bounds__(AT) topk_kernel(struct cuda_sample a, slicing sl)
 {
     __shared__ slice_best_smem b;
-    __shared__ float sv[AT / 32];
-    __shared__ int si[AT / 32];
     const struct dsample_row r = a.rows[blockIdx.x];
-    const int V = a.vocab;
-    if (!topk_sliced(r, V, sl))
+    if (!topk_sliced(r, a.vocab, sl))
         return;
-    float *meta = meta_of(a, blockIdx.x);
-    const float xmax = slices_max<AT>(meta, sl.n, sv, si);
-    const view w = slice_view(a, r, blockIdx.x, sl, xmax, r.temperature, 0, r.keep_from);
-    const int lo = blockIdx.y * sl.chunk, hi = min(V, lo + sl.chunk);
-    slice_best_put(w, lo, hi, r.top_k, b, (unsigned *)meta + 4 * sl.n + 2 * (size_t)blockIdx.y * sl.ks_cap);
+    const slice_ctx c = slice_begin(a, sl, 0);
+    const view w = slice_view(a, r, copied(r, sl), c.vmax, r.temperature, 0, r.keep_from);
+    slice_best_put(w, c.lo, c.hi, r.top_k, b, (unsigned *)c.meta + 4 * sl.n + 2 * (size_t)blockIdx.y * sl.ks_cap);
 }
 
 /* Whether row r's logprobs come from slices (where the launch sliced them): those of a
@@ -1135,11 +1147,11 @@ __device__ __forceinline__ bool lp_sliced(const struct dsample_row &r, int V, co
            (greedy_sliced(r, sl) || draw_sliced_row(r, V, sl) || topk_sliced(r, V, sl) || copied(r, sl));
 }
 
-/* The slices' words where row r's logprobs' maxima are: the values' (the raw logits',
- * or a copied row's when its logprobs are penalized), or a copied row's raw ones. */
-__device__ __forceinline__ const float *lp_maxima(const float *meta, const struct dsample_row &r, const slicing &sl)
+/* The slices' word where row r's logprobs' maxima are: the values' (the raw logits', or a
+ * copied row's when its logprobs are penalized), or a copied row's raw ones. */
+__device__ __forceinline__ int lp_maxima(const struct dsample_row &r, const slicing &sl)
 {
-    return copied(r, sl) && !r.penalized ? meta + raw_words(sl.n, sl.ks_cap) : meta;
+    return copied(r, sl) && !r.penalized ? raw_words(sl.n, sl.ks_cap) : 0;
 }
 
 /* Block (row, slice) of a row with sliced logprobs, after amax_kernel: the maximum of
@@ -1150,26 +1162,18 @@ __global__ void __launch_bounds__(AT) lp_kernel(struct cuda_sample a, slicing sl
 {
     __shared__ slice_best_smem b;
     __shared__ u64 ws[AT / 32];
-    __shared__ float sv[AT / 32];
-    __shared__ int si[AT / 32];
     const struct dsample_row r = a.rows[blockIdx.x];
-    const int V = a.vocab;
-    if (!lp_sliced(r, V, sl))
+    if (!lp_sliced(r, a.vocab, sl))
         return;
-    float *meta = meta_of(a, blockIdx.x);
-    const int n = sl.n;
-    const float vmax = slices_max<AT>(lp_maxima(meta, r, sl), n, sv, si);
-    if (vmax == -INFINITY)
+    const slice_ctx c = slice_begin(a, sl, lp_maxima(r, sl));
+    if (c.vmax == -INFINITY)
         return;
-    const bool on_copy = copied(r, sl) && r.penalized;
-    const view w = {on_copy ? work_row(a, blockIdx.x) : a.logits + (size_t)r.logit_row * V, !on_copy, vmax, 1.0f,
-                    1, 0.0};
-    const int lo = blockIdx.y * sl.chunk, hi = min(V, lo + sl.chunk);
-    unsigned *lw = (unsigned *)meta + lp_words(n, sl.ks_cap);
-    slice_mass_put(w, lo, hi, ws, lw + 2 * blockIdx.y);
-    const int n_top = min(r.n_logprobs, V);
+    const view w = slice_view(a, r, copied(r, sl) && r.penalized, c.vmax, 1.0f, 1, 0.0);
+    unsigned *lw = (unsigned *)c.meta + lp_words(sl.n, sl.ks_cap);
+    slice_mass_put(w, c.lo, c.hi, ws, lw + 2 * blockIdx.y);
+    const int n_top = min(r.n_logprobs, a.vocab);
     if (n_top > 0)
-        slice_best_put(w, lo, hi, n_top, b, lw + 2 * n + 2 * DSAMPLE_MAX_TOP * blockIdx.y);
+        slice_best_put(w, c.lo, c.hi, n_top, b, lw + 2 * sl.n + 2 * DSAMPLE_MAX_TOP * blockIdx.y);
 }
 
 /* sl.n > 0: amax_kernel ran before, in slices of sl.chunk ids, for the max_sliced rows
@@ -1275,7 +1279,7 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, sli
         if (sliced && cp && !r.penalized) {
             int bi = INT_MAX;
             bmax = 0.0f;
-            slices_amax(lp_maxima(meta, r, sl), n_slices, threadIdx.x, ST, bmax, bi);
+            slices_amax(meta + lp_maxima(r, sl), n_slices, threadIdx.x, ST, bmax, bi);
             block_amax<ST>(bmax, bi, s.fred, s.ired);
             if (bmax == 0.0f)
                 bmax = 0.0f; /* -0 and +0 are one maximum */
