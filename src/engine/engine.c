@@ -934,6 +934,17 @@ static enum hr_status engine_kv_init(struct hearth_engine *e, enum kv_dtype kvd,
     return st;
 }
 
+/* The 0.6B's 256 rows: 157 MB of device memory, taken from the KV pool sized after it. */
+int engine_logit_rows(const struct backend *be, int max_num_seqs)
+{
+    int rows = ENGINE_LOGIT_ROWS;
+    if (be->ops->sample) {
+        const int all = max_num_seqs < ENGINE_DEVICE_LOGIT_ROWS ? max_num_seqs : ENGINE_DEVICE_LOGIT_ROWS;
+        rows = all > rows ? all : rows;
+    }
+    return rows;
+}
+
 /* The forward: the backend sized for steps of max_batched_tokens at contexts up to
  * the user's --max-model-len (the pool, sized after this, can only lower it; a device's
  * attention workspace grows with the context), the weights bound, the scratch with
@@ -943,7 +954,7 @@ static enum hr_status engine_forward_init(struct hearth_engine *e, char *err, si
     /* 0 (not given) or above the model's context: the backend takes the model's */
     enum hr_status st = qwen3_init(&e->fwd, &e->m, &e->be, e->p.max_batched_tokens, e->p.max_model_len, err, errlen);
     if (st == HR_OK)
-        st = qwen3_reserve_logits(&e->fwd, ENGINE_LOGIT_ROWS, err, errlen);
+        st = qwen3_reserve_logits(&e->fwd, engine_logit_rows(&e->be, e->p.max_num_seqs), err, errlen);
     return st;
 }
 

@@ -26,6 +26,11 @@
  * piece at a time, in the forward's scratch): every decode of up to 32 sequences in
  * one lm_head pass. */
 #define ENGINE_LOGIT_ROWS 32
+/* Where the backend samples on the device: a step's rows of up to this many sequences
+ * (max_num_seqs at most) in one piece.  Each piece's lm_head pass reads the whole
+ * lm_head, and the forward's own room after a decode step held ~80 of the 0.6B's rows:
+ * three passes (3 x 311 MB) and five sampling launches for 185 rows. */
+#define ENGINE_DEVICE_LOGIT_ROWS 256
 
 /* What the last step ran (benchmarks): its rows and the first row's geometry. */
 struct engine_step_info {
@@ -107,6 +112,9 @@ enum hr_status engine_sample_threads(struct hearth_engine *e, int n_threads, cha
  * and to_host_rows ops), as a device backend does unless no_device_sampling; tests call
  * it before the first step. */
 enum hr_status engine_dev_sampling(struct hearth_engine *e, bool on, char *err, size_t errlen);
+/* The logits rows a piece holds at least on backend be (ENGINE_LOGIT_ROWS; where it
+ * samples on the device, every sequence's row up to ENGINE_DEVICE_LOGIT_ROWS). */
+int engine_logit_rows(const struct backend *be, int max_num_seqs);
 
 /* Builds the engine; with start_thread false no thread runs and the caller drives
  * engine_step itself (tests that control exactly when requests arrive). */

@@ -466,6 +466,36 @@ static void test_max_model_len(void)
     }
 }
 
+/* A backend that samples on the device keeps room for every sequence's logits row up to
+ * ENGINE_DEVICE_LOGIT_ROWS (one lm_head pass a decode step); the others the floor. */
+static enum hr_status no_sample(struct backend *be, const float *logits, int vocab, const struct dsample_row *rows,
+                                int n, const struct dsample_mod *mods, int n_mods, const float *biases, int n_biases,
+                                struct dsample_out *out, char *err, size_t errlen)
+{
+    (void)be, (void)logits, (void)vocab, (void)rows, (void)n, (void)mods, (void)n_mods, (void)biases, (void)n_biases,
+        (void)out;
+    return hr_err(err, errlen, HR_ERR_INTERNAL, "not called");
+}
+
+static void test_logit_rows(void)
+{
+    struct backend_ops host = {0}, dev = {0};
+    dev.sample = no_sample;
+    struct backend be = {.ops = &host};
+    CHECK(engine_logit_rows(&be, 1000) == ENGINE_LOGIT_ROWS && engine_logit_rows(&be, 1) == ENGINE_LOGIT_ROWS);
+    be.ops = &dev;
+    CHECK(engine_logit_rows(&be, 1000) == ENGINE_DEVICE_LOGIT_ROWS);
+    CHECK(engine_logit_rows(&be, 185) == 185);
+    CHECK(engine_logit_rows(&be, 3) == ENGINE_LOGIT_ROWS);
+    /* a CPU engine's scratch keeps the floor's room after a step of its most tokens */
+    struct hearth_engine *e = rig_engine(rig_kv_bytes(64), 4, 64, 1);
+    CHECK(e);
+    if (!e)
+        return;
+    CHECK(engine_logit_rows(engine_backend(e), e->p.max_num_seqs) == ENGINE_LOGIT_ROWS);
+    hearth_engine_free(e);
+}
+
 int main(void)
 {
     TEST_RUN(test_concurrent_equals_alone);
@@ -477,5 +507,6 @@ int main(void)
     TEST_RUN(test_prompt_logprobs);
     TEST_RUN(test_fault_any_op);
     TEST_RUN(test_max_model_len);
+    TEST_RUN(test_logit_rows);
     TEST_END();
 }
