@@ -1462,6 +1462,19 @@ struct scase {
 };
 static struct scase scases[SCASES];
 
+/* Repetition, frequency and presence penalties over a history of up to 400 prompt and
+ * 300 generated tokens (every other one among the first 50 ids, so some repeat). */
+static void scase_penalize(struct scase *c, int V)
+{
+    c->p.repetition_penalty = 1.3f;
+    c->p.frequency_penalty = 0.4f;
+    c->p.presence_penalty = -0.3f;
+    c->n_prompt = (int)(urand() * 400);
+    c->n_gen = (int)(urand() * 300);
+    for (int k = 0; k < c->n_prompt + c->n_gen; k++)
+        c->hist[k] = (int32_t)(urand() * (k % 2 && V > 50 ? 50 : V));
+}
+
 static void scase_make(struct scase *c, int i, int V)
 {
     memset(c, 0, sizeof *c);
@@ -1480,15 +1493,8 @@ static void scase_make(struct scase *c, int i, int V)
     case 8: p->temperature = 0.6f; p->top_k = 40; p->top_p = 0.95f; p->min_p = 0.01f; break;
     default: p->temperature = 1.1f; p->top_k = V + 5; p->top_p = 0.7f; break;
     }
-    if (i % 3 == 1) {
-        p->repetition_penalty = 1.3f;
-        p->frequency_penalty = 0.4f;
-        p->presence_penalty = -0.3f;
-        c->n_prompt = (int)(urand() * 400);
-        c->n_gen = (int)(urand() * 300);
-        for (int k = 0; k < c->n_prompt + c->n_gen; k++)
-            c->hist[k] = (int32_t)(urand() * (k % 2 && V > 50 ? 50 : V));
-    }
+    if (i % 3 == 1)
+        scase_penalize(c, V);
     if (i % 4 == 2) {
         int n = 1 + (int)(urand() * 6);
         for (int k = 0; k < n; k++) {
@@ -1790,9 +1796,9 @@ static void test_sample_greedy(void)
  * 256, 7 and none (the row's block walks the whole row), at top-k values within and past
  * the slices' room, with 0 to 20 top logprobs (raw, or penalized: of a row without
  * mods, walked whole), with and without bias and penalties: each row's bytes must be the
- * host reference's under all four.  Row kinds: typical, flat (a uniform draw, the target anywhere, slice edges
- * included; top-k all ties), the mass at slice edges, non-finite entries, one peak,
- * ties, nothing finite. */
+ * host reference's under all four.  Row kinds: typical, flat (a uniform draw, the target
+ * anywhere, slice edges included; top-k all ties), the mass at slice edges, non-finite
+ * entries, one peak, ties, nothing finite. */
 static void sliced_row_make(float *x, int V, int k)
 {
     const int chunk = ((V + 63) / 64 + 3) & ~3; /* the default slicing's edges */
@@ -1832,21 +1838,14 @@ static void sliced_vocab(int V)
         c->p.temperature = temps[i % 3];
         if (i % 4 == 1)
             c->p.min_p = 0.05f;
-        if (i % 5 == 2 || i % 8 == 7) { /* logprobs of the raw logits: still a plain draw */
+        if (i % 5 == 2 || i % 8 == 7) { /* logprobs, raw (still a plain draw) or penalized */
             c->p.logprobs = true;
             c->p.n_logprobs = n_lp[(i / 5) % 5];
             c->p.logprobs_mode = (i / 5) % 9 == 8 ? SAMPLER_LOGPROBS_PENALIZED : SAMPLER_LOGPROBS_RAW;
             lps++;
         }
-        if (i % 9 == 4) { /* penalties: the row's values are written by its slices */
-            c->p.repetition_penalty = 1.3f;
-            c->p.frequency_penalty = 0.4f;
-            c->p.presence_penalty = -0.3f;
-            c->n_prompt = 1 + (int)(urand() * 300);
-            c->n_gen = (int)(urand() * 200);
-            for (int k = 0; k < c->n_prompt + c->n_gen; k++)
-                c->hist[k] = (int32_t)(urand() * (k % 2 && V > 50 ? 50 : V));
-        }
+        if (i % 9 == 4) /* penalties: the row's values are written by its slices */
+            scase_penalize(c, V);
         if (i % 10 == 2) { /* logit bias: one token pushed to the top, others anywhere */
             const int n = 1 + (int)(urand() * 4);
             for (int k = 0; k < n; k++) {
@@ -1888,15 +1887,15 @@ static void sliced_vocab(int V)
     for (int i = 0; i < ROWS; i++) {
         struct dsample_out want;
         double margin;
-        dsample_ref(&scases[i].p, h + (size_t)i * V, V, scases[i].hist, scases[i].n_prompt, scases[i].n_gen,
-                    scases[i].seq, scases[i].step, &ss, &want,
+        const struct scase *c = &scases[i];
+        dsample_ref(&c->p, h + (size_t)i * V, V, c->hist, c->n_prompt, c->n_gen, c->seq, c->step, &ss, &want,
                     &margin);
         for (int k = 0; k < SETTINGS; k++) {
             const struct dsample_out *o = &out[(size_t)k * ROWS + i];
             if (memcmp(&want, o, sizeof want) && ++bad <= 5)
                 fprintf(stderr, "  V=%d row %d (kind %d, T %g, min-p %g, k %d, p %g) at %s slices: device %d, "
-                        "reference %d\n", V, i, i % 7, (double)scases[i].p.temperature, (double)scases[i].p.min_p,
-                        scases[i].p.top_k, (double)scases[i].p.top_p, slices[k], o->token, want.token);
+                        "reference %d\n", V, i, i % 7, (double)c->p.temperature, (double)c->p.min_p, c->p.top_k,
+                        (double)c->p.top_p, slices[k], o->token, want.token);
         }
     }
     CHECK_MSG(bad == 0, "V=%d: %d sliced draws differ from the host reference", V, bad);

@@ -1,4 +1,4 @@
-/* Row kernels: RMSNorm (one row per block), the embedding gather, and copy-on-write
+/* Row kernels: RMSNorm (each row one block's), the embedding gather, and copy-on-write
  * block copies.  Each row's reduction has one order, fixed by the row length and the
  * block size (a constant), so rows come out the same whatever their neighbours. */
 #include "kernels/cuda/common.cuh"
@@ -142,19 +142,9 @@ __global__ void block_copy_kernel(struct cuda_block_copy a, size_t slice_words)
         d[i] = s[i];
 }
 
-template <int HELD> void norm_launch(int grid, cudaStream_t st, const struct cuda_rmsnorm &a)
-{
-    klaunch(rmsnorm_kernel<HELD>, grid, NORM_THREADS, 0, st, a);
-}
-
-struct norm_build {
-    void (*fn)(struct cuda_rmsnorm);
-    void (*launch)(int grid, cudaStream_t st, const struct cuda_rmsnorm &a);
-};
-const norm_build norm_kernels[5] = {
-    {rmsnorm_kernel<4>, norm_launch<4>},   {rmsnorm_kernel<8>, norm_launch<8>}, {rmsnorm_kernel<16>, norm_launch<16>},
-    {rmsnorm_kernel<32>, norm_launch<32>}, {rmsnorm_kernel<0>, norm_launch<0>},
-};
+/* The builds by HELD (4, 8, 16, 32, 0), as g_norm_blocks counts them. */
+void (*const norm_kernels[5])(struct cuda_rmsnorm) = {rmsnorm_kernel<4>, rmsnorm_kernel<8>, rmsnorm_kernel<16>,
+                                                      rmsnorm_kernel<32>, rmsnorm_kernel<0>};
 
 } // namespace
 
@@ -167,7 +157,7 @@ enum hr_status rmsnorm(const struct cuda_rmsnorm *a, void *stream, char *err, si
     const int held = (a->dim + NORM_THREADS - 1) / NORM_THREADS;
     const int b = held <= 4 ? 0 : held <= 8 ? 1 : held <= 16 ? 2 : held <= 32 ? 3 : 4;
     const int grid = a->rows < g_norm_blocks[b] ? a->rows : g_norm_blocks[b]; /* a launch shape: a row is one block's */
-    norm_kernels[b].launch(grid, (cudaStream_t)stream, *a);
+    klaunch(norm_kernels[b], grid, NORM_THREADS, 0, (cudaStream_t)stream, *a);
     return launch_status("rmsnorm", err, errlen);
 }
 
@@ -175,7 +165,7 @@ void norm_prepare(int sm_count)
 {
     for (int b = 0; b < 5; b++) { /* the blocks an SM holds at once of each build */
         int per_sm = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_kernels[b].fn, NORM_THREADS, 0) != cudaSuccess ||
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_kernels[b], NORM_THREADS, 0) != cudaSuccess ||
             per_sm < 1)
             per_sm = 1;
         g_norm_blocks[b] = sm_count * per_sm;

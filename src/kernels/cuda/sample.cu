@@ -1068,13 +1068,6 @@ __global__ void __launch_bounds__(AT) mass_kernel(struct cuda_sample a, slicing 
     slice_mass_put(w, c.lo, c.hi, ws, (unsigned *)c.meta + 2 * sl.n + 2 * blockIdx.y);
 }
 
-/* Block (row, slice) of a plain top-k draw (topk_sliced), after amax_kernel: the row's
- * maximum from the slices' (for min-p), then the slice's best top_k candidates, best
- * first (keys; 0 past its candidates), at words 4 n + 2 ks_cap slice of the slices'
- * words as (low, high) pairs.  Each thread holds TK_E ids; t, the k-th largest of the
- * threads' best keys (a bitwise search of block-wide counts), has at least k keys at
- * or above it, so the slice's best k are among those, at most TK_E k of them: they are
- * collected and ranked. */
 struct slice_best_smem {
     u64 cand[TK_E * KS]; /* the keys at or above the threshold, as found */
     u64 best[KS];        /* ranked */
@@ -1083,7 +1076,10 @@ struct slice_best_smem {
 
 /* The best k <= KS of w's candidates among ids [lo, hi) (at most TK_E * AT of them), over
  * a block of AT threads: keys best first (0 past the candidates) into lw as (low, high)
- * word pairs. */
+ * word pairs.  Each thread holds TK_E ids; t, the k-th largest of the threads' best keys
+ * (a bitwise search of block-wide counts), has at least k keys at or above it, so the
+ * slice's best k are among those, at most TK_E k of them: they are collected and
+ * ranked. */
 __device__ __forceinline__ void slice_best_put(const view &w, int lo, int hi, int k, slice_best_smem &b,
                                                unsigned *lw)
 {
@@ -1127,6 +1123,9 @@ __device__ __forceinline__ void slice_best_put(const view &w, int lo, int hi, in
     }
 }
 
+/* Block (row, slice) of a plain top-k draw (topk_sliced), after amax_kernel: the row's
+ * maximum from the slices' (for min-p), then the slice's best top_k candidates
+ * (slice_best_put) at words 4 n + 2 ks_cap slice of the slices' words. */
 __global__ void __launch_bounds__(AT) topk_kernel(struct cuda_sample a, slicing sl)
 {
     __shared__ slice_best_smem b;
@@ -1139,12 +1138,11 @@ __global__ void __launch_bounds__(AT) topk_kernel(struct cuda_sample a, slicing 
 }
 
 /* Whether row r's logprobs come from slices (where the launch sliced them): those of a
- * row whose maximum comes from its slices and whose draw, if any, does too (a copied
- * row's other draws walk the row in its block, but its copy is written). */
+ * row whose maximum comes from its slices (a copied row's draw may still walk the copy
+ * in its block). */
 __device__ __forceinline__ bool lp_sliced(const struct dsample_row &r, int V, const slicing &sl)
 {
-    return sl.lp && (r.logprobs || r.n_logprobs > 0) &&
-           (greedy_sliced(r, sl) || draw_sliced_row(r, V, sl) || topk_sliced(r, V, sl) || copied(r, sl));
+    return sl.lp && (r.logprobs || r.n_logprobs > 0) && max_sliced(r, V, sl);
 }
 
 /* The slices' word where row r's logprobs' maxima are: the values' (the raw logits', or a
