@@ -770,6 +770,7 @@ __device__ __forceinline__ u64 slice_mass(const unsigned *mw, int j)
 constexpr int KS = 48;     /* the largest top-k drawn from slices */
 constexpr int TK_E = 16;   /* ids a thread of topk_kernel holds: a slice of at most TK_E * AT */
 constexpr int MCAP = 3072; /* the slices' keys a row's block merges (n_slices * top_k) */
+static_assert(AT > KS, "slice_best_put's early stop: t = 0 (every thread's key at or above it) is never taken");
 
 __device__ __forceinline__ u64 topk_key(float v, int id)
 {
@@ -1079,7 +1080,11 @@ struct slice_best_smem {
  * word pairs.  Each thread holds TK_E ids; t, the k-th largest of the threads' best keys
  * (a bitwise search of block-wide counts), has at least k keys at or above it, so the
  * slice's best k are among those, at most TK_E k of them: they are collected and
- * ranked. */
+ * ranked.  The search may stop early, after the keys' high 16 or 32 bits: any t of at
+ * least k and at most KS threads' best keys at or above it will do (the k-th largest is
+ * among them, so the best k are too, and the candidates still fit TK_E KS), and such
+ * prefixes of the k-th largest usually are (the logits' values seldom tie in their top
+ * 16 bits), which saves most of the 64 block-wide counts.  The same best k either way. */
 __device__ __forceinline__ void slice_best_put(const view &w, int lo, int hi, int k, slice_best_smem &b,
                                                unsigned *lw)
 {
@@ -1095,11 +1100,14 @@ __device__ __forceinline__ void slice_best_put(const view &w, int lo, int hi, in
     }
     if (threadIdx.x == 0)
         n_cand = 0;
-    u64 t = 0; /* the k-th largest m (distinct keys, or 0), or 0 when fewer are nonzero */
+    u64 t = 0; /* the k-th largest m (distinct keys, or 0), or 0 when fewer are nonzero; or a prefix of it */
     for (int bit = 63; bit >= 0; bit--) {
         const u64 c = t | (1ull << bit);
         if (__syncthreads_count(m >= c) >= k)
             t = c;
+        /* (t = 0 counts all AT threads, never few enough) */
+        if ((bit == 48 || bit == 32) && __syncthreads_count(m >= t) <= KS)
+            break;
     }
 #pragma unroll
     for (int u = 0; u < TK_E; u++)
