@@ -91,8 +91,8 @@ struct cuda_backend {
     /* to_host's staging, page-locked */
     void *host;
     size_t host_bytes;
-    /* sampling: up to CB_SAMPLE_ROWS rows a launch; rows | mods | biases | results, on
-     * the device and page-locked on the host, laid out alike */
+    /* sampling: up to CB_SAMPLE_QUEUE rows a wait, CB_SAMPLE_ROWS a launch; rows | mods |
+     * biases | results, on the device and page-locked on the host, laid out alike */
     int s_vocab, s_mods_cap, s_bias_cap;
     float *s_work;             /* [CB_SAMPLE_ROWS, cuda_sample_stride(vocab)]: the rows' logits after bias
                                 * and penalties, and their slices' words */
@@ -403,17 +403,20 @@ static enum hr_status cb_size_attention(struct cuda_backend *c, char *err, size_
 }
 
 /* Rows a sampling launch takes at most (more go in several launches: rows are
- * independent, so how they are cut changes no result). */
+ * independent, so how they are cut changes no result), and rows queued between two
+ * waits (a decode step's logits rows, ENGINE_DEVICE_LOGIT_ROWS, in one wait: each wait
+ * leaves the card idle for a round trip to the host). */
 #define CB_SAMPLE_ROWS 64
+#define CB_SAMPLE_QUEUE 256
 
 static size_t cb_sample_off(const struct cuda_backend *c, int part)
 {
     size_t off[4];
     off[0] = 0;
-    off[1] = off[0] + (((size_t)CB_SAMPLE_ROWS * sizeof(struct dsample_row) + 63) & ~(size_t)63);
+    off[1] = off[0] + (((size_t)CB_SAMPLE_QUEUE * sizeof(struct dsample_row) + 63) & ~(size_t)63);
     off[2] = off[1] + (((size_t)c->s_mods_cap * sizeof(struct dsample_mod) + 63) & ~(size_t)63);
     off[3] = off[2] + (((size_t)c->s_bias_cap * sizeof(float) + 63) & ~(size_t)63);
-    return part < 4 ? off[part] : off[3] + (size_t)CB_SAMPLE_ROWS * sizeof(struct dsample_out);
+    return part < 4 ? off[part] : off[3] + (size_t)CB_SAMPLE_QUEUE * sizeof(struct dsample_out);
 }
 
 static void cb_sampling_free(struct cuda_backend *c)
@@ -426,7 +429,7 @@ static void cb_sampling_free(struct cuda_backend *c)
     c->s_vocab = 0;
 }
 
-/* One row has at most vocab mods and DSAMPLE_MAX_BIAS biases: any row fits a launch. */
+/* One row has at most vocab mods and DSAMPLE_MAX_BIAS biases: any row fits a queue. */
 static enum hr_status cb_size_sampling(struct cuda_backend *c, int vocab, char *err, size_t errlen)
 {
     cb_sampling_free(c);
@@ -1075,9 +1078,9 @@ static enum hr_status cb_sample_launches(struct cuda_backend *c, const float *lo
     float *hb = (float *)(h + cb_sample_off(c, 2));
     const struct dsample_out *ho = (const struct dsample_out *)(h + cb_sample_off(c, 3));
     for (int i0 = 0; i0 < n;) {
-        /* A launch's rows, their mods and biases packed and renumbered. */
+        /* A queue's rows, their mods and biases packed and renumbered. */
         int k = 0, nm = 0, nb = 0;
-        while (i0 + k < n && k < CB_SAMPLE_ROWS) {
+        while (i0 + k < n && k < CB_SAMPLE_QUEUE) {
             const struct dsample_row *r = &rows[i0 + k];
             int rb = 0;
             enum hr_status st = cb_sample_check(r, vocab, mods, n_mods, n_biases, &rb, err, errlen);
@@ -1096,28 +1099,33 @@ static enum hr_status cb_sample_launches(struct cuda_backend *c, const float *lo
             }
             k++;
         }
-        struct cuda_sample a = {
-            .logits = logits, .vocab = vocab, .n_rows = k,
-            .rows = (const struct dsample_row *)(d + cb_sample_off(c, 0)),
-            .mods = (const struct dsample_mod *)(d + cb_sample_off(c, 1)), .n_mods = nm,
-            .biases = (const float *)(d + cb_sample_off(c, 2)), .n_biases = nb,
-            .work = c->s_work, .out = (struct dsample_out *)(d + cb_sample_off(c, 3)),
-        };
-        for (int j = 0; j < k; j++) /* the slices' kernels where rows need them */
-            cuda_sample_hint(&a, &hr[j]);
         /* All queued behind the step's work (submitted, not waited for): the rows up,
-         * the kernels, the results down; then the one wait, which also reports the
-         * step's failure.  The page-locked rows are written again only after it. */
+         * the launches of up to CB_SAMPLE_ROWS rows (one after another on the stream:
+         * they share the work rows), the results down; then the one wait, which also
+         * reports the step's failure.  The page-locked rows are written again only after
+         * it. */
+        struct dsample_row *drows = (struct dsample_row *)(d + cb_sample_off(c, 0));
+        struct dsample_out *dout = (struct dsample_out *)(d + cb_sample_off(c, 3));
         enum hr_status st =
             cuda_dev_copy_async(d, h, cb_sample_off(c, 0) + (size_t)k * sizeof *hr, c->stream, err, errlen);
         if (st == HR_OK && nm)
             st = cuda_dev_copy_async(d + cb_sample_off(c, 1), hm, (size_t)nm * sizeof *hm, c->stream, err, errlen);
         if (st == HR_OK && nb)
             st = cuda_dev_copy_async(d + cb_sample_off(c, 2), hb, (size_t)nb * sizeof *hb, c->stream, err, errlen);
-        if (st == HR_OK)
+        for (int l0 = 0; st == HR_OK && l0 < k; l0 += CB_SAMPLE_ROWS) {
+            struct cuda_sample a = {
+                .logits = logits, .vocab = vocab, .n_rows = k - l0 < CB_SAMPLE_ROWS ? k - l0 : CB_SAMPLE_ROWS,
+                .rows = drows + l0,
+                .mods = (const struct dsample_mod *)(d + cb_sample_off(c, 1)), .n_mods = nm,
+                .biases = (const float *)(d + cb_sample_off(c, 2)), .n_biases = nb,
+                .work = c->s_work, .out = dout + l0,
+            };
+            for (int j = 0; j < a.n_rows; j++) /* the slices' kernels where rows need them */
+                cuda_sample_hint(&a, &hr[l0 + j]);
             st = c->K->sample(&a, c->stream, err, errlen);
+        }
         if (st == HR_OK)
-            st = cuda_dev_copy_async((void *)ho, a.out, (size_t)k * sizeof *ho, c->stream, err, errlen);
+            st = cuda_dev_copy_async((void *)ho, dout, (size_t)k * sizeof *ho, c->stream, err, errlen);
         char werr[HR_ERRLEN];
         enum hr_status wst = cuda_dev_stream_sync(c->stream, werr, sizeof werr);
         if (st == HR_OK && wst != HR_OK)
