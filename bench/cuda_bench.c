@@ -405,8 +405,7 @@ static void bench_sample(const struct cuda_kernels *K, int rows, int kind)
         MUST(cuda_dev_copy(dm, ds.mods, (size_t)ds.n_mods * sizeof *dm, err, sizeof err));
     struct cuda_sample a = {.logits = d, .vocab = V, .n_rows = rows, .rows = dr, .mods = dm, .n_mods = ds.n_mods,
                             .biases = db, .work = work, .out = dout};
-    for (int r = 0; r < rows; r++) /* the slices' kernels as the backend asks for them */
-        cuda_sample_hint(&a, &ds.rows[r]);
+    cuda_sample_hints(&a, ds.rows); /* the slices' kernels as the backend asks for them */
     double t[TRIALS], c[TRIALS];
     void *pinned = cuda_dev_host_alloc((size_t)rows * V * sizeof(float));
     for (int tr = -1; tr < TRIALS; tr++) {

@@ -1558,8 +1558,7 @@ static void slaunch(const float *d_logits, int V, const struct dev_sample *ds, s
     struct cuda_sample a = {.logits = d_logits, .vocab = V, .n_rows = ds->n, .rows = rows, .mods = mods,
                             .n_mods = ds->n_mods, .biases = biases, .n_biases = ds->n_biases, .work = work,
                             .out = d_out};
-    for (int i = 0; i < ds->n; i++) /* as the backend asks: the slices' kernels where rows need them */
-        cuda_sample_hint(&a, &ds->rows[i]);
+    cuda_sample_hints(&a, ds->rows); /* as the backend asks: the slices' kernels where rows need them */
     CHECK_OK(K->sample(&a, NULL, err, sizeof err), err);
     down(out, d_out, (size_t)ds->n * sizeof *out);
     cuda_dev_free(rows);

@@ -1105,23 +1105,21 @@ static enum hr_status cb_sample_launches(struct cuda_backend *c, const float *lo
          * reports the step's failure.  The page-locked rows are written again only after
          * it. */
         struct dsample_row *drows = (struct dsample_row *)(d + cb_sample_off(c, 0));
+        struct dsample_mod *dmods = (struct dsample_mod *)(d + cb_sample_off(c, 1));
+        float *dbias = (float *)(d + cb_sample_off(c, 2));
         struct dsample_out *dout = (struct dsample_out *)(d + cb_sample_off(c, 3));
-        enum hr_status st =
-            cuda_dev_copy_async(d, h, cb_sample_off(c, 0) + (size_t)k * sizeof *hr, c->stream, err, errlen);
+        enum hr_status st = cuda_dev_copy_async(drows, hr, (size_t)k * sizeof *hr, c->stream, err, errlen);
         if (st == HR_OK && nm)
-            st = cuda_dev_copy_async(d + cb_sample_off(c, 1), hm, (size_t)nm * sizeof *hm, c->stream, err, errlen);
+            st = cuda_dev_copy_async(dmods, hm, (size_t)nm * sizeof *hm, c->stream, err, errlen);
         if (st == HR_OK && nb)
-            st = cuda_dev_copy_async(d + cb_sample_off(c, 2), hb, (size_t)nb * sizeof *hb, c->stream, err, errlen);
+            st = cuda_dev_copy_async(dbias, hb, (size_t)nb * sizeof *hb, c->stream, err, errlen);
         for (int l0 = 0; st == HR_OK && l0 < k; l0 += CB_SAMPLE_ROWS) {
             struct cuda_sample a = {
                 .logits = logits, .vocab = vocab, .n_rows = k - l0 < CB_SAMPLE_ROWS ? k - l0 : CB_SAMPLE_ROWS,
-                .rows = drows + l0,
-                .mods = (const struct dsample_mod *)(d + cb_sample_off(c, 1)), .n_mods = nm,
-                .biases = (const float *)(d + cb_sample_off(c, 2)), .n_biases = nb,
+                .rows = drows + l0, .mods = dmods, .n_mods = nm, .biases = dbias, .n_biases = nb,
                 .work = c->s_work, .out = dout + l0,
             };
-            for (int j = 0; j < a.n_rows; j++) /* the slices' kernels where rows need them */
-                cuda_sample_hint(&a, &hr[l0 + j]);
+            cuda_sample_hints(&a, hr + l0); /* the slices' kernels where rows need them */
             st = c->K->sample(&a, c->stream, err, errlen);
         }
         if (st == HR_OK)

@@ -192,13 +192,17 @@ struct cuda_sample {
     int mod_rows;                    /* 1: some row has bias or penalties: their values are
                                       * written in slices (dsample_sliceable's copies) */
 };
-/* Adds what host row r asks of a launch's slice kernels to a's hints. */
-static inline void cuda_sample_hint(struct cuda_sample *a, const struct dsample_row *r)
+/* Sets a's hints from the launch's a->n_rows rows as the host holds them (rows): what
+ * they ask of the slice kernels. */
+static inline void cuda_sample_hints(struct cuda_sample *a, const struct dsample_row *rows)
 {
-    a->plain_draws |= dsample_plain_draw(r, a->vocab, 1);
-    a->plain_topk |= dsample_plain_topk(r, a->vocab, 1);
-    a->plain_lp |= dsample_plain_lp(r, 1);
-    a->mod_rows |= r->n_mods > 0;
+    for (int i = 0; i < a->n_rows; i++) {
+        const struct dsample_row *r = &rows[i];
+        a->plain_draws |= dsample_plain_draw(r, a->vocab, 1);
+        a->plain_topk |= dsample_plain_topk(r, a->vocab, 1);
+        a->plain_lp |= dsample_plain_lp(r, 1);
+        a->mod_rows |= r->n_mods > 0;
+    }
 }
 
 /* The words a work row keeps for its slices' maxima, masses and lists. */

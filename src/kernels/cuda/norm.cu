@@ -91,10 +91,8 @@ template <int HELD> __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_kern
     norm_load(xv, norm_src(a, blockIdx.x), a.dim); /* the grid is at most the rows */
     norm_load(wv, w, a.dim);
     for (int r = blockIdx.x; r < a.rows; r += gridDim.x) {
-        if (!AHEAD && r != (int)blockIdx.x) {
+        if (!AHEAD && r != (int)blockIdx.x)
             norm_load(xv, norm_src(a, r), a.dim);
-            norm_load(wv, w, a.dim);
-        }
         if (AHEAD && r + (int)gridDim.x < a.rows)
             norm_load(nv, norm_src(a, r + gridDim.x), a.dim);
         float ss = 0.0f;

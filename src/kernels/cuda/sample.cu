@@ -53,6 +53,7 @@ constexpr int AT = 256;    /* threads of an argmax slice (amax_kernel) */
  * block reads the row itself, as every other row). */
 int g_slices = 64;
 constexpr int BCAP = 256;  /* select_at's one-bin list */
+constexpr int MCAP = 3072; /* the slices' keys a row's block merges (n_slices * top_k) */
 
 struct smem {
     union {
@@ -65,7 +66,7 @@ struct smem {
             int id[LCAP], sid[LCAP];
             u64 q[LCAP];
         } l;
-        u64 mk[3072]; /* or a sliced top-k's lists (MCAP) */
+        u64 mk[MCAP]; /* or the slices' top-k or logprobs lists (merge_slices) */
     };
     u64 dmass[256];
     unsigned dcnt[256];
@@ -769,7 +770,6 @@ __device__ __forceinline__ u64 slice_mass(const unsigned *mw, int j)
  * ties to the lower id, 0 no candidate. */
 constexpr int KS = 48;     /* the largest top-k drawn from slices */
 constexpr int TK_E = 16;   /* ids a thread of topk_kernel holds: a slice of at most TK_E * AT */
-constexpr int MCAP = 3072; /* the slices' keys a row's block merges (n_slices * top_k) */
 static_assert(AT > KS, "slice_best_put's early stop: t = 0 (every thread's key at or above it) is never taken");
 
 __device__ __forceinline__ u64 topk_key(float v, int id)
@@ -1282,14 +1282,8 @@ __global__ void __launch_bounds__(ST, 1) sample_kernel(struct cuda_sample a, sli
         const bool sliced = lp_sliced(r, V, sl);
         const unsigned *lw = (const unsigned *)meta + lp_words(n_slices, sl.ks_cap);
         float bmax = sliced ? xmax : -INFINITY;
-        if (sliced && cp && !r.penalized) {
-            int bi = INT_MAX;
-            bmax = 0.0f;
-            slices_amax(meta + lp_maxima(r, sl), n_slices, threadIdx.x, ST, bmax, bi);
-            block_amax<ST>(bmax, bi, s.fred, s.ired);
-            if (bmax == 0.0f)
-                bmax = 0.0f; /* -0 and +0 are one maximum */
-        }
+        if (sliced && cp && !r.penalized)
+            bmax = slices_max<ST>(meta + lp_maxima(r, sl), n_slices, s.fred, s.ired);
         if (!sliced) {
             for (int i = threadIdx.x; i < V; i += ST) {
                 float v;
